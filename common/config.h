@@ -1,0 +1,91 @@
+// Deployment configuration: one YAML file, validated on load.
+//
+// Example (deploy/configs/local.yaml):
+//   model:
+//     path: SmolLM2-135M-Instruct.Q4_1.gguf   # relative: resolved against the model dir
+//     served_name: smollm2-135m-instruct
+//   coordinator:
+//     http_host: 127.0.0.1
+//     http_port: 8000
+//     control_address: tcp://127.0.0.1:5557
+//   cache:
+//     block_size: 16
+//     kv_memory_mb: 256            # per worker
+//   scheduler:
+//     max_num_seqs: 32
+//     max_num_batched_tokens: 512
+//     max_model_len: 2048
+//   pools:
+//     - name: main
+//       role: mixed
+//       instances:
+//         - tp_size: 1
+//           device: cpu
+//           hosts: [127.0.0.1]
+//           num_threads: 2
+//
+// Every error names the key (dotted path, e.g. `pools[0].instances[0].tp_size`),
+// the value found and what is allowed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace headway {
+
+enum class PoolRole { kMixed, kPrefill, kDecode };
+const char* PoolRoleName(PoolRole role);
+
+struct InstanceConfig {
+  int tp_size = 1;
+  std::string device = "cpu";           // "cpu" (or "cuda:N" later)
+  std::vector<std::string> hosts = {"127.0.0.1"};  // one per rank, or one for all
+  int num_threads = 0;                  // compute threads per worker; 0 = all cores / tp_size
+};
+
+struct PoolConfig {
+  std::string name = "main";
+  PoolRole role = PoolRole::kMixed;
+  std::vector<InstanceConfig> instances;
+};
+
+struct Config {
+  // model
+  std::string model_path;               // absolute after ResolvePaths
+  std::string served_model_name;        // "" = file name without .gguf
+  // coordinator
+  std::string http_host = "127.0.0.1";
+  int http_port = 8000;
+  std::string control_address = "tcp://127.0.0.1:5557";  // coordinator ROUTER bind address
+  int heartbeat_interval_ms = 1000;
+  int heartbeat_timeout_ms = 10000;     // a worker silent this long is down
+  // cache
+  int block_size = 16;                  // positions per block
+  int64_t kv_memory_mb = 256;           // KV pool per worker, MiB
+  // scheduler
+  int max_num_seqs = 32;                // running sequences per instance
+  int max_num_batched_tokens = 512;     // tokens per step per instance
+  int max_model_len = 2048;             // prompt + generated tokens
+  // pools
+  std::vector<PoolConfig> pools;
+
+  // Instances in a fixed order (pool order, then instance order); the index
+  // here is the instance id used on the wire.
+  std::vector<const InstanceConfig*> Instances() const;
+};
+
+// Parses YAML text. Unknown keys are errors (a typo must not pass silently).
+// Errors: InvalidArgument naming key, value and what is allowed.
+Result<Config> ParseConfig(const std::string& yaml_text);
+
+// Reads and parses a file. NotFound if it cannot be read.
+Result<Config> LoadConfigFile(const std::string& path);
+
+// Makes model_path absolute: a relative path is taken against `model_dir`.
+// `model_dir` comes from main (flag or HEADWAY_MODEL_DIR).
+void ResolveModelPath(Config& config, const std::string& model_dir);
+
+}  // namespace headway

@@ -1,0 +1,36 @@
+// Embedding lookup, RMSNorm, RoPE and SwiGLU (CPU, f32, host memory).
+#pragma once
+
+#include <cstdint>
+
+namespace headway::cpu {
+
+// out[i, :] = table[ids[i], :].
+//   table: [vocab_size, dim] f32; ids: [n] with 0 <= id < vocab_size; out: [n, dim]
+void Embedding(const float* table, const int32_t* ids, int n, int dim, float* out);
+
+// RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean(x^2) + eps) * weight.
+//   x, out: [n_rows, dim] f32 (may alias); weight: [dim]
+void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps, float* out);
+
+enum class RopeStyle {
+  kInterleaved,  // rotate pairs (x[2i], x[2i+1]): llama.cpp GGML_ROPE_TYPE_NORM,
+                 // what GGUF llama weights need (the converter permutes Q/K rows)
+  kNeox,         // rotate pairs (x[i], x[i + d/2]): GGML_ROPE_TYPE_NEOX
+};
+
+// Rotary position embedding (Su et al. 2021, RoFormer), in place:
+// pair i of a head at position p turns by angle p * freq_base^(-2i/head_dim).
+//   x: [n_tokens, n_heads, head_dim] f32; positions: [n_tokens]
+// REQUIRES: head_dim even.
+void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+          float freq_base, RopeStyle style);
+
+// SwiGLU (Shazeer 2020): out = silu(gate) * up, silu(x) = x / (1 + e^-x).
+//   gate, up, out: [n] f32 (out may alias gate)
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// out += x, elementwise over n values.
+void AddInPlace(float* out, const float* x, int64_t n);
+
+}  // namespace headway::cpu

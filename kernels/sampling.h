@@ -1,0 +1,38 @@
+// Token sampling from logits: greedy, temperature, top-k, top-p (CPU).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace headway {
+
+struct SamplingConfig {
+  float temperature = 0.0f;  // <= 0: greedy (argmax; lowest id wins a tie)
+  int top_k = 0;             // <= 0: off
+  float top_p = 1.0f;        // in (0, 1]; 1: off
+};
+
+struct SampleResult {
+  int32_t token_id = -1;
+  float logprob = 0.0f;  // log softmax of the raw logits (temperature 1), at token_id
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // best first, raw log softmax
+};
+
+// A uniform double in [0, 1) that depends only on (seed, counter): the same
+// request with the same seed samples the same tokens however it is batched.
+// SplitMix64 (Steele et al. 2014).
+double SeededUniform(uint64_t seed, uint64_t counter);
+
+namespace cpu {
+
+// Samples one token from `logits` ([vocab_size] f32).
+// Order (as in vLLM / Hugging Face): temperature scaling, top-k, top-p
+// (smallest set of most likely tokens whose probability reaches top_p), then
+// inverse-CDF sampling with `uniform` in [0, 1). Greedy ignores `uniform`.
+// `num_top_logprobs` best tokens of the raw distribution go to top_logprobs.
+SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
+                    double uniform, int num_top_logprobs);
+
+}  // namespace cpu
+}  // namespace headway
