@@ -1,0 +1,118 @@
+#include "tests/support/deployment.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/test_env.h"
+
+namespace headway::testing {
+
+std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int control_port) {
+  std::ostringstream y;
+  y << "model:\n"
+    << "  path: " << o.model_path << "\n"
+    << "  served_name: smollm2\n"
+    << "coordinator:\n"
+    << "  http_host: 127.0.0.1\n"
+    << "  http_port: " << http_port << "\n"
+    << "  control_address: tcp://127.0.0.1:" << control_port << "\n"
+    << "cache:\n"
+    << "  block_size: " << o.block_size << "\n"
+    << "  kv_memory_mb: " << o.kv_memory_mb << "\n"
+    << "scheduler:\n"
+    << "  max_num_seqs: " << o.max_num_seqs << "\n"
+    << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"
+    << "  max_model_len: " << o.max_model_len << "\n"
+    << "pools:\n"
+    << "  - name: main\n"
+    << "    role: mixed\n"
+    << "    instances:\n"
+    << "      - tp_size: " << o.tp_size << "\n"
+    << "        device: cpu\n"
+    << o.extra_yaml;
+  return y.str();
+}
+
+std::unique_ptr<Deployment> Deployment::Start(const DeploymentOptions& options,
+                                              std::string* error, int timeout_s) {
+  std::unique_ptr<Deployment> d(new Deployment());
+  d->dir_ = MakeTempDir("headway-e2e");
+  d->http_port_ = FreePort();
+  int control_port = FreePort();
+  d->config_path_ = d->dir_ + "/deploy.yaml";
+  {
+    std::ofstream out(d->config_path_);
+    out << DeploymentYaml(options, d->http_port_, control_port);
+  }
+  d->launcher_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{BinaryPath("headway-launch"), d->config_path_},
+      d->dir_ + "/launch.log");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!d->launcher_->Running()) break;
+    if (d->Get("/health").status == 200) return d;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (error) *error = "deployment did not become healthy; launcher log:\n" + d->Log();
+  return nullptr;
+}
+
+Deployment::~Deployment() {
+  if (launcher_) launcher_->Stop(std::chrono::seconds(15));
+}
+
+namespace {
+HttpReply ToReply(const httplib::Result& r) {
+  HttpReply reply;
+  if (!r) return reply;
+  reply.status = r->status;
+  reply.body = r->body;
+  reply.json = nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  if (reply.json.is_discarded()) reply.json = nullptr;
+  return reply;
+}
+}  // namespace
+
+HttpReply Deployment::Get(const std::string& path) const {
+  httplib::Client client("127.0.0.1", http_port_);
+  client.set_read_timeout(300, 0);
+  return ToReply(client.Get(path));
+}
+
+HttpReply Deployment::Post(const std::string& path, const std::string& body) const {
+  httplib::Client client("127.0.0.1", http_port_);
+  client.set_read_timeout(300, 0);
+  return ToReply(client.Post(path, body, "application/json"));
+}
+
+namespace {
+// Sums every "free_blocks" number anywhere in the health document, so the
+// test does not depend on how ranks are nested.
+long SumFreeBlocks(const nlohmann::json& j) {
+  long total = 0;
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "free_blocks" && it->is_number_integer()) {
+        total += it->get<long>();
+      } else {
+        total += SumFreeBlocks(*it);
+      }
+    }
+  } else if (j.is_array()) {
+    for (const auto& e : j) total += SumFreeBlocks(e);
+  }
+  return total;
+}
+}  // namespace
+
+long Deployment::FreeBlocks() const {
+  HttpReply r = Get("/health");
+  if (r.json.is_null()) return -1;
+  return SumFreeBlocks(r.json);
+}
+
+}  // namespace headway::testing

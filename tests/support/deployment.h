@@ -1,0 +1,66 @@
+// A real Headway deployment (headway-launch + coordinator + workers) started
+// by a test on free loopback ports, and an HTTP client for it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+
+namespace headway::testing {
+
+struct DeploymentOptions {
+  std::string model_path;             // absolute GGUF path
+  int block_size = 16;
+  int kv_memory_mb = 64;
+  int max_num_seqs = 32;
+  int max_num_batched_tokens = 512;
+  int max_model_len = 1024;
+  int tp_size = 1;
+  std::string extra_yaml;             // appended verbatim at top level
+};
+
+// An HTTP reply: status code and body (parsed when it is JSON).
+struct HttpReply {
+  int status = 0;                     // 0 = no connection
+  std::string body;
+  nlohmann::json json;                // null if the body is not JSON
+};
+
+class Deployment {
+ public:
+  // Writes a config for `options` into a temp dir, starts headway-launch on
+  // it and waits (up to `timeout_s`) for /health to answer 200. On failure
+  // returns nullptr and puts the launcher's log in *error.
+  static std::unique_ptr<Deployment> Start(const DeploymentOptions& options,
+                                           std::string* error, int timeout_s = 120);
+  ~Deployment();  // stops every process
+
+  int http_port() const { return http_port_; }
+  const std::string& config_path() const { return config_path_; }
+  std::string Log() const { return launcher_->Log(); }
+
+  HttpReply Get(const std::string& path) const;
+  HttpReply Post(const std::string& path, const std::string& body) const;
+  HttpReply PostJson(const std::string& path, const nlohmann::json& body) const {
+    return Post(path, body.dump());
+  }
+
+  // Sum of free blocks over every rank, from GET /health; -1 if unreadable.
+  long FreeBlocks() const;
+
+ private:
+  Deployment() = default;
+  int http_port_ = 0;
+  std::string dir_;
+  std::string config_path_;
+  std::unique_ptr<ChildProcess> launcher_;
+};
+
+// The YAML text of a one-instance mixed deployment for `options` on the given
+// ports (used by Deployment and by tests that start binaries themselves).
+std::string DeploymentYaml(const DeploymentOptions& options, int http_port, int control_port);
+
+}  // namespace headway::testing

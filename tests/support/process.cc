@@ -1,0 +1,106 @@
+#include "tests/support/process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace headway::testing {
+
+ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path)
+    : log_path_(std::move(log_path)) {
+  pid_ = fork();
+  if (pid_ == 0) {
+    // Child: never outlive the test process.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    dprintf(STDERR_FILENO, "exec %s failed\n", args[0]);
+    _exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() { Stop(); }
+
+bool ChildProcess::Running() {
+  if (pid_ <= 0 || exited_) return false;
+  int status = 0;
+  pid_t r = waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exited_ = true;
+    status_ = status;
+    return false;
+  }
+  return true;
+}
+
+int ChildProcess::WaitExit(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Running()) {
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return status_;
+}
+
+void ChildProcess::Signal(int signal) {
+  if (Running()) kill(pid_, signal);
+}
+
+int ChildProcess::Stop(std::chrono::milliseconds grace) {
+  if (pid_ <= 0) return -1;
+  if (!Running()) return status_;
+  kill(pid_, SIGTERM);
+  if (WaitExit(grace) != -1) return status_;
+  kill(pid_, SIGKILL);
+  return WaitExit(std::chrono::seconds(5));
+}
+
+std::string ChildProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  char* dir = mkdtemp(tmpl.data());
+  return dir ? std::string(dir) : std::string();
+}
+
+}  // namespace headway::testing

@@ -1,0 +1,52 @@
+// Child processes and ports for integration and end-to-end tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace headway::testing {
+
+// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) when the
+// object goes out of scope, on every path out of a test. Its stdout and
+// stderr go to `log_path` (appended) so a failing test can show them.
+class ChildProcess {
+ public:
+  // Starts `argv[0]` with arguments argv[1..]. Returns an object whose
+  // pid() is -1 if fork/exec failed (the log says why).
+  ChildProcess(std::vector<std::string> argv, std::string log_path);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // True while the process has not exited (reaps it if it has).
+  bool Running();
+  // Waits up to `timeout` for exit; returns the wait status, or -1 on timeout.
+  int WaitExit(std::chrono::milliseconds timeout);
+  // Sends `signal` (no-op once exited).
+  void Signal(int signal);
+  // SIGTERM, wait up to `grace`, then SIGKILL; returns the wait status.
+  int Stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
+  // The log's contents so far.
+  std::string Log() const;
+  const std::string& log_path() const { return log_path_; }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  bool exited_ = false;
+  std::string log_path_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it
+// back, close). Another process could take it before use; tests accept that
+// tiny window, as the ephemeral range is large.
+int FreePort();
+
+// A fresh, empty directory under the system temp dir.
+std::string MakeTempDir(const std::string& prefix);
+
+}  // namespace headway::testing
