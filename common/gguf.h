@@ -41,6 +41,17 @@ enum class GgmlType : uint32_t {
 // Name such as "Q4_1"; "type<N>" for an unknown value.
 std::string GgmlTypeName(GgmlType type);
 
+// Storage geometry of a ggml type: `block_values` values take `block_bytes`
+// bytes (ggml's `ggml_type_traits`: blck_size, type_size).
+struct GgmlTypeSize {
+  uint64_t block_values = 1;
+  uint64_t block_bytes = 4;
+};
+
+// Geometry of any type in GgmlType, whether or not Headway can dequantise it.
+// Unimplemented naming the number for a value outside GgmlType.
+Result<GgmlTypeSize> GgmlTypeSizeOf(GgmlType type);
+
 // A metadata value. Arrays hold one element type.
 struct GgufValue {
   using Array = std::vector<GgufValue>;
@@ -73,9 +84,12 @@ class GgufFile {
  public:
   // Opens and validates `path`: magic, version (2 or 3), every metadata entry
   // and tensor info, alignment, and that each tensor's data lies inside the
-  // file. Errors: NotFound (no file), DataLoss (wrong magic, truncated file,
-  // tensor out of bounds; the message names the file and the offending part),
-  // Unimplemented (unknown tensor type or version).
+  // file. Errors: NotFound (no file), FailedPrecondition (not a readable
+  // regular file), DataLoss (wrong magic, truncated file, tensor out of
+  // bounds, duplicate key or tensor, misaligned offset; the message names the
+  // file and the offending part, e.g. "metadata entry 7 'x'" or
+  // "tensor info 3 'blk.0.attn_q.weight'"), Unimplemented (unknown tensor
+  // type or version), Internal (mmap failed).
   static Result<std::unique_ptr<GgufFile>> Open(const std::string& path);
 
   ~GgufFile();
