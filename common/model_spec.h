@@ -52,7 +52,10 @@ struct TpShard {
   int intermediate_begin = 0;  // MLP rows [begin, end)
   int intermediate_end = 0;
   int padded_vocab_size = 0;   // vocab rounded up to a multiple of tp_size
-  int vocab_begin = 0;         // vocab rows of the vocab-parallel embedding / LM head
+  // Rows [vocab_begin, vocab_end) of the padded vocabulary for the
+  // vocab-parallel embedding / LM head. Rows >= vocab_size are padding: the
+  // loader zeroes them and sampling masks them.
+  int vocab_begin = 0;
   int vocab_end = 0;
   int num_local_kv_heads() const { return kv_head_end - kv_head_begin; }
   int num_local_heads() const { return q_head_end - q_head_begin; }
