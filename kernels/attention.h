@@ -11,7 +11,8 @@ namespace headway::cpu {
 // Writes this step's K and V rows into the pool through the block table.
 //   k, v:  [n_tokens, num_kv_heads, head_dim] f32, rows as in `batch`
 //   pool:  the rank's KV pool (see kv_cache.h), written in place
-// REQUIRES: every position written has a block id >= 0 in `table`.
+// REQUIRES: every position written has a block id >= 0 in `table` (checked:
+// HW_CHECK aborts otherwise).
 void AppendKv(const float* k, const float* v, const BatchLayout& batch,
               const LayerBlockTable& table, const KvCacheLayout& layout, float* pool);
 
@@ -22,10 +23,13 @@ void AppendKv(const float* k, const float* v, const BatchLayout& batch,
 //   specs: [num_kv_heads] attention spec of each KV head of this layer
 //   out:   [n_tokens, num_heads, head_dim] f32
 //   scale: usually 1/sqrt(head_dim)
-// Blocks that hold no visible key for any row are skipped, so -1 entries
-// (recycled blocks) are never dereferenced. REQUIRES: every visible position
-// has a block id >= 0. Softmax is computed online (FlashAttention, Dao et
-// al. 2022) in f32.
+// Each row reads only the blocks holding its visible keys (for a sliding
+// slot: the sink blocks, then from position max(0, pos - window + 1)), so -1
+// entries (recycled blocks) are never dereferenced. REQUIRES: every visible
+// position has a block id >= 0 (a -1 there is a broken invariant and aborts
+// through HW_CHECK). Softmax is computed online (FlashAttention, Dao et
+// al. 2022) in f32. Parallel (OpenMP) over (token row, KV head); the query
+// heads of one KV head share each K/V read.
 void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,
                     const KvCacheLayout& layout, int num_heads, float scale, float* out);

@@ -28,9 +28,16 @@ namespace cpu {
 
 // Samples one token from `logits` ([vocab_size] f32).
 // Order (as in vLLM / Hugging Face): temperature scaling, top-k, top-p
-// (smallest set of most likely tokens whose probability reaches top_p), then
-// inverse-CDF sampling with `uniform` in [0, 1). Greedy ignores `uniform`.
-// `num_top_logprobs` best tokens of the raw distribution go to top_logprobs.
+// (smallest set of most likely tokens whose probability, renormalised over
+// the top-k set, reaches top_p; never empty), then inverse-CDF sampling with
+// `uniform` in [0, 1) over the kept tokens in ascending id order, so a given
+// uniform maps to one token whatever the implementation. Greedy ignores
+// `uniform`. Ties rank the lower id first (greedy, top-k, top logprobs).
+// `num_top_logprobs` best tokens of the raw distribution go to top_logprobs
+// (all of them if fewer). Cost: O(vocab) plus O(top_k log top_k) with top-k;
+// a full sort only for top-p without top-k.
+// REQUIRES: logits finite or -inf (-inf tokens are never sampled), not all
+// -inf. vocab_size <= 0 gives token_id -1.
 SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
                     double uniform, int num_top_logprobs);
 

@@ -1,0 +1,149 @@
+// Micro-benchmark of the CPU kernels, printed as one JSON object:
+//   * decode attention over the paged KV pool (8 sequences, one new token
+//     each, SmolLM2-135M layer shape: 9 query heads, 3 KV heads, head_dim 64,
+//     block 16, shuffled block ids) at contexts 1K and 8K, as GB/s of K/V read;
+//   * memcpy bandwidth measured in the same run (one thread and all OpenMP
+//     threads), the ceiling decode attention should approach;
+//   * sgemm GFLOP/s for [16, 576] x [576, 1536]^T (an MLP up-projection of a
+//     16-token batch).
+// Every figure is the median of --repeats timed runs after one warm-up run.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+
+namespace headway {
+namespace {
+
+double MedianSeconds(int repeats, const std::function<void()>& fn) {
+  fn();  // warm-up: page faults, OpenMP and OpenBLAS thread start
+  std::vector<double> seconds;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+struct MemcpyResult {
+  double one_thread_gbps;
+  double all_threads_gbps;
+};
+
+// Bytes copied per second (each byte is read once and written once).
+MemcpyResult MeasureMemcpy(size_t bytes, int repeats) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const double one = MedianSeconds(repeats, [&] { std::memcpy(dst.data(), src.data(), bytes); });
+  const double all = MedianSeconds(repeats, [&] {
+#pragma omp parallel
+    {
+      const size_t n = size_t(omp_get_num_threads());
+      const size_t t = size_t(omp_get_thread_num());
+      const size_t begin = bytes * t / n, end = bytes * (t + 1) / n;
+      std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
+    }
+  });
+  return {bytes / one / 1e9, bytes / all / 1e9};
+}
+
+struct AttentionResult {
+  double seconds;
+  double kv_bytes;
+};
+
+AttentionResult MeasureDecodeAttention(int num_seqs, int context, int repeats) {
+  const int num_heads = 9, num_kv_heads = 3, head_dim = 64, block_size = 16;
+  const KvCacheLayout layout{block_size, head_dim};
+  const int blocks_per_slot = (context + block_size - 1) / block_size;
+  const int num_blocks = num_seqs * num_kv_heads * blocks_per_slot;
+
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> pool(size_t(num_blocks) * layout.BlockFloats());
+  for (float& x : pool) x = dist(rng);
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);  // blocks scattered over the pool
+
+  std::vector<int32_t> query_start(num_seqs + 1), start_pos(num_seqs, context - 1);
+  std::iota(query_start.begin(), query_start.end(), 0);
+  const BatchLayout batch{num_seqs, query_start.data(), start_pos.data()};
+  const LayerBlockTable table{ids.data(), num_kv_heads, blocks_per_slot};
+  const std::vector<SlotSpec> specs(num_kv_heads);
+  std::vector<float> q(size_t(num_seqs) * num_heads * head_dim), out(q.size());
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+
+  const double seconds = MedianSeconds(repeats, [&] {
+    cpu::PagedAttention(q.data(), pool.data(), batch, table, specs.data(), layout, num_heads,
+                        scale, out.data());
+  });
+  const double kv_bytes = double(num_seqs) * num_kv_heads * context * head_dim * 2 * sizeof(float);
+  return {seconds, kv_bytes};
+}
+
+double MeasureSgemmGflops(int m, int n, int k, int repeats) {
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(size_t(m) * k), w(size_t(n) * k), y(size_t(m) * n);
+  for (float& v : x) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  const double seconds =
+      MedianSeconds(repeats, [&] { cpu::MatmulTransB(x.data(), w.data(), m, n, k, y.data()); });
+  return 2.0 * m * n * k / seconds / 1e9;
+}
+
+}  // namespace
+}  // namespace headway
+
+int main(int argc, char** argv) {
+  CLI::App app{"Headway CPU kernel micro-benchmark (JSON on stdout)"};
+  int repeats = 15;
+  int num_seqs = 8;
+  std::vector<int> contexts = {1024, 8192};
+  size_t memcpy_mib = 256;
+  app.add_option("--repeats", repeats, "timed runs per figure (median reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seqs", num_seqs, "decode sequences per batch")->check(CLI::PositiveNumber);
+  app.add_option("--contexts", contexts, "context lengths (tokens)");
+  app.add_option("--memcpy-mib", memcpy_mib, "memcpy buffer size, MiB")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  const headway::MemcpyResult copy = headway::MeasureMemcpy(memcpy_mib << 20, repeats);
+  std::printf("{\n  \"omp_threads\": %d,\n", omp_get_max_threads());
+  std::printf("  \"memcpy_gbps_one_thread\": %.2f,\n", copy.one_thread_gbps);
+  std::printf("  \"memcpy_gbps_all_threads\": %.2f,\n", copy.all_threads_gbps);
+  std::printf("  \"decode_attention\": [\n");
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    const headway::AttentionResult r =
+        headway::MeasureDecodeAttention(num_seqs, contexts[i], repeats);
+    const double gbps = r.kv_bytes / r.seconds / 1e9;
+    std::printf(
+        "    {\"seqs\": %d, \"context\": %d, \"kv_mib\": %.1f, \"ms\": %.3f, \"kv_gbps\": %.2f, "
+        "\"fraction_of_memcpy\": %.2f}%s\n",
+        num_seqs, contexts[i], r.kv_bytes / (1 << 20), r.seconds * 1e3, gbps,
+        gbps / copy.all_threads_gbps, i + 1 < contexts.size() ? "," : "");
+  }
+  std::printf("  ],\n");
+  const int m = 16, n = 1536, k = 576;
+  std::printf("  \"sgemm\": {\"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.2f}\n}\n", m, n, k,
+              headway::MeasureSgemmGflops(m, n, k, repeats));
+  return 0;
+}

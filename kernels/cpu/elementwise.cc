@@ -1,0 +1,82 @@
+// Embedding, RMSNorm, RoPE, SwiGLU and residual add, CPU backend.
+#include "kernels/elementwise.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace headway::cpu {
+
+void Embedding(const float* table, const int32_t* ids, int n, int dim, float* out) {
+#pragma omp parallel for schedule(static) if (int64_t(n) * dim >= (1 << 16))
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(out + size_t(i) * dim, table + size_t(ids[i]) * dim, sizeof(float) * dim);
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps, float* out) {
+#pragma omp parallel for schedule(static) if (int64_t(n_rows) * dim >= (1 << 16))
+  for (int r = 0; r < n_rows; ++r) {
+    const float* row = x + size_t(r) * dim;
+    float* o = out + size_t(r) * dim;
+    // Double sum as in llama.cpp's ggml_float, so long rows lose no precision.
+    double sum_sq = 0.0;
+#pragma omp simd reduction(+ : sum_sq)
+    for (int d = 0; d < dim; ++d) sum_sq += double(row[d]) * row[d];
+    const float inv = float(1.0 / std::sqrt(sum_sq / dim + eps));
+#pragma omp simd
+    for (int d = 0; d < dim; ++d) o[d] = row[d] * inv * weight[d];
+  }
+}
+
+void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+          float freq_base, RopeStyle style) {
+  const int half = head_dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(double(freq_base), -2.0 * i / head_dim);
+#pragma omp parallel if (int64_t(n_tokens) * n_heads * head_dim >= (1 << 16))
+  {
+    std::vector<float> cos_t(half), sin_t(half);
+#pragma omp for schedule(static)
+    for (int t = 0; t < n_tokens; ++t) {
+      // Angles in double: positions reach 1e5 and more, where f32 angles drift.
+      for (int i = 0; i < half; ++i) {
+        const double theta = positions[t] * inv_freq[i];
+        cos_t[i] = float(std::cos(theta));
+        sin_t[i] = float(std::sin(theta));
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (size_t(t) * n_heads + h) * head_dim;
+        if (style == RopeStyle::kInterleaved) {
+          for (int i = 0; i < half; ++i) {
+            const float x0 = v[2 * i], x1 = v[2 * i + 1];
+            v[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
+            v[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+          }
+        } else {
+#pragma omp simd
+          for (int i = 0; i < half; ++i) {
+            const float x0 = v[i], x1 = v[i + half];
+            v[i] = x0 * cos_t[i] - x1 * sin_t[i];
+            v[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddInPlace(float* out, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] += x[i];
+}
+
+}  // namespace headway::cpu

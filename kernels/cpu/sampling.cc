@@ -1,0 +1,126 @@
+// Token sampling, CPU backend, and the seeded uniform source.
+//
+// Candidate order is (logit descending, id ascending) everywhere, so ties are
+// broken the same way by greedy, top-k, top-p and top logprobs. Inverse-CDF
+// sampling walks the kept tokens in ascending id order; kernels/reference
+// follows the same rules, so both pick the same token for the same uniform.
+#include "kernels/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace headway {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+double SeededUniform(uint64_t seed, uint64_t counter) {
+  // Mixing the seed first keeps (seed, counter + 1) and (seed + 1, counter) apart.
+  const uint64_t bits = SplitMix64(SplitMix64(seed) ^ counter);
+  return double(bits >> 11) * 0x1.0p-53;  // 53 random bits: [0, 1)
+}
+
+namespace cpu {
+namespace {
+
+// The `k` best ids, best first, in O(vocab + k log k).
+std::vector<int32_t> TopIds(const float* logits, int vocab_size, int k) {
+  const auto better = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::vector<int32_t> ids(vocab_size);
+  std::iota(ids.begin(), ids.end(), 0);
+  k = std::clamp(k, 0, vocab_size);
+  if (k < vocab_size) {
+    std::nth_element(ids.begin(), ids.begin() + k, ids.end(), better);
+    ids.resize(k);
+  }
+  std::sort(ids.begin(), ids.end(), better);
+  return ids;
+}
+
+}  // namespace
+
+SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
+                    double uniform, int num_top_logprobs) {
+  SampleResult result;
+  if (vocab_size <= 0) return result;  // token_id stays -1
+
+  // One pass for the argmax (lowest id on ties), one for the log partition.
+  int32_t argmax = 0;
+  for (int i = 1; i < vocab_size; ++i) {
+    if (logits[i] > logits[argmax]) argmax = i;
+  }
+  const double max_logit = logits[argmax];
+  double sum = 0.0;
+  for (int i = 0; i < vocab_size; ++i) sum += std::exp(double(logits[i]) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+
+  if (num_top_logprobs > 0) {
+    for (int32_t id : TopIds(logits, vocab_size, num_top_logprobs)) {
+      result.top_logprobs.emplace_back(id, float(logits[id] - log_z));
+    }
+  }
+
+  if (config.temperature <= 0.0f) {
+    result.token_id = argmax;
+    result.logprob = float(logits[argmax] - log_z);
+    return result;
+  }
+
+  const double t = config.temperature;
+  const double max_scaled = max_logit / t;
+  const auto weight = [&](int32_t id) { return std::exp(double(logits[id]) / t - max_scaled); };
+  const bool use_top_k = config.top_k > 0 && config.top_k < vocab_size;
+  const bool use_top_p = config.top_p < 1.0f;
+
+  std::vector<int32_t> kept;  // ascending ids once filtered
+  if (use_top_k || use_top_p) {
+    kept = TopIds(logits, vocab_size, use_top_k ? config.top_k : vocab_size);
+    if (use_top_p) {
+      double total = 0.0;
+      for (int32_t id : kept) total += weight(id);
+      // Smallest best-first prefix whose probability reaches top_p.
+      const double target = double(config.top_p) * total;
+      double cumulative = 0.0;
+      size_t n = 0;
+      while (n < kept.size() && cumulative < target) cumulative += weight(kept[n++]);
+      kept.resize(std::max<size_t>(n, 1));
+    }
+    std::sort(kept.begin(), kept.end());
+  } else {
+    kept.resize(vocab_size);
+    std::iota(kept.begin(), kept.end(), 0);
+  }
+
+  std::vector<double> weights(kept.size());
+  double kept_total = 0.0;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    weights[i] = weight(kept[i]);
+    kept_total += weights[i];
+  }
+  const double target = uniform * kept_total;
+  double cumulative = 0.0;
+  result.token_id = kept.back();  // if rounding leaves target past the last sum
+  for (size_t i = 0; i < kept.size(); ++i) {
+    cumulative += weights[i];
+    if (target < cumulative) {
+      result.token_id = kept[i];
+      break;
+    }
+  }
+  result.logprob = float(logits[result.token_id] - log_z);
+  return result;
+}
+
+}  // namespace cpu
+}  // namespace headway

@@ -1,0 +1,166 @@
+// Naive reference kernels: plain loops, double accumulators, no tricks. Only
+// tests link this library.
+#include "kernels/reference/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+namespace headway::reference {
+
+void Embedding(const float* table, const int32_t* ids, int n, int dim, float* out) {
+  for (int i = 0; i < n; ++i) {
+    for (int d = 0; d < dim; ++d) out[size_t(i) * dim + d] = table[size_t(ids[i]) * dim + d];
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps, float* out) {
+  for (int r = 0; r < n_rows; ++r) {
+    const float* row = x + size_t(r) * dim;
+    double sum_sq = 0.0;
+    for (int d = 0; d < dim; ++d) sum_sq += double(row[d]) * row[d];
+    const double inv = 1.0 / std::sqrt(sum_sq / dim + eps);
+    for (int d = 0; d < dim; ++d) out[size_t(r) * dim + d] = float(row[d] * inv * weight[d]);
+  }
+}
+
+void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+          float freq_base, cpu::RopeStyle style) {
+  const int half = head_dim / 2;
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (size_t(t) * n_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const double theta =
+            positions[t] * std::pow(double(freq_base), -2.0 * i / head_dim);
+        const int a = style == cpu::RopeStyle::kInterleaved ? 2 * i : i;
+        const int b = style == cpu::RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+        const double x0 = v[a], x1 = v[b];
+        v[a] = float(x0 * std::cos(theta) - x1 * std::sin(theta));
+        v[b] = float(x0 * std::sin(theta) + x1 * std::cos(theta));
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = float(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void MatmulTransB(const float* x, const float* w, int m, int n, int k, float* y) {
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int l = 0; l < k; ++l) acc += double(x[size_t(i) * k + l]) * w[size_t(j) * k + l];
+      y[size_t(i) * n + j] = float(acc);
+    }
+  }
+}
+
+void Attention(const float* q, const float* k_hist, const float* v_hist,
+               const BatchLayout& batch, const SlotSpec* specs, int num_heads,
+               int num_kv_heads, int head_dim, float scale, float* out) {
+  const int group = num_heads / num_kv_heads;
+  size_t hist_offset = 0;  // first history row of sequence s
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    const int n_new = batch.query_start[s + 1] - batch.query_start[s];
+    const int context_len = batch.start_pos[s] + n_new;
+    for (int j = 0; j < n_new; ++j) {
+      const int row = batch.query_start[s] + j;
+      const int pos = batch.start_pos[s] + j;
+      for (int qh = 0; qh < num_heads; ++qh) {
+        const int kvh = qh / group;
+        const float* qv = q + (size_t(row) * num_heads + qh) * head_dim;
+        std::vector<double> scores(context_len, -std::numeric_limits<double>::infinity());
+        double max_score = -std::numeric_limits<double>::infinity();
+        for (int key = 0; key < context_len; ++key) {
+          if (!specs[kvh].Sees(pos, key)) continue;
+          const float* kv = k_hist + ((hist_offset + key) * num_kv_heads + kvh) * head_dim;
+          double dot = 0.0;
+          for (int d = 0; d < head_dim; ++d) dot += double(qv[d]) * kv[d];
+          scores[key] = dot * scale;
+          max_score = std::max(max_score, scores[key]);
+        }
+        double denom = 0.0;
+        std::vector<double> acc(head_dim, 0.0);
+        for (int key = 0; key < context_len; ++key) {
+          if (!specs[kvh].Sees(pos, key)) continue;
+          const double p = std::exp(scores[key] - max_score);
+          denom += p;
+          const float* vv = v_hist + ((hist_offset + key) * num_kv_heads + kvh) * head_dim;
+          for (int d = 0; d < head_dim; ++d) acc[d] += p * vv[d];
+        }
+        float* o = out + (size_t(row) * num_heads + qh) * head_dim;
+        for (int d = 0; d < head_dim; ++d) o[d] = float(acc[d] / denom);
+      }
+    }
+    hist_offset += context_len;
+  }
+}
+
+SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
+                    double uniform, int num_top_logprobs) {
+  // Raw log softmax.
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < vocab_size; ++i) max_logit = std::max(max_logit, double(logits[i]));
+  double sum = 0.0;
+  for (int i = 0; i < vocab_size; ++i) sum += std::exp(double(logits[i]) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+
+  // All ids, best first, lowest id first among equal logits.
+  std::vector<int32_t> order(vocab_size);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+
+  SampleResult result;
+  const int num_top = std::clamp(num_top_logprobs, 0, vocab_size);
+  for (int i = 0; i < num_top; ++i) {
+    result.top_logprobs.emplace_back(order[i], float(logits[order[i]] - log_z));
+  }
+
+  if (config.temperature <= 0.0f) {
+    result.token_id = order[0];
+  } else {
+    size_t keep = order.size();
+    if (config.top_k > 0) keep = std::min(keep, size_t(config.top_k));
+    const double t = config.temperature;
+    const double max_scaled = double(logits[order[0]]) / t;
+    std::vector<double> weight(keep);
+    double total = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      weight[i] = std::exp(double(logits[order[i]]) / t - max_scaled);
+      total += weight[i];
+    }
+    if (config.top_p < 1.0f) {
+      double cumulative = 0.0;
+      size_t n = 0;
+      while (n < keep && cumulative < double(config.top_p) * total) cumulative += weight[n++];
+      keep = std::max<size_t>(n, 1);
+    }
+    // Inverse CDF over the kept tokens in ascending id order.
+    std::vector<int32_t> kept(order.begin(), order.begin() + keep);
+    std::sort(kept.begin(), kept.end());
+    double kept_total = 0.0;
+    for (int32_t id : kept) kept_total += std::exp(double(logits[id]) / t - max_scaled);
+    const double target = uniform * kept_total;
+    double cumulative = 0.0;
+    result.token_id = kept.back();
+    for (int32_t id : kept) {
+      cumulative += std::exp(double(logits[id]) / t - max_scaled);
+      if (target < cumulative) {
+        result.token_id = id;
+        break;
+      }
+    }
+  }
+  result.logprob = float(logits[result.token_id] - log_z);
+  return result;
+}
+
+}  // namespace headway::reference
