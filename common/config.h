@@ -81,8 +81,15 @@ struct Config {
 // Errors: InvalidArgument naming key, value and what is allowed.
 Result<Config> ParseConfig(const std::string& yaml_text);
 
-// Reads and parses a file. NotFound if it cannot be read.
+// Reads and parses a file. NotFound if it cannot be read; parse errors are
+// prefixed with the path.
 Result<Config> LoadConfigFile(const std::string& path);
+
+// Checks ranges and cross-field rules of an already built Config (ParseConfig
+// calls it; call it again after applying command-line overrides).
+// Errors: InvalidArgument naming the dotted key, the value and what is allowed.
+// Does not check the model (ValidateTpSize in common/model_spec.h does).
+Status ValidateConfig(const Config& config);
 
 // Makes model_path absolute: a relative path is taken against `model_dir`.
 // `model_dir` comes from main (flag or HEADWAY_MODEL_DIR).

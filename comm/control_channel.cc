@@ -1,0 +1,206 @@
+#include "comm/control_channel.h"
+
+#include <spdlog/spdlog.h>
+
+#include <zmq.hpp>
+
+#include <vector>
+
+namespace headway {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits until `socket` has a message or `deadline` passes. False on timeout.
+// EINTR counts as "nothing yet" so a signal does not turn into an error.
+bool WaitReadable(zmq::socket_t& socket, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() < 0) left = std::chrono::milliseconds(0);
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      if (zmq::poll(&item, 1, left) > 0) return true;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) {
+        spdlog::warn("control channel: poll failed: {}", e.what());
+        return false;
+      }
+    }
+    if (Clock::now() >= deadline) return false;
+  }
+}
+
+// Reads every frame of one multipart message that is known to be ready.
+std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
+  std::vector<zmq::message_t> frames;
+  do {
+    zmq::message_t frame;
+    if (!socket.recv(frame, zmq::recv_flags::dontwait)) break;
+    frames.push_back(std::move(frame));
+  } while (frames.back().more());
+  return frames;
+}
+
+class ZmqControlServer final : public ControlServer {
+ public:
+  ZmqControlServer() : context_(1), socket_(context_, zmq::socket_type::router) {}
+
+  Status Bind(const std::string& address) {
+    try {
+      // Unknown peers must be an error, not a silent drop.
+      socket_.set(zmq::sockopt::router_mandatory, 1);
+      // A restarted worker reconnects with the same identity; let the new
+      // connection take the name over rather than be refused.
+      socket_.set(zmq::sockopt::router_handover, 1);
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.bind(address);
+    } catch (const zmq::error_t& e) {
+      return Status::Unavailable("cannot bind control address `" + address + "`: " + e.what());
+    }
+    return Status::Ok();
+  }
+
+  Status Send(const std::string& peer, const proto::Envelope& envelope) override {
+    std::string payload;
+    if (!envelope.SerializeToString(&payload)) {
+      return Status::Internal("cannot serialize control message for peer " + peer);
+    }
+    try {
+      if (!socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
+          !socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
+        return Status::Unavailable("control send to peer " + peer + " would block");
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH) {
+        return Status::Unavailable("control peer " + peer + " is not connected");
+      }
+      return Status::Unavailable("control send to peer " + peer + " failed: " + e.what());
+    }
+    return Status::Ok();
+  }
+
+  std::optional<Inbound> Receive(std::chrono::milliseconds timeout) override {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    while (WaitReadable(socket_, deadline)) {
+      std::vector<zmq::message_t> frames;
+      try {
+        frames = ReadMultipart(socket_);
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("control channel: receive failed: {}", e.what());
+        continue;
+      }
+      // ROUTER prepends the sender's identity to the single payload frame.
+      if (frames.size() != 2) {
+        spdlog::warn("control channel: dropped a message of {} frames (expected 2)",
+                     frames.size());
+        continue;
+      }
+      Inbound inbound;
+      inbound.peer = frames[0].to_string();
+      if (!inbound.envelope.ParseFromArray(frames[1].data(), static_cast<int>(frames[1].size()))) {
+        spdlog::warn("control channel: dropped an unparsable message from {}", inbound.peer);
+        continue;
+      }
+      return inbound;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // Declared before the socket so that it is destroyed after it.
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+class ZmqControlClient final : public ControlClient {
+ public:
+  ZmqControlClient() : context_(1), socket_(context_, zmq::socket_type::dealer) {}
+
+  Status Connect(const std::string& address, const std::string& peer_name) {
+    try {
+      socket_.set(zmq::sockopt::routing_id, peer_name);
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.connect(address);
+    } catch (const zmq::error_t& e) {
+      return Status::InvalidArgument("cannot connect to control address `" + address +
+                                     "`: " + e.what());
+    }
+    return Status::Ok();
+  }
+
+  Status Send(const proto::Envelope& envelope) override {
+    std::string payload;
+    if (!envelope.SerializeToString(&payload)) {
+      return Status::Internal("cannot serialize control message");
+    }
+    try {
+      if (!socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
+        return Status::Unavailable("control send to the coordinator would block");
+      }
+    } catch (const zmq::error_t& e) {
+      return Status::Unavailable(std::string("control send to the coordinator failed: ") +
+                                 e.what());
+    }
+    return Status::Ok();
+  }
+
+  std::optional<proto::Envelope> Receive(std::chrono::milliseconds timeout) override {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    while (WaitReadable(socket_, deadline)) {
+      std::vector<zmq::message_t> frames;
+      try {
+        frames = ReadMultipart(socket_);
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("control channel: receive failed: {}", e.what());
+        continue;
+      }
+      if (frames.size() != 1) {
+        spdlog::warn("control channel: dropped a message of {} frames (expected 1)",
+                     frames.size());
+        continue;
+      }
+      proto::Envelope envelope;
+      if (!envelope.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
+        spdlog::warn("control channel: dropped an unparsable message from the coordinator");
+        continue;
+      }
+      return envelope;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+}  // namespace
+
+std::string PeerName(int instance_id, int tp_rank) {
+  return "i" + std::to_string(instance_id) + "r" + std::to_string(tp_rank);
+}
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Bind(const std::string& address) {
+  std::unique_ptr<ZmqControlServer> server;
+  try {
+    server = std::make_unique<ZmqControlServer>();
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(std::string("cannot create a ZeroMQ socket: ") + e.what());
+  }
+  HW_RETURN_IF_ERROR(server->Bind(address));
+  return std::unique_ptr<ControlServer>(std::move(server));
+}
+
+Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string& address,
+                                                              const std::string& peer_name) {
+  std::unique_ptr<ZmqControlClient> client;
+  try {
+    client = std::make_unique<ZmqControlClient>();
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(std::string("cannot create a ZeroMQ socket: ") + e.what());
+  }
+  HW_RETURN_IF_ERROR(client->Connect(address, peer_name));
+  return std::unique_ptr<ControlClient>(std::move(client));
+}
+
+}  // namespace headway

@@ -1,0 +1,433 @@
+#include "common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+namespace headway {
+namespace {
+
+// Parsing happens in two passes: this file's readers turn YAML into a Config
+// and report type errors (a list where a number belongs, "abc" for an int);
+// ValidateConfig then checks ranges and cross-field rules, so values that come
+// from command-line flags get the same checks and the same messages.
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) {
+    if (!out.empty()) out += ", ";
+    out += item;
+  }
+  return out;
+}
+
+std::string Child(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+std::string Index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+// What a node holds, for messages about a value of the wrong shape.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "(empty)";
+    case YAML::NodeType::Scalar: return "\"" + node.Scalar() + "\"";
+    case YAML::NodeType::Sequence: return "(a list)";
+    case YAML::NodeType::Map: return "(a mapping)";
+    default: return "(undefined)";
+  }
+}
+
+Status BadValue(const std::string& key, const std::string& value, const std::string& allowed) {
+  return Status::InvalidArgument("`" + key + "` = " + value + " is not allowed: must be " +
+                                 allowed);
+}
+
+// Fails on keys outside `allowed`, naming the key and the allowed set.
+Status CheckKeys(const YAML::Node& map, const std::string& path,
+                 const std::vector<std::string>& allowed) {
+  for (const auto& item : map) {
+    const std::string key = item.first.Scalar();
+    bool known = false;
+    for (const std::string& a : allowed) known = known || a == key;
+    if (!known) {
+      return Status::InvalidArgument("unknown key `" + Child(path, key) + "`; allowed keys " +
+                                     (path.empty() ? std::string("at the top level")
+                                                   : "in `" + path + "`") +
+                                     ": " + Join(allowed));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RequireMap(const YAML::Node& node, const std::string& path) {
+  if (node.IsMap()) return Status::Ok();
+  return BadValue(path.empty() ? "(document)" : path, Describe(node), "a mapping of keys");
+}
+
+Status ReadString(const YAML::Node& node, const std::string& key, std::string& out) {
+  if (!node.IsScalar()) return BadValue(key, Describe(node), "a string");
+  out = node.Scalar();
+  return Status::Ok();
+}
+
+Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out) {
+  if (!node.IsScalar()) return BadValue(key, Describe(node), "an integer");
+  const std::string& text = node.Scalar();
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    return BadValue(key, Describe(node), "an integer");
+  }
+  out = value;
+  return Status::Ok();
+}
+
+Status ReadInt(const YAML::Node& node, const std::string& key, int& out) {
+  int64_t value = 0;
+  HW_RETURN_IF_ERROR(ReadInt64(node, key, value));
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    return BadValue(key, std::to_string(value), "an integer that fits in 32 bits");
+  }
+  out = static_cast<int>(value);
+  return Status::Ok();
+}
+
+Result<PoolRole> ParseRole(const YAML::Node& node, const std::string& key) {
+  std::string text;
+  HW_RETURN_IF_ERROR(ReadString(node, key, text));
+  if (text == "mixed") return PoolRole::kMixed;
+  if (text == "prefill") return PoolRole::kPrefill;
+  if (text == "decode") return PoolRole::kDecode;
+  return BadValue(key, "\"" + text + "\"", "one of mixed, prefill, decode");
+}
+
+Status ParseModel(const YAML::Node& node, Config& config) {
+  const std::string path = "model";
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"path", "served_name"}));
+  if (!node["path"]) {
+    return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
+                                   "or relative to the model directory)");
+  }
+  HW_RETURN_IF_ERROR(ReadString(node["path"], "model.path", config.model_path));
+  if (node["served_name"]) {
+    HW_RETURN_IF_ERROR(
+        ReadString(node["served_name"], "model.served_name", config.served_model_name));
+  }
+  return Status::Ok();
+}
+
+Status ParseCoordinator(const YAML::Node& node, Config& config) {
+  const std::string path = "coordinator";
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path,
+                               {"http_host", "http_port", "control_address",
+                                "heartbeat_interval_ms", "heartbeat_timeout_ms"}));
+  if (node["http_host"]) {
+    HW_RETURN_IF_ERROR(ReadString(node["http_host"], "coordinator.http_host", config.http_host));
+  }
+  if (node["http_port"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["http_port"], "coordinator.http_port", config.http_port));
+  }
+  if (node["control_address"]) {
+    HW_RETURN_IF_ERROR(ReadString(node["control_address"], "coordinator.control_address",
+                                  config.control_address));
+  }
+  if (node["heartbeat_interval_ms"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_interval_ms"],
+                               "coordinator.heartbeat_interval_ms",
+                               config.heartbeat_interval_ms));
+  }
+  if (node["heartbeat_timeout_ms"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_timeout_ms"], "coordinator.heartbeat_timeout_ms",
+                               config.heartbeat_timeout_ms));
+  }
+  return Status::Ok();
+}
+
+Status ParseCache(const YAML::Node& node, Config& config) {
+  const std::string path = "cache";
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"block_size", "kv_memory_mb"}));
+  if (node["block_size"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
+  }
+  if (node["kv_memory_mb"]) {
+    HW_RETURN_IF_ERROR(ReadInt64(node["kv_memory_mb"], "cache.kv_memory_mb", config.kv_memory_mb));
+  }
+  return Status::Ok();
+}
+
+Status ParseScheduler(const YAML::Node& node, Config& config) {
+  const std::string path = "scheduler";
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(
+      CheckKeys(node, path, {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}));
+  if (node["max_num_seqs"]) {
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["max_num_seqs"], "scheduler.max_num_seqs", config.max_num_seqs));
+  }
+  if (node["max_num_batched_tokens"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["max_num_batched_tokens"], "scheduler.max_num_batched_tokens",
+                               config.max_num_batched_tokens));
+  }
+  if (node["max_model_len"]) {
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["max_model_len"], "scheduler.max_model_len", config.max_model_len));
+  }
+  return Status::Ok();
+}
+
+Status ParseInstance(const YAML::Node& node, const std::string& path, InstanceConfig& instance) {
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"tp_size", "device", "hosts", "num_threads"}));
+  if (node["tp_size"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["tp_size"], Child(path, "tp_size"), instance.tp_size));
+  }
+  if (node["device"]) {
+    HW_RETURN_IF_ERROR(ReadString(node["device"], Child(path, "device"), instance.device));
+  }
+  if (node["num_threads"]) {
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["num_threads"], Child(path, "num_threads"), instance.num_threads));
+  }
+  if (node["hosts"]) {
+    const YAML::Node hosts = node["hosts"];
+    const std::string key = Child(path, "hosts");
+    if (!hosts.IsSequence()) {
+      return BadValue(key, Describe(hosts), "a list of host names, e.g. [127.0.0.1]");
+    }
+    instance.hosts.clear();
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      std::string host;
+      HW_RETURN_IF_ERROR(ReadString(hosts[i], Index(key, i), host));
+      instance.hosts.push_back(host);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& pool) {
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"name", "role", "instances"}));
+  if (node["name"]) HW_RETURN_IF_ERROR(ReadString(node["name"], Child(path, "name"), pool.name));
+  if (node["role"]) {
+    HW_ASSIGN_OR_RETURN(pool.role, ParseRole(node["role"], Child(path, "role")));
+  }
+  const std::string key = Child(path, "instances");
+  const YAML::Node instances = node["instances"];
+  if (!instances) {
+    return Status::InvalidArgument("missing key `" + key +
+                                   "`: must be a list of at least one instance");
+  }
+  if (!instances.IsSequence()) {
+    return BadValue(key, Describe(instances), "a list of at least one instance");
+  }
+  for (size_t i = 0; i < instances.size(); ++i) {
+    InstanceConfig instance;
+    HW_RETURN_IF_ERROR(ParseInstance(instances[i], Index(key, i), instance));
+    pool.instances.push_back(std::move(instance));
+  }
+  return Status::Ok();
+}
+
+Status ParseDocument(const YAML::Node& root, Config& config) {
+  HW_RETURN_IF_ERROR(RequireMap(root, ""));
+  HW_RETURN_IF_ERROR(
+      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "pools"}));
+  if (!root["model"]) {
+    return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
+                                   "or relative to the model directory)");
+  }
+  HW_RETURN_IF_ERROR(ParseModel(root["model"], config));
+  if (root["coordinator"]) HW_RETURN_IF_ERROR(ParseCoordinator(root["coordinator"], config));
+  if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
+  if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
+  const YAML::Node pools = root["pools"];
+  if (pools) {
+    if (!pools.IsSequence()) return BadValue("pools", Describe(pools), "a list of pools");
+    for (size_t i = 0; i < pools.size(); ++i) {
+      PoolConfig pool;
+      HW_RETURN_IF_ERROR(ParsePool(pools[i], Index("pools", i), pool));
+      config.pools.push_back(std::move(pool));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- range checks ----------------------------------------------------------
+
+Status CheckAtLeast(const std::string& key, int64_t value, int64_t min) {
+  if (value >= min) return Status::Ok();
+  return BadValue(key, std::to_string(value), "an integer >= " + std::to_string(min));
+}
+
+// "cpu" or "cuda:N" with N a non-negative integer.
+bool IsValidDevice(const std::string& device) {
+  if (device == "cpu") return true;
+  constexpr std::string_view kCuda = "cuda:";
+  if (device.size() <= kCuda.size() || device.compare(0, kCuda.size(), kCuda) != 0) return false;
+  for (size_t i = kCuda.size(); i < device.size(); ++i) {
+    if (device[i] < '0' || device[i] > '9') return false;
+  }
+  return device.size() - kCuda.size() <= 4;
+}
+
+Status ValidateInstance(const InstanceConfig& instance, const std::string& path) {
+  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "tp_size"), instance.tp_size, 1));
+  if (!IsValidDevice(instance.device)) {
+    return BadValue(Child(path, "device"), "\"" + instance.device + "\"",
+                    "\"cpu\" or \"cuda:N\" (N = GPU index)");
+  }
+  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "num_threads"), instance.num_threads, 0));
+  const size_t num_hosts = instance.hosts.size();
+  if (num_hosts != 1 && num_hosts != static_cast<size_t>(instance.tp_size)) {
+    return BadValue(Child(path, "hosts"), "a list of " + std::to_string(num_hosts) + " hosts",
+                    "1 host (all ranks) or tp_size = " + std::to_string(instance.tp_size) +
+                        " hosts (one per TP rank)");
+  }
+  for (size_t i = 0; i < num_hosts; ++i) {
+    if (instance.hosts[i].empty()) {
+      return BadValue(Index(Child(path, "hosts"), i), "\"\"", "a host name or IP address");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* PoolRoleName(PoolRole role) {
+  switch (role) {
+    case PoolRole::kMixed: return "mixed";
+    case PoolRole::kPrefill: return "prefill";
+    case PoolRole::kDecode: return "decode";
+  }
+  return "unknown";
+}
+
+std::vector<const InstanceConfig*> Config::Instances() const {
+  std::vector<const InstanceConfig*> out;
+  for (const PoolConfig& pool : pools) {
+    for (const InstanceConfig& instance : pool.instances) out.push_back(&instance);
+  }
+  return out;
+}
+
+Status ValidateConfig(const Config& config) {
+  if (config.model_path.empty()) {
+    return BadValue("model.path", "\"\"", "the GGUF file (absolute, or relative to the model "
+                                          "directory)");
+  }
+  if (config.http_host.empty()) {
+    return BadValue("coordinator.http_host", "\"\"", "a host name or IP address to listen on");
+  }
+  if (config.http_port < 0 || config.http_port > 65535) {
+    return BadValue("coordinator.http_port", std::to_string(config.http_port),
+                    "an integer in [0, 65535]");
+  }
+  const std::string& address = config.control_address;
+  if (address.rfind("tcp://", 0) != 0 && address.rfind("ipc://", 0) != 0) {
+    return BadValue("coordinator.control_address", "\"" + address + "\"",
+                    "a ZeroMQ address such as tcp://127.0.0.1:5557 or ipc:///tmp/headway.sock");
+  }
+  HW_RETURN_IF_ERROR(
+      CheckAtLeast("coordinator.heartbeat_interval_ms", config.heartbeat_interval_ms, 1));
+  if (config.heartbeat_timeout_ms <= config.heartbeat_interval_ms) {
+    return BadValue("coordinator.heartbeat_timeout_ms", std::to_string(config.heartbeat_timeout_ms),
+                    "greater than coordinator.heartbeat_interval_ms = " +
+                        std::to_string(config.heartbeat_interval_ms));
+  }
+  const int block_size = config.block_size;
+  if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
+    return BadValue("cache.block_size", std::to_string(block_size),
+                    "a power of two in [1, 256]");
+  }
+  HW_RETURN_IF_ERROR(CheckAtLeast("cache.kv_memory_mb", config.kv_memory_mb, 1));
+  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_num_seqs", config.max_num_seqs, 1));
+  HW_RETURN_IF_ERROR(
+      CheckAtLeast("scheduler.max_num_batched_tokens", config.max_num_batched_tokens, 1));
+  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_model_len", config.max_model_len, 1));
+
+  if (config.pools.empty()) {
+    return Status::InvalidArgument(
+        "missing key `pools`: must be a list of at least one pool with at least one instance");
+  }
+  std::set<std::string> names;
+  bool have_prefill = false;
+  bool have_decode = false;
+  for (size_t p = 0; p < config.pools.size(); ++p) {
+    const PoolConfig& pool = config.pools[p];
+    const std::string path = Index("pools", p);
+    if (pool.name.empty() || !names.insert(pool.name).second) {
+      return BadValue(Child(path, "name"), "\"" + pool.name + "\"",
+                      "a non-empty name used by no other pool");
+    }
+    have_prefill = have_prefill || pool.role == PoolRole::kPrefill;
+    have_decode = have_decode || pool.role == PoolRole::kDecode;
+    if (pool.instances.empty()) {
+      return BadValue(Child(path, "instances"), "an empty list", "a list of at least one instance");
+    }
+    for (size_t i = 0; i < pool.instances.size(); ++i) {
+      HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], Index(Child(path, "instances"), i)));
+    }
+  }
+  // Prefilled sequences need somewhere to decode, and decode instances only
+  // receive sequences from prefill instances.
+  if (have_prefill != have_decode) {
+    return Status::InvalidArgument(
+        std::string("`pools` has a ") + (have_prefill ? "prefill" : "decode") +
+        " pool but no " + (have_prefill ? "decode" : "prefill") +
+        " pool: disaggregation needs both roles (or use role: mixed)");
+  }
+  return Status::Ok();
+}
+
+Result<Config> ParseConfig(const std::string& yaml_text) {
+  Config config;
+  try {
+    const YAML::Node root = YAML::Load(yaml_text);
+    HW_RETURN_IF_ERROR(ParseDocument(root, config));
+  } catch (const YAML::Exception& e) {
+    // Syntax errors carry a line and column (0-based in yaml-cpp).
+    std::ostringstream msg;
+    msg << "YAML syntax error";
+    if (!e.mark.is_null()) msg << " at line " << e.mark.line + 1 << ", column " << e.mark.column + 1;
+    msg << ": " << e.msg;
+    return Status::InvalidArgument(msg.str());
+  }
+  HW_RETURN_IF_ERROR(ValidateConfig(config));
+  return config;
+}
+
+Result<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read config file `" + path + "`");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::NotFound("cannot read config file `" + path + "`");
+  Result<Config> config = ParseConfig(text.str());
+  if (!config.ok()) return config.status().WithContext(path);
+  return config;
+}
+
+void ResolveModelPath(Config& config, const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  fs::path path(config.model_path);
+  if (path.is_relative() && !model_dir.empty()) path = fs::path(model_dir) / path;
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (!ec) path = absolute;
+  config.model_path = path.lexically_normal().string();
+}
+
+}  // namespace headway

@@ -1,0 +1,205 @@
+// headway-launch: starts a deployment described by one YAML file on this
+// machine (the coordinator and every local worker), waits until the
+// coordinator's /health answers 200, and supervises the processes until
+// SIGINT/SIGTERM or until one of them exits.
+//
+// Exit status: 0 after a requested stop; 1 when a process failed to start,
+// died, or the deployment was not ready in time; 2 for a bad command line,
+// config or missing model file.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "common/config.h"
+#include "deploy/launcher/health_probe.h"
+#include "deploy/launcher/launch_plan.h"
+#include "deploy/launcher/process_group.h"
+
+namespace {
+
+using namespace headway;
+using namespace headway::launcher;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// Directory of this executable, where the build puts its sibling binaries.
+std::string OwnDirectory() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : self.parent_path().string();
+}
+
+// Waits up to `timeout` for one of the signals in `mask` (blocked, so they
+// queue); returns it, or nullopt on timeout.
+std::optional<int> WaitSignal(const sigset_t& mask, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000),
+              static_cast<long>((timeout.count() % 1000) * 1000000)};
+  siginfo_t info;
+  int sig = sigtimedwait(&mask, &info, &ts);
+  if (sig < 0) return std::nullopt;  // EAGAIN (timeout) or EINTR
+  return sig;
+}
+
+bool IsStopSignal(std::optional<int> sig) { return sig && (*sig == SIGINT || *sig == SIGTERM); }
+
+int StopOnSignal(ProcessGroup& group, int sig) {
+  std::fprintf(stderr, "headway: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  group.StopAll();
+  return 0;
+}
+
+int StopOnExit(ProcessGroup& group, const ExitedChild& exited) {
+  std::fprintf(stderr, "headway: %s (pid %d) %s; stopping the deployment\n", exited.name.c_str(),
+               static_cast<int>(exited.pid), DescribeWaitStatus(exited.wait_status).c_str());
+  group.StopAll();
+  return kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Starts a Headway deployment (coordinator and workers) from a YAML config."};
+  std::string config_path;
+  std::string model_dir;
+  std::string bin_dir;
+  int http_port = -1;
+  int ready_timeout_s = 120;
+  app.add_option("config", config_path, "deployment YAML (see deploy/configs/local.yaml)")
+      ->required();
+  app.add_option("--model-dir", model_dir,
+                 "directory for a relative model.path (default: $HEADWAY_MODEL_DIR, else "
+                 "~/.cache/headway/models)");
+  app.add_option("--http-port", http_port, "override coordinator.http_port");
+  app.add_option("--bin-dir", bin_dir,
+                 "where headway-coordinator and headway-worker are (default: beside this binary)");
+  app.add_option("--ready-timeout-s", ready_timeout_s, "seconds to wait for /health (default 120)")
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+
+  // Environment is read here and nowhere else.
+  if (model_dir.empty()) {
+    const char* env = std::getenv("HEADWAY_MODEL_DIR");
+    const char* home = std::getenv("HOME");
+    if (env && *env) {
+      model_dir = env;
+    } else {
+      model_dir = std::string(home && *home ? home : "/root") + "/.cache/headway/models";
+    }
+  }
+  if (bin_dir.empty()) bin_dir = OwnDirectory();
+  std::error_code ec;
+  std::filesystem::path absolute_config = std::filesystem::absolute(config_path, ec);
+  if (!ec) config_path = absolute_config.string();
+
+  Result<Config> loaded = LoadConfigFile(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", loaded.status().message().c_str());
+    return kExitUsage;
+  }
+  Config config = std::move(loaded).value();
+  if (app.count("--http-port") > 0) config.http_port = http_port;
+  if (Status status = ValidateConfig(config); !status.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
+    return kExitUsage;
+  }
+  if (config.http_port == 0) {
+    std::fprintf(stderr,
+                 "headway-launch: config error: `coordinator.http_port` = 0 is not allowed here: "
+                 "the launcher must know the port to check /health; set it or pass --http-port\n");
+    return kExitUsage;
+  }
+  Config resolved = config;
+  ResolveModelPath(resolved, model_dir);
+  if (!std::filesystem::exists(resolved.model_path, ec)) {
+    std::fprintf(stderr,
+                 "headway-launch: model file not found: %s (run deploy/setup.sh, or pass "
+                 "--model-dir)\n",
+                 resolved.model_path.c_str());
+    return kExitUsage;
+  }
+
+  LaunchOptions options;
+  options.config_path = config_path;
+  options.bin_dir = bin_dir;
+  options.model_dir = model_dir;
+  if (app.count("--http-port") > 0) options.http_port = http_port;
+  const std::vector<ProcessSpec> plan = PlanLaunch(config, options);
+
+  for (const ProcessSpec& spec : plan) {
+    if (spec.local && access(spec.argv[0].c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "headway-launch: %s not found or not executable (build it, or pass "
+                   "--bin-dir)\n", spec.argv[0].c_str());
+      return kExitFailure;
+    }
+  }
+
+  // The launcher takes its signals synchronously (sigtimedwait); children
+  // start with the mask the launcher was started with.
+  sigset_t wait_mask;
+  sigset_t original_mask;
+  sigemptyset(&wait_mask);
+  sigaddset(&wait_mask, SIGINT);
+  sigaddset(&wait_mask, SIGTERM);
+  sigaddset(&wait_mask, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &wait_mask, &original_mask);
+
+  const Clock::time_point start = Clock::now();
+  ProcessGroup group(original_mask);
+  int num_workers = 0;
+  for (const ProcessSpec& spec : plan) {
+    if (spec.name != "coordinator") ++num_workers;
+    if (!spec.local) {
+      std::fprintf(stderr, "headway: %s runs on host %s: start it there with\n  %s\n",
+                   spec.name.c_str(), spec.host.c_str(), ShellCommand(spec.argv).c_str());
+      continue;
+    }
+    Result<pid_t> pid = group.Start(spec);
+    if (!pid.ok()) {
+      std::fprintf(stderr, "headway-launch: %s\n", pid.status().message().c_str());
+      group.StopAll();
+      return kExitFailure;
+    }
+    std::fprintf(stderr, "headway: started %s (pid %d): %s\n", spec.name.c_str(),
+                 static_cast<int>(*pid), ShellCommand(spec.argv).c_str());
+  }
+
+  const std::string host = HealthHost(config);
+  const Clock::time_point ready_deadline = start + std::chrono::seconds(ready_timeout_s);
+  for (;;) {
+    std::optional<int> sig = WaitSignal(wait_mask, std::chrono::milliseconds(0));
+    if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
+    if (std::optional<ExitedChild> exited = group.ReapExited()) return StopOnExit(group, *exited);
+    if (ProbeHealth(host, config.http_port, std::chrono::milliseconds(1000))) break;
+    if (Clock::now() >= ready_deadline) {
+      std::fprintf(stderr, "headway: http://%s:%d/health did not answer 200 within %d s; "
+                   "stopping\n", host.c_str(), config.http_port, ready_timeout_s);
+      group.StopAll();
+      return kExitFailure;
+    }
+    sig = WaitSignal(wait_mask, std::chrono::milliseconds(200));
+    if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
+  }
+  const double ready_s = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("headway: ready at http://%s:%d (%d workers) in %.2f s\n", host.c_str(),
+              config.http_port, num_workers, ready_s);
+  std::fflush(stdout);
+
+  for (;;) {
+    std::optional<int> sig = WaitSignal(wait_mask, std::chrono::milliseconds(1000));
+    if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
+    if (std::optional<ExitedChild> exited = group.ReapExited()) return StopOnExit(group, *exited);
+  }
+}

@@ -1,0 +1,270 @@
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/support/test_env.h"
+
+namespace headway {
+namespace {
+
+constexpr const char* kMinimal = R"(
+model:
+  path: model.gguf
+pools:
+  - name: main
+    role: mixed
+    instances:
+      - tp_size: 1
+)";
+
+// The example documented at the top of common/config.h.
+constexpr const char* kFull = R"(
+model:
+  path: SmolLM2-135M-Instruct.Q4_1.gguf
+  served_name: smollm2-135m-instruct
+coordinator:
+  http_host: 127.0.0.1
+  http_port: 8000
+  control_address: tcp://127.0.0.1:5557
+cache:
+  block_size: 16
+  kv_memory_mb: 256
+scheduler:
+  max_num_seqs: 32
+  max_num_batched_tokens: 512
+  max_model_len: 2048
+pools:
+  - name: main
+    role: mixed
+    instances:
+      - tp_size: 1
+        device: cpu
+        hosts: [127.0.0.1]
+        num_threads: 2
+)";
+
+// Replaces the first occurrence of `from` in `text` with `to`.
+std::string Edit(std::string text, const std::string& from, const std::string& to) {
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+// Asserts that `yaml` fails with InvalidArgument mentioning every part.
+void ExpectError(const std::string& yaml, std::initializer_list<std::string> parts) {
+  Result<Config> config = ParseConfig(yaml);
+  ASSERT_FALSE(config.ok()) << yaml;
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << config.status().ToString();
+  for (const std::string& part : parts) {
+    EXPECT_NE(config.status().message().find(part), std::string::npos)
+        << "message `" << config.status().message() << "` lacks `" << part << "`";
+  }
+}
+
+TEST(ConfigTest, ParsesDocumentedExample) {
+  Result<Config> config = ParseConfig(kFull);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->model_path, "SmolLM2-135M-Instruct.Q4_1.gguf");
+  EXPECT_EQ(config->served_model_name, "smollm2-135m-instruct");
+  EXPECT_EQ(config->http_host, "127.0.0.1");
+  EXPECT_EQ(config->http_port, 8000);
+  EXPECT_EQ(config->control_address, "tcp://127.0.0.1:5557");
+  EXPECT_EQ(config->block_size, 16);
+  EXPECT_EQ(config->kv_memory_mb, 256);
+  EXPECT_EQ(config->max_num_seqs, 32);
+  EXPECT_EQ(config->max_num_batched_tokens, 512);
+  EXPECT_EQ(config->max_model_len, 2048);
+  ASSERT_EQ(config->pools.size(), 1u);
+  EXPECT_EQ(config->pools[0].name, "main");
+  EXPECT_EQ(config->pools[0].role, PoolRole::kMixed);
+  ASSERT_EQ(config->pools[0].instances.size(), 1u);
+  const InstanceConfig& instance = config->pools[0].instances[0];
+  EXPECT_EQ(instance.tp_size, 1);
+  EXPECT_EQ(instance.device, "cpu");
+  EXPECT_EQ(instance.hosts, std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(instance.num_threads, 2);
+}
+
+TEST(ConfigTest, MinimalUsesDefaults) {
+  Result<Config> config = ParseConfig(kMinimal);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  Config defaults;
+  EXPECT_EQ(config->http_port, defaults.http_port);
+  EXPECT_EQ(config->block_size, defaults.block_size);
+  EXPECT_EQ(config->pools[0].instances[0].hosts, std::vector<std::string>{"127.0.0.1"});
+}
+
+TEST(ConfigTest, ShippedLocalConfigIsValid) {
+  Result<Config> config =
+      LoadConfigFile(testing::SourceDir() + "/deploy/configs/local.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->pools[0].role, PoolRole::kMixed);
+  EXPECT_EQ(config->Instances().size(), 1u);
+}
+
+TEST(ConfigTest, InstancesAreInPoolThenInstanceOrder) {
+  Result<Config> config = ParseConfig(R"(
+model: {path: m.gguf}
+pools:
+  - name: p
+    role: prefill
+    instances: [{tp_size: 1}, {tp_size: 3, hosts: [a, b, c]}]
+  - name: d
+    role: decode
+    instances: [{tp_size: 2}]
+)");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  std::vector<const InstanceConfig*> instances = config->Instances();
+  ASSERT_EQ(instances.size(), 3u);
+  EXPECT_EQ(instances[0]->tp_size, 1);
+  EXPECT_EQ(instances[1]->tp_size, 3);
+  EXPECT_EQ(instances[2]->tp_size, 2);
+  EXPECT_STREQ(PoolRoleName(config->pools[1].role), "decode");
+}
+
+TEST(ConfigTest, UnknownKeyNamesKeyAndAllowedKeys) {
+  ExpectError(Edit(kFull, "block_size:", "blocksize:"),
+              {"cache.blocksize", "block_size", "kv_memory_mb"});
+  ExpectError(Edit(kFull, "num_threads:", "threads:"),
+              {"pools[0].instances[0].threads", "tp_size", "device", "hosts", "num_threads"});
+  ExpectError(std::string(kMinimal) + "extra: 1\n", {"extra", "model", "pools"});
+}
+
+TEST(ConfigTest, BlockSizeMustBePowerOfTwoUpTo256) {
+  ExpectError(Edit(kFull, "block_size: 16", "block_size: 48"),
+              {"cache.block_size", "48", "power of two in [1, 256]"});
+  ExpectError(Edit(kFull, "block_size: 16", "block_size: 512"),
+              {"cache.block_size", "512", "power of two"});
+  ExpectError(Edit(kFull, "block_size: 16", "block_size: 0"), {"cache.block_size", "0"});
+  for (int ok : {1, 2, 64, 256}) {
+    EXPECT_TRUE(ParseConfig(Edit(kFull, "block_size: 16", "block_size: " + std::to_string(ok))).ok());
+  }
+}
+
+TEST(ConfigTest, LimitsMustBePositive) {
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 0"),
+              {"cache.kv_memory_mb", "0", ">= 1"});
+  ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: -1"),
+              {"scheduler.max_num_seqs", "-1", ">= 1"});
+  ExpectError(Edit(kFull, "max_num_batched_tokens: 512", "max_num_batched_tokens: 0"),
+              {"scheduler.max_num_batched_tokens", "0", ">= 1"});
+  ExpectError(Edit(kFull, "max_model_len: 2048", "max_model_len: 0"),
+              {"scheduler.max_model_len", "0", ">= 1"});
+}
+
+TEST(ConfigTest, HttpPortRange) {
+  ExpectError(Edit(kFull, "http_port: 8000", "http_port: 70000"),
+              {"coordinator.http_port", "70000", "[0, 65535]"});
+  EXPECT_TRUE(ParseConfig(Edit(kFull, "http_port: 8000", "http_port: 0")).ok());
+}
+
+TEST(ConfigTest, WrongTypeNamesKeyValueAndType) {
+  ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: lots"),
+              {"scheduler.max_num_seqs", "lots", "an integer"});
+  ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: 1.5"),
+              {"scheduler.max_num_seqs", "1.5", "an integer"});
+  ExpectError(Edit(kFull, "hosts: [127.0.0.1]", "hosts: 127.0.0.1"),
+              {"pools[0].instances[0].hosts", "127.0.0.1", "a list"});
+  ExpectError(Edit(kFull, "http_host: 127.0.0.1", "http_host: [a, b]"),
+              {"coordinator.http_host", "a list", "a string"});
+  ExpectError(Edit(kFull, "tp_size: 1", "tp_size: 99999999999"),
+              {"pools[0].instances[0].tp_size", "99999999999", "32 bits"});
+}
+
+TEST(ConfigTest, RoleMustBeKnown) {
+  ExpectError(Edit(kFull, "role: mixed", "role: both"),
+              {"pools[0].role", "both", "mixed, prefill, decode"});
+}
+
+TEST(ConfigTest, PrefillNeedsDecode) {
+  ExpectError(Edit(kFull, "role: mixed", "role: prefill"), {"prefill", "decode"});
+}
+
+TEST(ConfigTest, TpSizeAndDevice) {
+  ExpectError(Edit(kFull, "tp_size: 1", "tp_size: 0"),
+              {"pools[0].instances[0].tp_size", "0", ">= 1"});
+  ExpectError(Edit(kFull, "device: cpu", "device: tpu"),
+              {"pools[0].instances[0].device", "tpu", "cpu", "cuda:N"});
+  ExpectError(Edit(kFull, "device: cpu", "device: \"cuda:x\""), {"pools[0].instances[0].device", "cuda:x"});
+  EXPECT_TRUE(ParseConfig(Edit(kFull, "device: cpu", "device: cuda:1")).ok());
+}
+
+TEST(ConfigTest, HostsMustMatchTpSize) {
+  std::string tp3 = Edit(kFull, "tp_size: 1", "tp_size: 3");
+  EXPECT_TRUE(ParseConfig(tp3).ok());  // one host for all ranks
+  EXPECT_TRUE(ParseConfig(Edit(tp3, "hosts: [127.0.0.1]", "hosts: [a, b, c]")).ok());
+  ExpectError(Edit(tp3, "hosts: [127.0.0.1]", "hosts: [a, b]"),
+              {"pools[0].instances[0].hosts", "2 hosts", "tp_size = 3"});
+  ExpectError(Edit(tp3, "hosts: [127.0.0.1]", "hosts: []"), {"pools[0].instances[0].hosts", "0"});
+}
+
+TEST(ConfigTest, NeedsPoolsWithInstances) {
+  ExpectError("model: {path: m.gguf}\n", {"pools", "at least one"});
+  ExpectError("model: {path: m.gguf}\npools: []\n", {"pools", "at least one"});
+  ExpectError("model: {path: m.gguf}\npools: [{name: a, instances: []}]\n",
+              {"pools[0].instances", "empty", "at least one"});
+  ExpectError("model: {path: m.gguf}\npools: [{name: a, role: mixed}]\n",
+              {"pools[0].instances", "at least one"});
+  ExpectError(
+      "model: {path: m.gguf}\npools: [{name: a, instances: [{}]}, {name: a, instances: [{}]}]\n",
+      {"pools[1].name", "\"a\""});
+}
+
+TEST(ConfigTest, ModelPathRequired) {
+  ExpectError("pools: [{instances: [{}]}]\n", {"model.path"});
+  ExpectError("model: {served_name: x}\npools: [{instances: [{}]}]\n", {"model.path"});
+}
+
+TEST(ConfigTest, SyntaxErrorIsInvalidArgumentWithLine) {
+  ExpectError("model:\n  path: [unclosed\n", {"YAML", "line"});
+  ExpectError("", {"mapping"});
+}
+
+TEST(ConfigTest, ValidateConfigChecksOverrides) {
+  Result<Config> config = ParseConfig(kFull);
+  ASSERT_TRUE(config.ok());
+  config->http_port = -5;
+  Status status = ValidateConfig(*config);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("coordinator.http_port"), std::string::npos);
+  EXPECT_NE(status.message().find("-5"), std::string::npos);
+}
+
+TEST(ConfigTest, LoadConfigFileErrors) {
+  Result<Config> missing = LoadConfigFile("/nonexistent/headway.yaml");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent/headway.yaml"), std::string::npos);
+
+  std::string path = ::testing::TempDir() + "/headway_config_test.yaml";
+  {
+    std::ofstream out(path);
+    out << Edit(kFull, "block_size: 16", "block_size: 3");
+  }
+  Result<Config> bad = LoadConfigFile(path);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(path), std::string::npos);
+  EXPECT_NE(bad.status().message().find("cache.block_size"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(ConfigTest, ResolveModelPath) {
+  Config config;
+  config.model_path = "m.gguf";
+  ResolveModelPath(config, "/models/dir/");
+  EXPECT_EQ(config.model_path, "/models/dir/m.gguf");
+  config.model_path = "/abs/m.gguf";
+  ResolveModelPath(config, "/models");
+  EXPECT_EQ(config.model_path, "/abs/m.gguf");
+  config.model_path = "m.gguf";
+  ResolveModelPath(config, "");
+  EXPECT_TRUE(std::filesystem::path(config.model_path).is_absolute());
+}
+
+}  // namespace
+}  // namespace headway

@@ -1,0 +1,392 @@
+// headway-launch: its plan (pure), then the real binary supervising stand-in
+// processes (shell scripts, with this test serving /health), then, when the
+// coordinator and worker binaries are built, a real deployment.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "common/config.h"
+#include "deploy/launcher/launch_plan.h"
+#include "tests/support/test_env.h"
+
+namespace headway {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using launcher::LaunchOptions;
+using launcher::PlanLaunch;
+using launcher::ProcessSpec;
+
+// ---- plan (pure) -------------------------------------------------------------
+
+Config TwoInstanceConfig() {
+  Result<Config> config = ParseConfig(R"(
+model: {path: m.gguf}
+coordinator: {http_host: 0.0.0.0, http_port: 9000}
+pools:
+  - name: main
+    role: mixed
+    instances:
+      - {tp_size: 1}
+      - {tp_size: 3, hosts: [127.0.0.1, 10.0.0.2, localhost]}
+)");
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+  return config.ok() ? *config : Config{};
+}
+
+TEST(LaunchPlanTest, CoordinatorThenEveryRank) {
+  LaunchOptions options{"/etc/hw.yaml", "/opt/hw/bin", "/models", 8123};
+  std::vector<ProcessSpec> plan = PlanLaunch(TwoInstanceConfig(), options);
+  ASSERT_EQ(plan.size(), 5u);
+  EXPECT_EQ(plan[0].name, "coordinator");
+  EXPECT_TRUE(plan[0].local);
+  EXPECT_EQ(plan[0].argv, (std::vector<std::string>{"/opt/hw/bin/headway-coordinator", "--config",
+                                                    "/etc/hw.yaml", "--model-dir", "/models",
+                                                    "--http-port", "8123"}));
+  EXPECT_EQ(plan[1].name, "worker i0r0");
+  EXPECT_EQ(plan[1].argv,
+            (std::vector<std::string>{"/opt/hw/bin/headway-worker", "--config", "/etc/hw.yaml",
+                                      "--model-dir", "/models", "--instance-id", "0", "--tp-rank",
+                                      "0"}));
+  EXPECT_EQ(plan[2].name, "worker i1r0");
+  EXPECT_EQ(plan[3].name, "worker i1r1");
+  EXPECT_EQ(plan[3].host, "10.0.0.2");
+  EXPECT_FALSE(plan[3].local);
+  EXPECT_EQ(plan[4].host, "localhost");
+  EXPECT_TRUE(plan[4].local);
+  EXPECT_EQ(plan[4].argv.back(), "2");
+}
+
+TEST(LaunchPlanTest, OptionalFlagsOmitted) {
+  LaunchOptions options{"c.yaml", "bin", "", std::nullopt};
+  std::vector<ProcessSpec> plan = PlanLaunch(TwoInstanceConfig(), options);
+  EXPECT_EQ(plan[0].argv, (std::vector<std::string>{"bin/headway-coordinator", "--config",
+                                                    "c.yaml"}));
+  EXPECT_EQ(launcher::HealthHost(TwoInstanceConfig()), "127.0.0.1");  // 0.0.0.0 → loopback
+}
+
+TEST(LaunchPlanTest, ShellCommandQuotes) {
+  EXPECT_EQ(launcher::ShellCommand({"/bin/x", "--config", "/a b/c'd.yaml", ""}),
+            "/bin/x --config '/a b/c'\\''d.yaml' ''");
+}
+
+// ---- the launcher binary ------------------------------------------------------
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void WriteFile(const fs::path& path, const std::string& text, bool executable = false) {
+  std::ofstream(path) << text;
+  if (executable) fs::permissions(path, fs::perms::owner_all, fs::perm_options::add);
+}
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+// A launcher run with stdout/stderr captured in files of `dir`.
+class LauncherRun {
+ public:
+  LauncherRun(const fs::path& dir, std::vector<std::string> args)
+      : out_(dir / "launch.out"), err_(dir / "launch.err") {
+    std::vector<std::string> argv = {testing::BinaryPath("headway-launch")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a crashed test must not leave a deployment behind
+      if (getppid() != parent) _exit(1);
+      int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(err, 2);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+  }
+  ~LauncherRun() {
+    if (!status_ && pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Exit status once the launcher exited within `timeout`, else nullopt.
+  std::optional<int> Wait(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!status_) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        status_ = status;
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        break;
+      } else {
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    return status_;
+  }
+
+  // Waits until stdout contains `text`; false on timeout or launcher exit.
+  bool WaitForStdout(const std::string& text, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Out().find(text) != std::string::npos) return true;
+      if (Wait(0ms)) return Out().find(text) != std::string::npos;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  // Pid of the child the launcher reported as `name` ("worker i0r0").
+  pid_t ChildPid(const std::string& name) {
+    std::smatch m;
+    std::string err = Err();
+    std::regex re("started " + name + " \\(pid ([0-9]+)\\)");
+    return std::regex_search(err, m, re) ? std::stoi(m[1]) : -1;
+  }
+
+  pid_t pid() const { return pid_; }
+  std::string Out() const { return ReadFile(out_); }
+  std::string Err() const { return ReadFile(err_); }
+
+ private:
+  fs::path out_;
+  fs::path err_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(testing::BinaryPath("headway-launch"))) {
+      GTEST_FAIL() << "headway-launch is not built at " << testing::BinaryPath("headway-launch");
+    }
+    std::string tmpl = ::testing::TempDir() + "/headway_launcher_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    WriteFile(dir_ / "model.gguf", "stand-in");
+  }
+  void TearDown() override {
+    if (health_) health_->stop();
+    if (health_thread_.joinable()) health_thread_.join();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // A deployment config with free ports and `workers` ranks in one instance.
+  fs::path WriteConfig(int http_port, int tp_size, const std::string& model_path) {
+    std::string yaml = "model: {path: " + model_path + "}\n" +
+                       "coordinator: {http_host: 127.0.0.1, http_port: " +
+                       std::to_string(http_port) + ", control_address: tcp://127.0.0.1:" +
+                       std::to_string(FreeTcpPort()) + "}\n" +
+                       "cache: {block_size: 16, kv_memory_mb: 64}\n"
+                       "pools: [{name: main, role: mixed, instances: [{tp_size: " +
+                       std::to_string(tp_size) + ", device: cpu, num_threads: 1}]}]\n";
+    WriteFile(dir_ / "config.yaml", yaml);
+    return dir_ / "config.yaml";
+  }
+
+  // Stand-ins for the real binaries: they record their arguments and idle
+  // (or run `worker_body`). /health is served by this test.
+  void WriteStandIns(const std::string& worker_body = "exec sleep 600") {
+    fs::create_directory(dir_ / "bin");
+    WriteFile(dir_ / "bin/headway-coordinator",
+              "#!/bin/sh\necho \"$@\" > \"" + (dir_ / "coordinator.args").string() +
+                  "\"\nexec sleep 600\n",
+              true);
+    WriteFile(dir_ / "bin/headway-worker",
+              "#!/bin/sh\necho \"$@\" >> \"" + (dir_ / "worker.args").string() + "\"\n" +
+                  worker_body + "\n",
+              true);
+  }
+
+  int ServeHealth() {
+    int port = FreeTcpPort();
+    health_ = std::make_unique<httplib::Server>();
+    health_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    EXPECT_TRUE(health_->bind_to_port("127.0.0.1", port));
+    health_thread_ = std::thread([this] { health_->listen_after_bind(); });
+    return port;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<httplib::Server> health_;
+  std::thread health_thread_;
+};
+
+TEST_F(LauncherTest, BadConfigExitsWithMessage) {
+  WriteFile(dir_ / "bad.yaml",
+            "model: {path: m.gguf}\ncache: {block_size: 48}\npools: [{instances: [{}]}]\n");
+  LauncherRun run(dir_, {(dir_ / "bad.yaml").string()});
+  std::optional<int> status = run.Wait(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << *status;
+  EXPECT_NE(run.Err().find("cache.block_size"), std::string::npos) << run.Err();
+  EXPECT_NE(run.Err().find("48"), std::string::npos) << run.Err();
+}
+
+TEST_F(LauncherTest, MissingConfigOrModelExits2) {
+  LauncherRun missing_config(dir_, {(dir_ / "none.yaml").string()});
+  std::optional<int> status = missing_config.Wait(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+  EXPECT_NE(missing_config.Err().find("none.yaml"), std::string::npos);
+
+  fs::path config = WriteConfig(FreeTcpPort(), 1, "absent.gguf");
+  LauncherRun missing_model(dir_, {config.string(), "--model-dir", dir_.string()});
+  status = missing_model.Wait(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+  EXPECT_NE(missing_model.Err().find("absent.gguf"), std::string::npos) << missing_model.Err();
+}
+
+TEST_F(LauncherTest, ReadyThenStopsEverythingOnSigterm) {
+  WriteStandIns();
+  const int port = ServeHealth();
+  fs::path config = WriteConfig(1, 2, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string(), "--http-port",
+                         std::to_string(port), "--model-dir", "/models"});
+  ASSERT_TRUE(run.WaitForStdout(
+      "headway: ready at http://127.0.0.1:" + std::to_string(port) + " (2 workers) in", 30s))
+      << run.Out() << run.Err();
+  std::vector<pid_t> children = {run.ChildPid("coordinator"), run.ChildPid("worker i0r0"),
+                                 run.ChildPid("worker i0r1")};
+  for (pid_t pid : children) ASSERT_TRUE(pid > 0 && Alive(pid)) << run.Err();
+
+  EXPECT_EQ(ReadFile(dir_ / "coordinator.args"),
+            "--config " + config.string() + " --model-dir /models --http-port " +
+                std::to_string(port) + "\n");
+  std::string worker_args = ReadFile(dir_ / "worker.args");
+  EXPECT_NE(worker_args.find("--model-dir /models --instance-id 0 --tp-rank 0"),
+            std::string::npos) << worker_args;
+  EXPECT_NE(worker_args.find("--instance-id 0 --tp-rank 1"), std::string::npos) << worker_args;
+
+  kill(run.pid(), SIGTERM);
+  std::optional<int> status = run.Wait(20s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << run.Err();
+  for (pid_t pid : children) EXPECT_FALSE(Alive(pid)) << pid;
+}
+
+TEST_F(LauncherTest, ChildDeathStopsEverything) {
+  WriteStandIns();
+  const int port = ServeHealth();
+  fs::path config = WriteConfig(port, 1, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
+  ASSERT_TRUE(run.WaitForStdout("(1 workers)", 30s)) << run.Out() << run.Err();
+  pid_t coordinator = run.ChildPid("coordinator");
+  pid_t worker = run.ChildPid("worker i0r0");
+  ASSERT_GT(worker, 0);
+  kill(worker, SIGKILL);
+  std::optional<int> status = run.Wait(20s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status;
+  EXPECT_NE(run.Err().find("worker i0r0"), std::string::npos) << run.Err();
+  EXPECT_NE(run.Err().find("killed by signal 9"), std::string::npos) << run.Err();
+  EXPECT_FALSE(Alive(coordinator));
+}
+
+TEST_F(LauncherTest, ChildExitBeforeReadyIsReported) {
+  WriteStandIns("exit 3");
+  fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
+  std::optional<int> status = run.Wait(20s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  EXPECT_NE(run.Err().find("worker i0r0"), std::string::npos) << run.Err();
+  EXPECT_NE(run.Err().find("exited with status 3"), std::string::npos) << run.Err();
+}
+
+TEST_F(LauncherTest, NotReadyInTimeStops) {
+  WriteStandIns();
+  fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string(),
+                         "--ready-timeout-s", "1"});
+  std::optional<int> status = run.Wait(20s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  EXPECT_NE(run.Err().find("did not answer 200"), std::string::npos) << run.Err();
+}
+
+TEST_F(LauncherTest, MissingBinaryIsReported) {
+  fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "nowhere").string()});
+  std::optional<int> status = run.Wait(10s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  EXPECT_NE(run.Err().find("headway-coordinator"), std::string::npos) << run.Err();
+}
+
+// The real thing: coordinator and worker binaries with the real model.
+TEST_F(LauncherTest, StartsRealDeploymentAndStops) {
+  const std::string coordinator = testing::BinaryPath("headway-coordinator");
+  const std::string worker = testing::BinaryPath("headway-worker");
+  if (!fs::exists(coordinator) || !fs::exists(worker)) {
+    GTEST_SKIP() << "needs " << coordinator << " and " << worker;
+  }
+  const std::string model = testing::SmolLm2Path();
+  HW_REQUIRE_MODEL(model);
+  const int port = FreeTcpPort();
+  fs::path config = WriteConfig(port, 1, model);
+  LauncherRun run(dir_, {config.string(), "--bin-dir", fs::path(coordinator).parent_path().string()});
+  ASSERT_TRUE(run.WaitForStdout("headway: ready at http://127.0.0.1:" + std::to_string(port) +
+                                    " (1 workers) in",
+                                130s))
+      << run.Out() << run.Err();
+  httplib::Client client("127.0.0.1", port);
+  httplib::Result health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  pid_t worker_pid = run.ChildPid("worker i0r0");
+
+  kill(run.pid(), SIGTERM);
+  std::optional<int> status = run.Wait(30s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << run.Err();
+  EXPECT_FALSE(Alive(worker_pid));
+}
+
+}  // namespace
+}  // namespace headway
