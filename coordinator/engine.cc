@@ -1,0 +1,589 @@
+#include "coordinator/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "coordinator/kv_cache_manager.h"
+#include "coordinator/registration.h"
+#include "coordinator/scheduler.h"
+
+namespace headway {
+namespace {
+
+// How long one Receive may block when nothing else needs the thread; bounds
+// the latency of picking up a submitted request.
+constexpr std::chrono::milliseconds kPollTimeout(2);
+// Messages handled per loop iteration before scheduling again.
+constexpr int kMaxMessagesPerIteration = 256;
+
+uint64_t UnixMillis() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  struct RankState {
+    bool registered = false;
+    int num_blocks = 0;
+    Clock::time_point last_heard;
+  };
+  struct InFlight {
+    uint64_t step_id = 0;
+    ScheduledBatch batch;
+    std::vector<bool> answered;         // [tp_size]
+    std::vector<proto::SampledToken> tokens;  // rank 0's
+    std::string error;                  // first rank error
+  };
+  struct InstanceState {
+    int id = 0;
+    int tp_size = 1;
+    std::vector<RankState> ranks;
+    std::unique_ptr<Scheduler> scheduler;  // non-null while ready
+    uint64_t next_step_id = 1;
+    std::optional<InFlight> in_flight;
+    bool ready() const { return scheduler != nullptr; }
+  };
+  struct RequestState {
+    int instance = 0;
+    Clock::time_point deadline;
+    std::promise<CompletionOutcome> promise;
+    std::unique_ptr<StreamDecoder> decoder;
+    std::string text;
+  };
+
+  Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<ControlServer> srv)
+      : config(std::move(c)), spec(std::move(s)), tokenizer(t), server(std::move(srv)) {
+    std::vector<const InstanceConfig*> configs = config.Instances();
+    for (size_t i = 0; i < configs.size(); ++i) {
+      InstanceState inst;
+      inst.id = int(i);
+      inst.tp_size = configs[i]->tp_size;
+      inst.ranks.resize(inst.tp_size);
+      instances.push_back(std::move(inst));
+      for (int r = 0; r < configs[i]->tp_size; ++r) peers[PeerName(int(i), r)] = {int(i), r};
+    }
+  }
+
+  // ---- messages -------------------------------------------------------
+  void Handle(const Inbound& in);
+  void HandleRegister(const std::string& peer, const proto::RegisterRequest& req);
+  void HandleStepResult(InstanceState& inst, int rank, const proto::StepResult& result);
+  void Send(InstanceState& inst, int rank, const proto::Envelope& env);
+
+  // ---- steps ----------------------------------------------------------
+  void Dispatch(InstanceState& inst);
+  void Complete(InstanceState& inst);
+  void OnSampled(InstanceState& inst, Sequence& seq, int32_t token_id);
+
+  // ---- requests -------------------------------------------------------
+  void Admit(uint64_t id, EngineRequest request, std::promise<CompletionOutcome> promise);
+  void FinishRequest(InstanceState& inst, uint64_t id, std::optional<ApiError> error);
+  void Cancel(uint64_t id, ApiError why);
+  void CheckDeadlines(Clock::time_point now);
+
+  // ---- liveness -------------------------------------------------------
+  void SendHeartbeats(Clock::time_point now);
+  void CheckLiveness(Clock::time_point now);
+  void MarkDown(InstanceState& inst, const std::string& why);
+  void Shutdown(const std::string& reason);
+
+  std::vector<InstanceHealth> Snapshot() const;
+
+  const Config config;
+  const ModelSpec spec;
+  const Tokenizer* const tokenizer;
+  std::unique_ptr<ControlServer> server;
+  std::vector<InstanceState> instances;
+  std::map<std::string, std::pair<int, int>> peers;  // routing identity -> (instance, rank)
+  std::unordered_map<uint64_t, RequestState> requests;
+  // Ended requests, answered by Run after it publishes the health snapshot,
+  // so a client that gets its answer sees the blocks back in /health.
+  std::vector<std::pair<std::promise<CompletionOutcome>, CompletionOutcome>> completed;
+
+  void AnswerCompleted() {
+    for (auto& [promise, outcome] : completed) promise.set_value(std::move(outcome));
+    completed.clear();
+  }
+  Clock::time_point last_heartbeat_sent;
+};
+
+// ======================================================================
+// messages
+
+void Engine::Impl::Handle(const Inbound& in) {
+  const proto::Envelope& env = in.envelope;
+  if (env.has_register_request()) {
+    HandleRegister(in.peer, env.register_request());
+    return;
+  }
+  auto it = peers.find(in.peer);
+  if (it == peers.end()) {
+    spdlog::warn("control: message from unknown peer `{}` ignored", in.peer);
+    return;
+  }
+  InstanceState& inst = instances[it->second.first];
+  int rank = it->second.second;
+  RankState& rs = inst.ranks[rank];
+  if (!rs.registered) {
+    spdlog::debug("control: message from unregistered peer `{}` ignored", in.peer);
+    return;
+  }
+  rs.last_heard = Clock::now();
+  if (env.has_step_result()) {
+    HandleStepResult(inst, rank, env.step_result());
+  }
+  // Heartbeats only refresh last_heard.
+}
+
+void Engine::Impl::HandleRegister(const std::string& peer, const proto::RegisterRequest& req) {
+  proto::Envelope reply;
+  Status valid = ValidateRegisterRequest(req, peer, config, spec);
+  reply.mutable_register_response()->set_accepted(valid.ok());
+  if (!valid.ok()) {
+    spdlog::error("rejected worker `{}` (pid {}): {}", peer, req.pid(), valid.message());
+    reply.mutable_register_response()->set_error(valid.message());
+    Status s = server->Send(peer, reply);
+    if (!s.ok()) spdlog::warn("cannot answer `{}`: {}", peer, s.message());
+    return;
+  }
+  InstanceState& inst = instances[req.instance_id()];
+  int rank = int(req.tp_rank());
+  if (inst.ranks[rank].registered) {
+    // The worker restarted: whatever the instance had in flight is lost.
+    MarkDown(inst, "worker `" + peer + "` registered again (restarted)");
+  }
+  RankState& rs = inst.ranks[rank];
+  rs.registered = true;
+  rs.num_blocks = int(req.num_blocks());
+  rs.last_heard = Clock::now();
+  Status s = server->Send(peer, reply);
+  if (!s.ok()) spdlog::warn("cannot answer `{}`: {}", peer, s.message());
+  spdlog::info("worker `{}` registered (pid {}, {} blocks of {} positions)", peer, req.pid(),
+               req.num_blocks(), req.block_size());
+
+  bool all = std::all_of(inst.ranks.begin(), inst.ranks.end(),
+                         [](const RankState& r) { return r.registered; });
+  if (all && !inst.ready()) {
+    std::vector<int> num_blocks;
+    for (const RankState& r : inst.ranks) num_blocks.push_back(r.num_blocks);
+    auto kv = std::make_unique<KvCacheManager>(spec, inst.tp_size, config.block_size, num_blocks);
+    SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens};
+    inst.scheduler = std::make_unique<Scheduler>(sc, std::move(kv));
+    inst.in_flight.reset();
+    spdlog::info("instance {} ready (tp_size {}; at most {} positions per sequence)", inst.id,
+                 inst.tp_size, inst.scheduler->kv().MaxPositionsPerSequence());
+  }
+}
+
+void Engine::Impl::Send(InstanceState& inst, int rank, const proto::Envelope& env) {
+  Status s = server->Send(PeerName(inst.id, rank), env);
+  if (!s.ok()) spdlog::warn("control send to instance {} rank {}: {}", inst.id, rank, s.message());
+}
+
+void Engine::Impl::HandleStepResult(InstanceState& inst, int rank,
+                                    const proto::StepResult& result) {
+  if (!inst.in_flight || result.step_id() != inst.in_flight->step_id) {
+    spdlog::warn("instance {} rank {}: step result for step {} rejected (in flight: {})", inst.id,
+                 rank, result.step_id(),
+                 inst.in_flight ? std::to_string(inst.in_flight->step_id) : "none");
+    return;
+  }
+  InFlight& f = *inst.in_flight;
+  if (f.answered[rank]) {
+    spdlog::warn("instance {} rank {}: duplicate result for step {} ignored", inst.id, rank,
+                 result.step_id());
+    return;
+  }
+  f.answered[rank] = true;
+  if (!result.error().empty() && f.error.empty()) {
+    f.error = "instance " + std::to_string(inst.id) + " rank " + std::to_string(rank) +
+              " failed step " + std::to_string(result.step_id()) + ": " + result.error();
+  }
+  if (rank == 0) f.tokens.assign(result.tokens().begin(), result.tokens().end());
+  if (std::all_of(f.answered.begin(), f.answered.end(), [](bool b) { return b; })) Complete(inst);
+}
+
+// ======================================================================
+// steps: schedule -> dispatch -> collect
+
+void Engine::Impl::Dispatch(InstanceState& inst) {
+  if (!inst.ready() || inst.in_flight || !inst.scheduler->HasWork()) return;
+  ScheduledBatch batch = inst.scheduler->Schedule();
+  if (batch.empty()) return;
+  uint64_t step_id = inst.next_step_id++;
+  for (int rank = 0; rank < inst.tp_size; ++rank) {
+    proto::Envelope env;
+    proto::StepPlan* plan = env.mutable_step_plan();
+    plan->set_step_id(step_id);
+    for (uint64_t id : batch.released_seq_ids) plan->add_released_seq_ids(id);
+    for (const ScheduledSeq& s : batch.seqs) {
+      const Sequence& seq = *inst.scheduler->Find(s.seq_id);
+      proto::SequenceStep* step = plan->add_seqs();
+      step->set_seq_id(s.seq_id);
+      step->set_is_new(s.is_new);
+      for (int p = s.start_pos; p < s.start_pos + s.num_tokens; ++p) {
+        step->add_token_ids(seq.TokenAt(p));
+      }
+      step->set_start_pos(uint32_t(s.start_pos));
+      step->set_sample(s.sample);
+      proto::SamplingParams* sp = step->mutable_sampling();
+      sp->set_temperature(seq.sampling().temperature);
+      sp->set_top_p(seq.sampling().top_p);
+      sp->set_top_k(seq.sampling().top_k);
+      sp->set_has_seed(seq.sampling().seed.has_value());
+      sp->set_seed(seq.sampling().seed.value_or(0));
+      step->set_num_generated(uint32_t(seq.num_output_tokens()));
+      for (const SlotBlockDelta& d : s.deltas[rank]) {
+        proto::SlotDelta* pd = step->add_deltas();
+        pd->set_slot(uint32_t(d.slot));
+        pd->set_first_logical(uint32_t(d.first_logical));
+        for (int32_t b : d.appended) pd->add_appended(b);
+      }
+    }
+    Send(inst, rank, env);
+  }
+  InFlight f;
+  f.step_id = step_id;
+  f.batch = std::move(batch);
+  f.answered.assign(inst.tp_size, false);
+  inst.in_flight = std::move(f);
+}
+
+void Engine::Impl::Complete(InstanceState& inst) {
+  InFlight f = std::move(*inst.in_flight);
+  inst.in_flight.reset();
+  if (!f.error.empty()) {
+    spdlog::error("{}", f.error);
+    for (const ScheduledSeq& s : f.batch.seqs) {
+      if (requests.count(s.seq_id)) FinishRequest(inst, s.seq_id, ApiError::Internal(f.error));
+    }
+    return;
+  }
+  inst.scheduler->OnStepComputed(f.batch);
+  std::unordered_map<uint64_t, int32_t> sampled;
+  for (const proto::SampledToken& t : f.tokens) sampled[t.seq_id()] = t.token_id();
+  for (const ScheduledSeq& s : f.batch.seqs) {
+    if (!s.sample) continue;
+    Sequence* seq = inst.scheduler->Find(s.seq_id);
+    if (seq == nullptr) continue;  // cancelled while the step ran
+    auto it = sampled.find(s.seq_id);
+    if (it == sampled.end() || it->second < 0 || it->second >= tokenizer->vocab_size()) {
+      std::string why = it == sampled.end()
+                            ? "no sampled token"
+                            : "sampled token id " + std::to_string(it->second) + " out of range";
+      FinishRequest(inst, s.seq_id,
+                    ApiError::Internal("instance " + std::to_string(inst.id) + " step " +
+                                       std::to_string(f.step_id) + " returned " + why +
+                                       " for sequence " + std::to_string(s.seq_id)));
+      continue;
+    }
+    OnSampled(inst, *seq, it->second);
+  }
+}
+
+void Engine::Impl::OnSampled(InstanceState& inst, Sequence& seq, int32_t token_id) {
+  Clock::time_point now = Clock::now();
+  RequestState& rs = requests.at(seq.seq_id());
+  seq.AppendToken(token_id, now);
+  bool is_eos = !seq.stop().ignore_eos && token_id == seq.stop().eos_id;
+  if (!is_eos) rs.text += rs.decoder->Push(token_id);
+  if (!seq.CheckStop(rs.text, now)) return;
+  // A stop string trims the text; otherwise what the decoder held back
+  // (an incomplete character at the very end) is part of the answer.
+  if (seq.output_text().size() == rs.text.size()) seq.set_output_text(rs.text + rs.decoder->Flush());
+  FinishRequest(inst, seq.seq_id(), std::nullopt);
+}
+
+// ======================================================================
+// requests
+
+void Engine::Impl::Admit(uint64_t id, EngineRequest request,
+                         std::promise<CompletionOutcome> promise) {
+  auto fail = [&](ApiError e) {
+    CompletionOutcome out;
+    out.error = std::move(e);
+    completed.emplace_back(std::move(promise), std::move(out));
+  };
+  // The least loaded ready instance.
+  InstanceState* best = nullptr;
+  size_t best_load = 0;
+  int num_ready = 0;
+  for (InstanceState& inst : instances) {
+    if (!inst.ready()) continue;
+    ++num_ready;
+    size_t load = inst.scheduler->num_waiting() + inst.scheduler->num_running();
+    if (best == nullptr || load < best_load) {
+      best = &inst;
+      best_load = load;
+    }
+  }
+  if (best == nullptr) {
+    return fail(ApiError::Unavailable("no instance is ready to serve (0 of " +
+                                      std::to_string(instances.size()) +
+                                      " instances have all their workers registered)"));
+  }
+  StopConditions stop;
+  stop.max_tokens = request.max_tokens;
+  stop.max_model_len = config.max_model_len;
+  stop.ignore_eos = request.ignore_eos;
+  stop.eos_id = tokenizer->eos_id();
+  stop.stop_strings = request.stop;
+  auto seq = std::make_unique<Sequence>(id, std::move(request.prompt_ids), request.sampling,
+                                        std::move(stop), Clock::now());
+  Status added = best->scheduler->Add(std::move(seq));
+  if (!added.ok()) return fail(ApiError::BadRequest(added.message()));
+  RequestState rs;
+  rs.instance = best->id;
+  rs.deadline = request.deadline;
+  rs.promise = std::move(promise);
+  rs.decoder = std::make_unique<StreamDecoder>(*tokenizer);
+  requests.emplace(id, std::move(rs));
+}
+
+void Engine::Impl::FinishRequest(InstanceState& inst, uint64_t id, std::optional<ApiError> error) {
+  auto it = requests.find(id);
+  if (it == requests.end()) return;
+  std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
+  CompletionOutcome out;
+  if (error) {
+    out.error = std::move(error);
+  } else {
+    HW_CHECK(seq != nullptr);
+    out.text = seq->output_text();
+    out.finish_reason = seq->finish_reason();
+    out.num_prompt_tokens = seq->num_prompt_tokens();
+    out.num_output_tokens = seq->num_output_tokens();
+    out.output_ids = seq->output_ids();
+  }
+  completed.emplace_back(std::move(it->second.promise), std::move(out));
+  requests.erase(it);
+}
+
+void Engine::Impl::Cancel(uint64_t id, ApiError why) {
+  auto it = requests.find(id);
+  if (it == requests.end()) return;
+  FinishRequest(instances[it->second.instance], id, std::move(why));
+}
+
+void Engine::Impl::CheckDeadlines(Clock::time_point now) {
+  std::vector<uint64_t> expired;
+  for (const auto& [id, rs] : requests) {
+    if (now >= rs.deadline) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    Cancel(id, ApiError::Unavailable("the request did not finish before its deadline"));
+  }
+}
+
+// ======================================================================
+// liveness
+
+void Engine::Impl::SendHeartbeats(Clock::time_point now) {
+  if (now - last_heartbeat_sent < std::chrono::milliseconds(config.heartbeat_interval_ms)) return;
+  last_heartbeat_sent = now;
+  proto::Envelope env;
+  env.mutable_heartbeat()->set_sent_unix_ms(UnixMillis());
+  for (InstanceState& inst : instances) {
+    for (int r = 0; r < inst.tp_size; ++r) {
+      if (inst.ranks[r].registered) Send(inst, r, env);
+    }
+  }
+}
+
+void Engine::Impl::CheckLiveness(Clock::time_point now) {
+  auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
+  for (InstanceState& inst : instances) {
+    for (int r = 0; r < inst.tp_size; ++r) {
+      const RankState& rs = inst.ranks[r];
+      if (!rs.registered || now - rs.last_heard <= timeout) continue;
+      auto silent_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - rs.last_heard).count();
+      MarkDown(inst, "worker `" + PeerName(inst.id, r) + "` has been silent for " +
+                         std::to_string(silent_ms) + " ms (heartbeat_timeout_ms " +
+                         std::to_string(config.heartbeat_timeout_ms) + ")");
+      break;
+    }
+  }
+}
+
+void Engine::Impl::MarkDown(InstanceState& inst, const std::string& why) {
+  spdlog::error("instance {} is down: {}", inst.id, why);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, rs] : requests) {
+    if (rs.instance == inst.id) ids.push_back(id);
+  }
+  ApiError error = ApiError::Unavailable("instance " + std::to_string(inst.id) + " is down: " + why);
+  for (uint64_t id : ids) FinishRequest(inst, id, error);
+  inst.scheduler.reset();
+  inst.in_flight.reset();
+  for (RankState& r : inst.ranks) r.registered = false;
+}
+
+void Engine::Impl::Shutdown(const std::string& reason) {
+  proto::Envelope env;
+  env.mutable_shutdown()->set_reason(reason);
+  for (InstanceState& inst : instances) {
+    for (int r = 0; r < inst.tp_size; ++r) {
+      if (inst.ranks[r].registered) Send(inst, r, env);
+    }
+    std::vector<uint64_t> ids;
+    for (const auto& [id, rs] : requests) {
+      if (rs.instance == inst.id) ids.push_back(id);
+    }
+    for (uint64_t id : ids) FinishRequest(inst, id, ApiError::Unavailable(reason));
+  }
+}
+
+std::vector<InstanceHealth> Engine::Impl::Snapshot() const {
+  std::vector<InstanceHealth> out;
+  for (const InstanceState& inst : instances) {
+    InstanceHealth h;
+    h.instance_id = inst.id;
+    h.tp_size = inst.tp_size;
+    h.ready = inst.ready();
+    if (inst.ready()) {
+      h.num_waiting = inst.scheduler->num_waiting();
+      h.num_running = inst.scheduler->num_running();
+    }
+    for (int r = 0; r < inst.tp_size; ++r) {
+      RankHealth rh;
+      rh.tp_rank = r;
+      rh.registered = inst.ranks[r].registered;
+      if (inst.ready()) {
+        RankBlockUsage u = inst.scheduler->kv().Usage(r);
+        rh.free_blocks = u.num_free;
+        rh.total_blocks = u.num_total;
+      }
+      h.ranks.push_back(rh);
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+// ======================================================================
+// Engine
+
+Engine::Engine(Config config, ModelSpec spec, const Tokenizer* tokenizer,
+               std::unique_ptr<ControlServer> server)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(spec), tokenizer,
+                                   std::move(server))) {
+  health_ = impl_->Snapshot();
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  HW_CHECK(!thread_.joinable());
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Engine::Stop(const std::string& reason) {
+  std::call_once(stop_once_, [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      accepting_ = false;
+      stop_reason_ = reason;
+    }
+    stop_requested_ = true;
+    if (thread_.joinable()) {
+      thread_.join();
+    } else {
+      impl_->Shutdown(reason);  // never started: still fail queued requests
+      impl_->AnswerCompleted();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Pending& p : submitted_) {
+      CompletionOutcome out;
+      out.error = ApiError::Unavailable(reason);
+      p.promise.set_value(std::move(out));
+    }
+    submitted_.clear();
+  });
+}
+
+std::future<CompletionOutcome> Engine::Submit(EngineRequest request, uint64_t* request_id) {
+  uint64_t id = next_request_id_++;
+  if (request_id) *request_id = id;
+  std::promise<CompletionOutcome> promise;
+  std::future<CompletionOutcome> future = promise.get_future();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) {
+    CompletionOutcome out;
+    out.error = ApiError::Unavailable("the server is shutting down");
+    promise.set_value(std::move(out));
+    return future;
+  }
+  submitted_.push_back(Pending{id, std::move(request), std::move(promise)});
+  return future;
+}
+
+void Engine::Cancel(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.push_back(request_id);
+}
+
+std::vector<InstanceHealth> Engine::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_;
+}
+
+bool Engine::AllReady() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::all_of(health_.begin(), health_.end(),
+                     [](const InstanceHealth& h) { return h.ready; });
+}
+
+void Engine::Run() {
+  Impl& impl = *impl_;
+  while (!stop_requested_) {
+    // Collect: block briefly for the first message, then drain the rest.
+    std::optional<Inbound> in = impl.server->Receive(kPollTimeout);
+    for (int n = 0; in && n < kMaxMessagesPerIteration; ++n) {
+      impl.Handle(*in);
+      in = impl.server->Receive(std::chrono::milliseconds(0));
+    }
+    if (in) impl.Handle(*in);
+
+    std::vector<Pending> submitted;
+    std::vector<uint64_t> cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      submitted.swap(submitted_);
+      cancelled.swap(cancelled_);
+    }
+    for (Pending& p : submitted) impl.Admit(p.id, std::move(p.request), std::move(p.promise));
+    for (uint64_t id : cancelled) {
+      impl.Cancel(id, ApiError{499, "the request was cancelled", "server_error", "", ""});
+    }
+    Clock::time_point now = Clock::now();
+    impl.CheckDeadlines(now);
+    impl.CheckLiveness(now);
+
+    // Schedule and dispatch every idle instance.
+    for (Impl::InstanceState& inst : impl.instances) impl.Dispatch(inst);
+    impl.SendHeartbeats(now);
+
+    std::vector<InstanceHealth> snapshot = impl.Snapshot();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      health_ = std::move(snapshot);
+    }
+    impl.AnswerCompleted();
+  }
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reason = stop_reason_;
+  }
+  impl.Shutdown(reason);
+  impl.AnswerCompleted();
+}
+
+}  // namespace headway

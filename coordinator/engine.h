@@ -1,0 +1,128 @@
+// The coordinator's engine: one thread that owns the ControlServer (ZeroMQ
+// sockets are single-threaded) and runs, per instance, the step loop
+// schedule -> dispatch -> collect, plus registration, heartbeats and
+// liveness.
+//
+// HTTP threads call Submit (thread-safe) and wait on the returned future;
+// the engine thread admits requests, runs them and fulfils every future
+// exactly once: with the completion, or with an ApiError (instance down:
+// 503, worker step error: 500, deadline passed: 503, shutdown: 503).
+//
+// Liveness: any message from a worker counts as a sign of life. A
+// registered worker silent for heartbeat_timeout_ms is down: its instance is
+// marked down (not ready), every request on it ends with a 503 and its
+// blocks return to the pools; the instance is ready again once all its ranks
+// have registered anew.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/control_channel.h"
+#include "common/config.h"
+#include "common/model_spec.h"
+#include "coordinator/api_error.h"
+#include "coordinator/sequence.h"
+#include "coordinator/tokenizer.h"
+
+namespace headway {
+
+// A validated, tokenized request.
+struct EngineRequest {
+  std::vector<int32_t> prompt_ids;  // non-empty
+  int max_tokens = 16;              // >= 1
+  SamplingOptions sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  Clock::time_point deadline = Clock::time_point::max();
+};
+
+struct CompletionOutcome {
+  std::optional<ApiError> error;    // set: the request failed; the rest is unset
+  std::string text;
+  FinishReason finish_reason = FinishReason::kNone;
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;
+  std::vector<int32_t> output_ids;
+};
+
+struct RankHealth {
+  int tp_rank = 0;
+  bool registered = false;
+  int free_blocks = 0;   // 0/0 until the instance is ready
+  int total_blocks = 0;
+};
+
+struct InstanceHealth {
+  int instance_id = 0;
+  int tp_size = 1;
+  bool ready = false;
+  size_t num_waiting = 0;
+  size_t num_running = 0;
+  std::vector<RankHealth> ranks;
+};
+
+class Engine {
+ public:
+  // `config` must have passed ParseConfig and every instance's tp_size
+  // ValidateTpSize(spec). `tokenizer` must outlive the engine.
+  Engine(Config config, ModelSpec spec, const Tokenizer* tokenizer,
+         std::unique_ptr<ControlServer> server);
+  ~Engine();  // Stop()
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the engine thread. REQUIRES: called once.
+  void Start();
+
+  // Sends Shutdown{reason} to every registered worker, fails outstanding
+  // requests with 503, joins the thread. Idempotent; thread-safe.
+  void Stop(const std::string& reason = "coordinator shutting down");
+
+  // Queues a request; the future is fulfilled once it ends. `request_id`
+  // (optional) receives an id for Cancel. Thread-safe.
+  std::future<CompletionOutcome> Submit(EngineRequest request, uint64_t* request_id = nullptr);
+
+  // Ends a request early (its future gets a 499-style abort error). Unknown
+  // or finished ids are ignored. Thread-safe.
+  void Cancel(uint64_t request_id);
+
+  // Snapshot of every instance of the config, in Config::Instances order.
+  // Thread-safe; refreshed by the engine thread every loop iteration.
+  std::vector<InstanceHealth> Health() const;
+
+  // True when every instance of the config is ready. Thread-safe.
+  bool AllReady() const;
+
+ private:
+  struct Impl;
+  void Run();
+
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  std::once_flag stop_once_;
+
+  std::atomic<uint64_t> next_request_id_{1};
+  mutable std::mutex mu_;  // guards the fields below
+  struct Pending {
+    uint64_t id;
+    EngineRequest request;
+    std::promise<CompletionOutcome> promise;
+  };
+  std::vector<Pending> submitted_;          // guarded by mu_
+  std::vector<uint64_t> cancelled_;         // guarded by mu_
+  std::vector<InstanceHealth> health_;      // guarded by mu_
+  bool accepting_ = true;                   // guarded by mu_
+  std::string stop_reason_;                 // guarded by mu_
+};
+
+}  // namespace headway

@@ -1,0 +1,108 @@
+// Continuous batching with chunked prefill for one instance (vLLM v1's
+// scheduler shape, nano-vllm's size).
+//
+// Each step first gives every running sequence its uncomputed tokens (one
+// for a decoding sequence, the next chunk for a partial prefill) in the
+// order they started running, then spends what is left of
+// max_num_batched_tokens on waiting sequences, first come first served,
+// while fewer than max_num_seqs run. Blocks come from the KvCacheManager
+// (check, then commit). A waiting sequence that finds no blocks stays
+// waiting and blocks the queue behind it (FCFS). A running sequence that
+// finds no blocks preempts the newest running sequences (their blocks are
+// released and they recompute later from the head of the queue), so no step
+// can deadlock: admission guarantees each sequence fits the pool alone.
+//
+// Not thread-safe: one instance's scheduler lives on the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/kv_cache_manager.h"
+#include "coordinator/sequence.h"
+
+namespace headway {
+
+struct SchedulerConfig {
+  int max_num_seqs = 32;             // running sequences
+  int max_num_batched_tokens = 512;  // tokens computed per step
+};
+
+// One sequence's share of a step.
+struct ScheduledSeq {
+  uint64_t seq_id = 0;
+  int start_pos = 0;       // position of the first token computed
+  int num_tokens = 0;      // tokens computed: [start_pos, start_pos + num_tokens)
+  bool sample = false;     // the chunk ends at the sequence's last token
+  bool is_new = false;     // the worker has not seen the sequence (yet or since a preemption)
+  std::vector<std::vector<SlotBlockDelta>> deltas;  // [tp_rank] blocks appended this step
+};
+
+struct ScheduledBatch {
+  std::vector<ScheduledSeq> seqs;
+  std::vector<uint64_t> released_seq_ids;  // workers drop these before computing
+  int num_batched_tokens = 0;
+  bool empty() const { return seqs.empty() && released_seq_ids.empty(); }
+};
+
+class Scheduler {
+ public:
+  // REQUIRES: kv != nullptr, config values >= 1.
+  Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv);
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // OK if a sequence of `num_prompt_tokens` that may generate `max_tokens`
+  // fits the instance's pools on its own; otherwise InvalidArgument naming
+  // the numbers (it could never run, so it must not wait forever).
+  Status CheckFits(int num_prompt_tokens, int max_tokens) const;
+
+  // Queues a sequence at the back of the waiting queue. Errors: CheckFits's,
+  // and InvalidArgument for a duplicate seq_id. On error nothing changes.
+  Status Add(std::unique_ptr<Sequence> seq);
+
+  // Plans the next step and allocates its blocks. The caller sends it and,
+  // once the step has run, calls OnStepComputed with it.
+  ScheduledBatch Schedule();
+
+  // Marks the batch's tokens computed for every sequence still held.
+  void OnStepComputed(const ScheduledBatch& batch);
+
+  // The sequence, or nullptr.
+  Sequence* Find(uint64_t seq_id);
+
+  // Removes a sequence (finished, aborted or cancelled): frees its blocks and
+  // tells workers to drop it in the next step. nullptr for an unknown id.
+  std::unique_ptr<Sequence> Remove(uint64_t seq_id);
+
+  // Removes every sequence (instance down); blocks return to the pools.
+  std::vector<std::unique_ptr<Sequence>> RemoveAll();
+
+  bool HasWork() const { return !waiting_.empty() || !running_.empty() || !released_.empty(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  size_t num_preemptions() const { return num_preemptions_; }
+
+  const KvCacheManager& kv() const { return *kv_; }
+
+ private:
+  // Releases `seq`'s blocks and puts it back at the head of the queue.
+  void Preempt(Sequence& seq);
+  void ReleaseBlocks(Sequence& seq);
+  ScheduledSeq Plan(Sequence& seq, int num_tokens);
+
+  const SchedulerConfig config_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::deque<uint64_t> waiting_;        // FCFS
+  std::vector<uint64_t> running_;       // in the order they started running
+  std::vector<uint64_t> released_;      // for the next step's released_seq_ids
+  size_t num_preemptions_ = 0;
+};
+
+}  // namespace headway

@@ -1,0 +1,120 @@
+// One request's token sequence as the scheduler and engine see it: prompt
+// and output ids, how many positions are computed, sampling and stop
+// conditions, status and timing.
+//
+// Positions [0, num_computed) have their KV in the instance's cache. The
+// tokens still to compute are [num_computed, num_tokens()): a prefill (or a
+// recompute after preemption) has many, a decoding sequence exactly one (its
+// last sampled token).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace headway {
+
+using Clock = std::chrono::steady_clock;
+
+// Sampling parameters (proto::SamplingParams without the wire).
+struct SamplingOptions {
+  float temperature = 1.0f;       // 0 = greedy
+  float top_p = 1.0f;             // (0, 1]; 1 = off
+  int top_k = -1;                 // <= 0 = off
+  std::optional<uint64_t> seed;   // per-request RNG seed
+};
+
+struct StopConditions {
+  int max_tokens = 16;            // generated tokens, >= 1
+  int max_model_len = 0;          // prompt + generated; 0 = no limit
+  bool ignore_eos = false;
+  int32_t eos_id = -1;            // -1 = the vocabulary has none
+  std::vector<std::string> stop_strings;  // in the decoded output text
+};
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+// Why generation ended (OpenAI's finish_reason; kAbort for errors).
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", "abort", ""
+
+class Sequence {
+ public:
+  // REQUIRES: !prompt_ids.empty().
+  Sequence(uint64_t seq_id, std::vector<int32_t> prompt_ids, SamplingOptions sampling,
+           StopConditions stop, Clock::time_point arrival);
+
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  uint64_t seq_id() const { return seq_id_; }
+  const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }
+  const std::vector<int32_t>& output_ids() const { return output_ids_; }
+  int num_prompt_tokens() const { return static_cast<int>(prompt_ids_.size()); }
+  int num_output_tokens() const { return static_cast<int>(output_ids_.size()); }
+  int num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }
+  // Token at position `pos` of prompt + output. REQUIRES: pos < num_tokens().
+  int32_t TokenAt(int pos) const;
+
+  int num_computed() const { return num_computed_; }
+  int num_uncomputed() const { return num_tokens() - num_computed_; }
+  // A sequence is decoding when only its last sampled token is uncomputed.
+  bool IsDecoding() const { return num_output_tokens() > 0 && num_uncomputed() == 1; }
+  // REQUIRES: num_computed() + n <= num_tokens().
+  void AdvanceComputed(int n);
+  // Forgets every computed position (preemption by recompute): the prompt and
+  // output so far are computed again, and the worker sees a new sequence.
+  void ResetComputed();
+
+  // True once the worker has been told about the sequence (is_new sent).
+  bool on_worker() const { return on_worker_; }
+  void set_on_worker(bool v) { on_worker_ = v; }
+
+  const SamplingOptions& sampling() const { return sampling_; }
+  const StopConditions& stop() const { return stop_; }
+
+  SequenceStatus status() const { return status_; }
+  void set_status(SequenceStatus s) { status_ = s; }
+
+  // Appends a sampled token; records the first token's time.
+  void AppendToken(int32_t token_id, Clock::time_point now);
+
+  // Decoded output text, kept by the engine (truncated at a stop string).
+  const std::string& output_text() const { return output_text_; }
+  void set_output_text(std::string text) { output_text_ = std::move(text); }
+
+  // Decides whether the sequence is done after its last AppendToken, given
+  // the full decoded output text (`text`, used only for stop strings). On a
+  // stop: sets the finish reason, trims a stop string and what follows from
+  // output_text (vLLM's behaviour: the stop string is not returned), marks
+  // the sequence finished and returns true.
+  bool CheckStop(const std::string& text, Clock::time_point now);
+
+  // Ends the sequence for `reason` (abort, cancel, instance down).
+  void Finish(FinishReason reason, Clock::time_point now);
+  FinishReason finish_reason() const { return finish_reason_; }
+
+  Clock::time_point arrival_time() const { return arrival_; }
+  std::optional<Clock::time_point> first_token_time() const { return first_token_; }
+  std::optional<Clock::time_point> finish_time() const { return finish_; }
+
+ private:
+  const uint64_t seq_id_;
+  const std::vector<int32_t> prompt_ids_;
+  const SamplingOptions sampling_;
+  const StopConditions stop_;
+  const Clock::time_point arrival_;
+
+  std::vector<int32_t> output_ids_;
+  std::string output_text_;
+  int num_computed_ = 0;
+  bool on_worker_ = false;
+  SequenceStatus status_ = SequenceStatus::kWaiting;
+  FinishReason finish_reason_ = FinishReason::kNone;
+  std::optional<Clock::time_point> first_token_;
+  std::optional<Clock::time_point> finish_;
+};
+
+}  // namespace headway

@@ -1,0 +1,150 @@
+#include "coordinator/completion_request.h"
+
+#include <gtest/gtest.h>
+
+namespace headway {
+namespace {
+
+const CompletionLimits kLimits{"smollm2", 1000, 64};
+
+CompletionRequest Ok(const std::string& body) {
+  ParsedCompletion p = ParseCompletionRequest(body, kLimits);
+  if (auto* e = std::get_if<ApiError>(&p)) {
+    ADD_FAILURE() << body << " -> " << e->message;
+    return {};
+  }
+  return std::get<CompletionRequest>(p);
+}
+
+ApiError Err(const std::string& body) {
+  ParsedCompletion p = ParseCompletionRequest(body, kLimits);
+  if (auto* e = std::get_if<ApiError>(&p)) return *e;
+  ADD_FAILURE() << body << " was accepted";
+  return {};
+}
+
+void ExpectBadRequest(const std::string& body, const std::string& param,
+                      const std::string& fragment) {
+  ApiError e = Err(body);
+  EXPECT_EQ(e.http_status, 400) << body;
+  EXPECT_EQ(e.type, "invalid_request_error") << body;
+  EXPECT_EQ(e.param, param) << body;
+  EXPECT_NE(e.message.find(fragment), std::string::npos) << body << " -> " << e.message;
+}
+
+TEST(CompletionRequestTest, Defaults) {
+  CompletionRequest r = Ok(R"({"model": "smollm2", "prompt": "Hello"})");
+  EXPECT_EQ(r.prompt_text, "Hello");
+  EXPECT_FALSE(r.prompt_is_ids);
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.sampling.top_k, -1);
+  EXPECT_FALSE(r.sampling.seed.has_value());
+  EXPECT_TRUE(r.stop.empty());
+  // The model may be left out.
+  Ok(R"({"prompt": "Hello"})");
+}
+
+TEST(CompletionRequestTest, AllFields) {
+  CompletionRequest r = Ok(
+      R"({"model": "smollm2", "prompt": [1, 2, 999], "max_tokens": 5, "temperature": 0,
+          "top_p": 0.5, "top_k": 3, "seed": 42, "stop": ["\n", "x"], "n": 1, "stream": false,
+          "echo": false, "logprobs": null, "ignore_eos": true, "user": "ignored"})");
+  EXPECT_TRUE(r.prompt_is_ids);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 999}));
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "x"}));
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(Ok(R"({"prompt": "a", "stop": "END"})").stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(Ok(R"({"prompt": ["one prompt"]})").prompt_text, "one prompt");
+  EXPECT_EQ(Ok(R"({"prompt": [[4, 5]]})").prompt_ids, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(CompletionRequestTest, MalformedJson) {
+  ExpectBadRequest("{not json", "", "not valid JSON");
+  ExpectBadRequest("[1, 2]", "", "JSON object");
+  ExpectBadRequest("", "", "not valid JSON");
+}
+
+TEST(CompletionRequestTest, WrongTypesNameTheField) {
+  ExpectBadRequest(R"({"prompt": "a", "max_tokens": "5"})", "max_tokens", "max_tokens");
+  ExpectBadRequest(R"({"prompt": "a", "max_tokens": 2.5})", "max_tokens", "integer");
+  ExpectBadRequest(R"({"prompt": "a", "temperature": "hot"})", "temperature", "number");
+  ExpectBadRequest(R"({"prompt": "a", "top_p": true})", "top_p", "number");
+  ExpectBadRequest(R"({"prompt": "a", "top_k": 1.5})", "top_k", "integer");
+  ExpectBadRequest(R"({"prompt": "a", "seed": "x"})", "seed", "integer");
+  ExpectBadRequest(R"({"prompt": "a", "stop": 3})", "stop", "string");
+  ExpectBadRequest(R"({"prompt": "a", "stop": ["x", 1]})", "stop", "string");
+  ExpectBadRequest(R"({"prompt": 12})", "prompt", "prompt");
+  ExpectBadRequest(R"({"prompt": [1, "a"]})", "prompt", "prompt");
+  ExpectBadRequest(R"({"prompt": "a", "model": 3})", "model", "string");
+  ExpectBadRequest(R"({"prompt": "a", "stream": "yes"})", "stream", "boolean");
+}
+
+TEST(CompletionRequestTest, Ranges) {
+  ExpectBadRequest(R"({"prompt": "a", "max_tokens": 0})", "max_tokens", "at least 1");
+  ExpectBadRequest(R"({"prompt": "a", "max_tokens": -3})", "max_tokens", "at least 1");
+  ExpectBadRequest(R"({"prompt": "a", "temperature": -0.1})", "temperature", "non-negative");
+  ExpectBadRequest(R"({"prompt": "a", "top_p": 0})", "top_p", "(0, 1]");
+  ExpectBadRequest(R"({"prompt": "a", "top_p": 1.5})", "top_p", "(0, 1]");
+  ExpectBadRequest(R"({"prompt": "a", "top_k": -2})", "top_k", "top_k");
+  ExpectBadRequest(R"({"prompt": [1, 1000]})", "prompt", "outside the vocabulary");
+  ExpectBadRequest(R"({"prompt": [-1]})", "prompt", "outside the vocabulary");
+}
+
+TEST(CompletionRequestTest, EmptyOrMissingPrompt) {
+  ExpectBadRequest(R"({"model": "smollm2"})", "prompt", "required");
+  ExpectBadRequest(R"({"prompt": ""})", "prompt", "empty");
+  ExpectBadRequest(R"({"prompt": []})", "prompt", "empty");
+  ExpectBadRequest(R"({"prompt": null})", "prompt", "required");
+  ExpectBadRequest(R"({"prompt": ["a", "b"]})", "prompt", "only one prompt");
+}
+
+TEST(CompletionRequestTest, UnsupportedOptions) {
+  ExpectBadRequest(R"({"prompt": "a", "stream": true})", "stream", "not supported yet");
+  ExpectBadRequest(R"({"prompt": "a", "echo": true})", "echo", "not supported");
+  ExpectBadRequest(R"({"prompt": "a", "n": 2})", "n", "must be 1");
+  ExpectBadRequest(R"({"prompt": "a", "logprobs": 2})", "logprobs", "not supported");
+  ExpectBadRequest(R"({"prompt": "a", "best_of": 3})", "best_of", "not supported");
+  ExpectBadRequest(R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty",
+                   "not supported");
+}
+
+TEST(CompletionRequestTest, UnknownModelIs404) {
+  ApiError e = Err(R"({"model": "gpt-4", "prompt": "a"})");
+  EXPECT_EQ(e.http_status, 404);
+  EXPECT_EQ(e.message, "The model `gpt-4` does not exist.");
+  nlohmann::json j = e.ToJson();
+  EXPECT_EQ(j["error"]["message"], e.message);
+  EXPECT_EQ(j["error"]["code"], 404);
+  EXPECT_TRUE(j["error"]["param"].is_null());
+}
+
+TEST(CompletionRequestTest, ResolveMaxTokens) {
+  auto ok = [](std::variant<int, ApiError> v) { return std::get<int>(v); };
+  EXPECT_EQ(ok(ResolveMaxTokens(10, std::nullopt, 64)), 16);
+  EXPECT_EQ(ok(ResolveMaxTokens(60, std::nullopt, 64)), 4);
+  EXPECT_EQ(ok(ResolveMaxTokens(10, 54, 64)), 54);
+
+  auto err = [](std::variant<int, ApiError> v) { return std::get<ApiError>(v); };
+  ApiError e = err(ResolveMaxTokens(64, std::nullopt, 64));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.message,
+            "This model's maximum context length is 64 tokens. However, your request has 64 "
+            "input tokens. Please reduce the length of the input messages.");
+  e = err(ResolveMaxTokens(10, 55, 64));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_NE(e.message.find("maximum context length is 64 tokens"), std::string::npos);
+  EXPECT_NE(e.message.find("you requested 65 tokens (10 in the messages, 55 in the completion)"),
+            std::string::npos)
+      << e.message;
+}
+
+}  // namespace
+}  // namespace headway

@@ -1,0 +1,79 @@
+#include "coordinator/registration.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/coordinator/fake_model_spec.h"
+
+namespace headway {
+namespace {
+
+Config TwoInstances() {
+  Config config;
+  config.block_size = 16;
+  PoolConfig pool;
+  InstanceConfig tp1;
+  InstanceConfig tp3;
+  tp3.tp_size = 3;
+  pool.instances = {tp1, tp3};
+  config.pools = {pool};
+  return config;
+}
+
+proto::RegisterRequest Good(const ModelSpec& spec, int instance, int rank, int tp) {
+  proto::RegisterRequest r;
+  r.set_instance_id(instance);
+  r.set_tp_rank(rank);
+  r.set_tp_size(tp);
+  r.set_model_name(spec.name);
+  r.set_num_layers(spec.num_layers);
+  r.set_num_local_kv_heads(spec.num_kv_heads / tp);
+  r.set_head_dim(spec.head_dim);
+  r.set_block_size(16);
+  r.set_num_blocks(100);
+  r.set_vocab_size(spec.vocab_size);
+  return r;
+}
+
+TEST(RegistrationTest, AcceptsMatchingWorkers) {
+  ModelSpec spec = testing::FakeLlamaSpec();
+  Config config = TwoInstances();
+  EXPECT_TRUE(ValidateRegisterRequest(Good(spec, 0, 0, 1), "i0r0", config, spec).ok());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(ValidateRegisterRequest(Good(spec, 1, r, 3), "i1r" + std::to_string(r), config, spec).ok());
+  }
+}
+
+TEST(RegistrationTest, RejectsMismatchesNamingTheField) {
+  ModelSpec spec = testing::FakeLlamaSpec();
+  Config config = TwoInstances();
+  auto expect = [&](proto::RegisterRequest r, const std::string& peer, const std::string& frag) {
+    Status s = ValidateRegisterRequest(r, peer, config, spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << frag;
+    EXPECT_NE(s.message().find(frag), std::string::npos) << s.message();
+  };
+  expect(Good(spec, 2, 0, 1), "i2r0", "instance_id 2");
+  expect(Good(spec, 0, 0, 3), "i0r0", "tp_size");
+  expect(Good(spec, 1, 3, 3), "i1r3", "tp_rank 3");
+  expect(Good(spec, 0, 0, 1), "i0r1", "routing identity");
+  auto r = Good(spec, 0, 0, 1);
+  r.set_block_size(32);
+  expect(r, "i0r0", "block_size is 32");
+  r = Good(spec, 0, 0, 1);
+  r.set_num_layers(5);
+  expect(r, "i0r0", "num_layers");
+  r = Good(spec, 1, 0, 3);
+  r.set_num_local_kv_heads(3);
+  expect(r, "i1r0", "num_local_kv_heads is 3");
+  r = Good(spec, 0, 0, 1);
+  r.set_head_dim(128);
+  expect(r, "i0r0", "head_dim");
+  r = Good(spec, 0, 0, 1);
+  r.set_model_name("other");
+  expect(r, "i0r0", "model_name");
+  r = Good(spec, 0, 0, 1);
+  r.set_num_blocks(0);
+  expect(r, "i0r0", "num_blocks");
+}
+
+}  // namespace
+}  // namespace headway
