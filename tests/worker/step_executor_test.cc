@@ -1,0 +1,414 @@
+// StepExecutor on a tiny random llama (no model file): plan validation
+// (every rejected plan leaves the state unchanged), delta application,
+// release, and that batching and chunking do not change greedy tokens.
+#include "worker/step_executor.h"
+
+#include <map>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+namespace headway {
+namespace {
+
+constexpr int kBlockSize = 4;
+constexpr int kNumBlocks = 256;
+
+ModelSpec TinySpec() {
+  ModelSpec spec;
+  spec.name = "tiny";
+  spec.architecture = "llama";
+  spec.num_layers = 2;
+  spec.hidden_size = 64;
+  spec.num_heads = 4;
+  spec.num_kv_heads = 2;
+  spec.head_dim = 16;
+  spec.intermediate_size = 96;
+  spec.vocab_size = 50;
+  spec.context_length = 128;
+  spec.rope_freq_base = 10000.0f;
+  spec.tied_embeddings = true;
+  spec.slot_specs.assign(spec.num_layers * spec.num_kv_heads, SlotSpec{});
+  return spec;
+}
+
+TpShard FullShard(const ModelSpec& spec) {
+  TpShard s;
+  s.kv_head_end = spec.num_kv_heads;
+  s.q_head_end = spec.num_heads;
+  s.intermediate_end = spec.intermediate_size;
+  s.padded_vocab_size = s.vocab_end = spec.vocab_size;
+  return s;
+}
+
+// A model, a pool, an executor, and a trivial allocator that hands every
+// slot fresh blocks as sequences grow.
+class Harness {
+ public:
+  Harness() {
+    const ModelSpec spec = TinySpec();
+    model_ = std::move(LlamaModel::Create(
+                           spec, ModelWeights::TEST_Random(spec, FullShard(spec), 7, 0.2f)))
+                 .value();
+    pool_ = std::move(KvPool::Create({kBlockSize, spec.head_dim},
+                                     int64_t(kNumBlocks) * 2 * kBlockSize * spec.head_dim * 4))
+                .value();
+    StepExecutorOptions options;
+    options.max_tokens_per_step = 64;
+    options.seed_base = 1;
+    executor_ = std::make_unique<StepExecutor>(model_.get(), pool_.get(), options);
+  }
+
+  // Adds `tokens` of `seq_id` at `start_pos` to `plan`, with deltas giving
+  // every slot the blocks the new positions need.
+  proto::SequenceStep* Add(proto::StepPlan* plan, uint64_t seq_id, std::vector<int32_t> tokens,
+                           uint32_t start_pos, bool is_new, bool sample = true) {
+    proto::SequenceStep* step = plan->add_seqs();
+    step->set_seq_id(seq_id);
+    step->set_is_new(is_new);
+    step->set_start_pos(start_pos);
+    step->set_sample(sample);
+    for (int32_t t : tokens) step->add_token_ids(t);
+    int& have = blocks_[seq_id];
+    const int need = int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
+    if (need > have) {
+      for (int slot = 0; slot < model_->num_slots(); ++slot) {
+        proto::SlotDelta* d = step->add_deltas();
+        d->set_slot(slot);
+        d->set_first_logical(have);
+        for (int i = have; i < need; ++i) d->add_appended(next_block_++);
+      }
+      have = need;
+    }
+    return step;
+  }
+
+  proto::StepResult Run(const proto::StepPlan& plan) { return executor_->Execute(plan); }
+  StepExecutor& executor() { return *executor_; }
+  LlamaModel& model() { return *model_; }
+
+ private:
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<StepExecutor> executor_;
+  std::map<uint64_t, int> blocks_;
+  int next_block_ = 0;
+};
+
+// Everything an executor remembers, for before/after comparison.
+struct Snapshot {
+  std::optional<uint64_t> last_step_id;
+  std::map<uint64_t, std::pair<int64_t, std::vector<std::vector<int32_t>>>> seqs;
+  bool operator==(const Snapshot&) const = default;
+};
+
+Snapshot Take(const StepExecutor& e, std::vector<uint64_t> ids) {
+  Snapshot s;
+  s.last_step_id = e.last_step_id();
+  for (uint64_t id : ids) {
+    if (const SequenceState* st = e.FindSequence(id)) {
+      s.seqs[id] = {st->num_computed, st->block_rows};
+    }
+  }
+  return s;
+}
+
+// A harness with seq 1 prefilled (positions [0, 5)) at step 1.
+class ExecutorValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    proto::StepPlan plan;
+    plan.set_step_id(1);
+    h_.Add(&plan, 1, {1, 2, 3, 4, 5}, 0, true);
+    ASSERT_EQ(h_.Run(plan).error(), "");
+    before_ = Take(h_.executor(), {1, 2});
+  }
+
+  // Runs `plan`, expects an error containing `needle` and no state change.
+  void ExpectRejected(const proto::StepPlan& plan, const std::string& needle) {
+    proto::StepResult r = h_.Run(plan);
+    EXPECT_NE(r.error().find(needle), std::string::npos) << "error: " << r.error();
+    EXPECT_EQ(r.tokens_size(), 0);
+    EXPECT_TRUE(Take(h_.executor(), {1, 2}) == before_) << "state changed by: " << r.error();
+  }
+
+  Harness h_;
+  Snapshot before_;
+};
+
+TEST_F(ExecutorValidationTest, StepIdMustIncrease) {
+  proto::StepPlan plan;
+  plan.set_step_id(1);
+  h_.Add(&plan, 1, {6}, 5, false);
+  ExpectRejected(plan, "step_id 1 is not greater");
+}
+
+TEST_F(ExecutorValidationTest, UnknownSeqWithoutIsNew) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 2, {6}, 0, false);
+  ExpectRejected(plan, "seq 2 is unknown");
+}
+
+TEST_F(ExecutorValidationTest, IsNewForExistingSeq) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 1, {6}, 5, true);
+  ExpectRejected(plan, "already exists");
+}
+
+TEST_F(ExecutorValidationTest, StartPosMustEqualComputedPositions) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 1, {6}, 4, false);
+  ExpectRejected(plan, "start_pos 4 != positions computed 5");
+}
+
+TEST_F(ExecutorValidationTest, BlockIdOutOfRange) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  proto::SequenceStep* s = h_.Add(&plan, 1, {6}, 5, false);
+  proto::SlotDelta* d = s->add_deltas();
+  d->set_slot(0);
+  d->set_first_logical(2);
+  d->add_appended(kNumBlocks);
+  ExpectRejected(plan, "block id 256 out of [0, 256)");
+}
+
+TEST_F(ExecutorValidationTest, SlotOutOfRange) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  proto::SequenceStep* s = h_.Add(&plan, 1, {6}, 5, false);
+  proto::SlotDelta* d = s->add_deltas();
+  d->set_slot(4);
+  d->set_first_logical(2);
+  d->add_appended(100);
+  ExpectRejected(plan, "slot out of [0, 4)");
+}
+
+TEST_F(ExecutorValidationTest, PositionWithoutBlock) {
+  // Positions [5, 9) need logical blocks 1 and 2; the plan gives none for 2.
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  proto::SequenceStep* s = plan.add_seqs();
+  s->set_seq_id(1);
+  s->set_start_pos(5);
+  for (int t : {6, 7, 8, 9}) s->add_token_ids(t);
+  ExpectRejected(plan, "logical block 2");
+}
+
+TEST_F(ExecutorValidationTest, RecycledBlockStillVisibleToFullSlot) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  proto::SequenceStep* s = h_.Add(&plan, 1, {6}, 5, false);
+  proto::SlotDelta* d = s->add_deltas();
+  d->set_slot(3);
+  d->add_recycled(0);
+  ExpectRejected(plan, "slot 3: logical block 0");
+}
+
+TEST_F(ExecutorValidationTest, TooManyTokens) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 2, std::vector<int32_t>(65, 3), 0, true);
+  ExpectRejected(plan, "65 tokens, more than 64");
+}
+
+TEST_F(ExecutorValidationTest, TokenIdOutOfVocabulary) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 1, {50}, 5, false);
+  ExpectRejected(plan, "token id 50 out of [0, 50)");
+}
+
+TEST_F(ExecutorValidationTest, DuplicateSeqInPlan) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 1, {6}, 5, false);
+  h_.Add(&plan, 1, {7}, 6, false);
+  ExpectRejected(plan, "appears twice");
+}
+
+TEST_F(ExecutorValidationTest, BadSamplingParams) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 1, {6}, 5, false)->mutable_sampling()->set_temperature(-1.0f);
+  ExpectRejected(plan, "temperature");
+}
+
+TEST_F(ExecutorValidationTest, OneBadSeqRejectsTheWholePlan) {
+  // Seq 2 is valid and new, seq 1 is wrong: neither may be applied.
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 2, {1, 2}, 0, true);
+  h_.Add(&plan, 1, {6}, 3, false);
+  ExpectRejected(plan, "seq 1 start_pos 3");
+  EXPECT_EQ(h_.executor().FindSequence(2), nullptr);
+  // The same step id is still usable once the plan is right.
+  proto::StepPlan good;
+  good.set_step_id(2);
+  h_.Add(&good, 1, {6}, 5, false);
+  proto::StepResult r = h_.Run(good);
+  EXPECT_EQ(r.error(), "");
+  ASSERT_EQ(r.tokens_size(), 1);
+  EXPECT_EQ(h_.executor().FindSequence(1)->num_computed, 6);
+}
+
+TEST(StepExecutorTest, DeltasAppendRecycleAndRelease) {
+  Harness h;
+  proto::StepPlan plan;
+  plan.set_step_id(10);
+  proto::SequenceStep* s = plan.add_seqs();
+  s->set_seq_id(7);
+  s->set_is_new(true);
+  s->set_start_pos(0);
+  s->set_sample(false);
+  for (int t : {1, 2, 3, 4, 5, 6}) s->add_token_ids(t);
+  for (int slot = 0; slot < 4; ++slot) {
+    proto::SlotDelta* d = s->add_deltas();
+    d->set_slot(slot);
+    d->set_first_logical(0);
+    d->add_appended(10 * slot);
+    d->add_appended(10 * slot + 1);
+  }
+  proto::StepResult r = h.Run(plan);
+  ASSERT_EQ(r.error(), "");
+  EXPECT_EQ(r.tokens_size(), 0);  // nothing asked to sample
+  const SequenceState* st = h.executor().FindSequence(7);
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->num_computed, 6);
+  EXPECT_EQ(st->block_rows[2], (std::vector<int32_t>{20, 21}));
+
+  SequenceState direct = *st;
+  proto::SlotDelta gap;
+  gap.set_slot(1);
+  gap.set_first_logical(4);
+  gap.add_appended(99);
+  gap.add_recycled(0);
+  ASSERT_TRUE(ApplySlotDelta(gap, kNumBlocks, &direct).ok());
+  EXPECT_EQ(direct.block_rows[1], (std::vector<int32_t>{-1, 11, -1, -1, 99}));
+  proto::SlotDelta overwrite;
+  overwrite.set_slot(1);
+  overwrite.set_first_logical(1);
+  overwrite.add_appended(5);
+  EXPECT_EQ(ApplySlotDelta(overwrite, kNumBlocks, &direct).code(), StatusCode::kInvalidArgument);
+  proto::SlotDelta past_end;
+  past_end.set_slot(1);
+  past_end.add_recycled(5);
+  EXPECT_EQ(ApplySlotDelta(past_end, kNumBlocks, &direct).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(direct.block_rows[1], (std::vector<int32_t>{-1, 11, -1, -1, 99}));
+
+  proto::StepPlan release;
+  release.set_step_id(11);
+  release.add_released_seq_ids(7);
+  release.add_released_seq_ids(12345);  // unknown: ignored
+  ASSERT_EQ(h.Run(release).error(), "");
+  EXPECT_EQ(h.executor().FindSequence(7), nullptr);
+  EXPECT_EQ(h.executor().num_sequences(), 0u);
+}
+
+TEST(StepExecutorTest, SlidingSlotMayDropBlocksOutsideItsWindow) {
+  SequenceState st;
+  st.seq_id = 3;
+  st.block_rows = {{-1, -1, 5, 6}, {1, 2, 3, 4}};
+  const std::vector<SlotSpec> specs = {SlotSpec{6, 0}, SlotSpec{}};
+  // Positions [13, 15) with window 6 see keys > 7: logical blocks 2 and 3.
+  EXPECT_TRUE(CheckBlocksCover(st, specs, kBlockSize, 13, 15).ok());
+  // Position 12 sees key 7, in logical block 1, which is gone.
+  EXPECT_EQ(CheckBlocksCover(st, specs, kBlockSize, 12, 15).code(),
+            StatusCode::kFailedPrecondition);
+  // A sink of 2 needs logical block 0 too.
+  EXPECT_FALSE(CheckBlocksCover(st, {SlotSpec{6, 2}, SlotSpec{}}, kBlockSize, 13, 15).ok());
+}
+
+// Greedy generation of `n` tokens for one prompt, prefilled in chunks of
+// `chunk` tokens, optionally alongside other sequences.
+std::vector<int32_t> Generate(const std::vector<int32_t>& prompt, int n, int chunk,
+                              bool with_others) {
+  Harness h;
+  uint64_t step = 1;
+  std::vector<int32_t> out;
+  uint32_t pos = 0;
+  std::vector<int32_t> other = {7, 8, 9, 10, 11, 12, 13};
+  uint32_t other_pos = 0;
+  int32_t last = -1;
+  while (int(out.size()) < n) {
+    proto::StepPlan plan;
+    plan.set_step_id(step++);
+    if (with_others) {
+      h.Add(&plan, 50, other_pos == 0 ? other : std::vector<int32_t>{3}, other_pos,
+            other_pos == 0);
+      other_pos += other_pos == 0 ? uint32_t(other.size()) : 1;
+    }
+    if (pos < prompt.size()) {
+      const size_t len = std::min<size_t>(chunk, prompt.size() - pos);
+      std::vector<int32_t> part(prompt.begin() + pos, prompt.begin() + pos + len);
+      h.Add(&plan, 9, part, pos, pos == 0, pos + len == prompt.size());
+      pos += uint32_t(len);
+    } else {
+      h.Add(&plan, 9, {last}, pos, false)->set_num_generated(uint32_t(out.size()));
+      pos += 1;
+    }
+    proto::StepResult r = h.Run(plan);
+    EXPECT_EQ(r.error(), "");
+    for (const proto::SampledToken& t : r.tokens()) {
+      if (t.seq_id() == 9) {
+        last = t.token_id();
+        out.push_back(last);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(StepExecutorTest, BatchingAndChunkingKeepGreedyTokens) {
+  const std::vector<int32_t> prompt = {1, 5, 9, 14, 2, 33, 47, 8, 21, 30, 11};
+  const std::vector<int32_t> alone = Generate(prompt, 8, 100, false);
+  EXPECT_EQ(Generate(prompt, 8, 100, true), alone);
+  EXPECT_EQ(Generate(prompt, 8, 3, false), alone);
+  EXPECT_EQ(Generate(prompt, 8, 5, true), alone);
+}
+
+TEST(StepExecutorTest, SeededSamplingIsReproducible) {
+  auto run = [](uint64_t seed, bool has_seed) {
+    Harness h;
+    proto::StepPlan plan;
+    plan.set_step_id(1);
+    proto::SequenceStep* s = h.Add(&plan, 4, {1, 2, 3}, 0, true);
+    s->mutable_sampling()->set_temperature(1.0f);
+    s->mutable_sampling()->set_seed(seed);
+    s->mutable_sampling()->set_has_seed(has_seed);
+    s->mutable_sampling()->set_num_logprobs(3);
+    proto::StepResult r = h.Run(plan);
+    EXPECT_EQ(r.error(), "");
+    EXPECT_EQ(r.tokens(0).top_logprobs_size(), 3);
+    EXPECT_LE(r.tokens(0).logprob(), 0.0f);
+    return r.tokens(0).token_id();
+  };
+  EXPECT_EQ(run(42, true), run(42, true));
+  // Same seed base (options) and seq id: the per-sequence seed repeats too.
+  EXPECT_EQ(run(0, false), run(0, false));
+}
+
+TEST(StepExecutorTest, ModelRefusesTensorParallelism) {
+  const ModelSpec spec = TinySpec();
+  TpShard shard = FullShard(spec);
+  shard.tp_size = 2;
+  Result<std::unique_ptr<LlamaModel>> m =
+      LlamaModel::Create(spec, ModelWeights::TEST_Random(spec, shard, 1, 0.1f));
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("tensor parallelism not yet supported"),
+            std::string::npos);
+}
+
+TEST(KvPoolTest, SizesFromMemoryAndRejectsTooLittle) {
+  const KvCacheLayout layout{16, 64};
+  Result<std::unique_ptr<KvPool>> pool = KvPool::Create(layout, 10 * 8192 + 100);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ((*pool)->num_blocks(), 10);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*pool)->data()) % KvPool::kAlignmentBytes, 0u);
+  EXPECT_EQ(KvPool::Create(layout, 8191).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headway

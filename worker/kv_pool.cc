@@ -1,0 +1,44 @@
+#include "worker/kv_pool.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace headway {
+
+Result<std::unique_ptr<KvPool>> KvPool::Create(const KvCacheLayout& layout,
+                                               int64_t kv_memory_bytes) {
+  if (layout.block_size <= 0 || layout.head_dim <= 0) {
+    return Status::InvalidArgument("KV pool: block_size (" + std::to_string(layout.block_size) +
+                                   ") and head_dim (" + std::to_string(layout.head_dim) +
+                                   ") must be positive");
+  }
+  const int64_t block_bytes = static_cast<int64_t>(layout.BlockBytes());
+  const int64_t num_blocks = kv_memory_bytes > 0 ? kv_memory_bytes / block_bytes : 0;
+  if (num_blocks < 1) {
+    return Status::InvalidArgument("KV pool: " + std::to_string(kv_memory_bytes) +
+                                   " bytes of KV memory hold no block of " +
+                                   std::to_string(block_bytes) +
+                                   " bytes; raise cache.kv_memory_mb");
+  }
+  if (num_blocks > INT32_MAX) {
+    return Status::InvalidArgument("KV pool: " + std::to_string(num_blocks) +
+                                   " blocks exceed the 32-bit block id range");
+  }
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  size_t bytes = size_t(num_blocks) * size_t(block_bytes);
+  bytes = (bytes + kAlignmentBytes - 1) / kAlignmentBytes * kAlignmentBytes;
+  void* p = std::aligned_alloc(kAlignmentBytes, bytes);
+  if (p == nullptr) {
+    return Status::ResourceExhausted("KV pool: cannot allocate " + std::to_string(bytes) +
+                                     " bytes");
+  }
+  std::memset(p, 0, bytes);
+  return std::unique_ptr<KvPool>(
+      new KvPool(layout, static_cast<int>(num_blocks), static_cast<float*>(p)));
+}
+
+KvPool::~KvPool() { std::free(data_); }
+
+}  // namespace headway

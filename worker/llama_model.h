@@ -1,0 +1,94 @@
+// The llama forward pass over head-wise KV blocks, for one TP rank.
+//
+// One call runs a batch that mixes prefill chunks and decode tokens
+// (kernels/kv_cache.h BatchLayout):
+//   x = embedding(tokens)                                   // [n, hidden]
+//   per layer:
+//     h = rmsnorm(x) ; q, k, v = h Wq^T, h Wk^T, h Wv^T
+//     rope(q), rope(k)   (interleaved pairs: the GGUF converter permutes the
+//                         Q/K rows of llama weights; llama.cpp LLAMA_ROPE_TYPE_NORM)
+//     append_kv(k, v) ; a = paged_attention(q) ; x += a Wo^T
+//     h = rmsnorm(x) ; x += (silu(h Wgate^T) * h Wup^T) Wdown^T
+//   logits = rmsnorm(x[rows]) Wlm^T only for the requested rows.
+// Reference: llama.cpp src/llama-model.cpp (llm_build_llama), Hugging Face
+// transformers LlamaModel.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/model_spec.h"
+#include "common/status.h"
+#include "kernels/kv_cache.h"
+#include "worker/kv_pool.h"
+#include "worker/model_weights.h"
+
+namespace headway {
+
+// Inputs of one forward pass. All pointers are host memory owned by the
+// caller and only read during Forward.
+struct ForwardBatch {
+  const int32_t* token_ids = nullptr;  // [n_tokens], each in [0, vocab_size)
+  const int32_t* positions = nullptr;  // [n_tokens], consistent with `layout`
+  BatchLayout layout;                  // sequences and their rows
+  // Per layer, the batch's dense head-wise block table of this rank's KV heads
+  // ([num_layers] entries, num_kv_heads = num_local_kv_heads). Every position
+  // written or visible to a row must have a block id in [0, num_blocks).
+  const LayerBlockTable* tables = nullptr;
+  // Rows (token indices in [0, n_tokens)) whose logits are wanted, in order.
+  const int32_t* logit_rows = nullptr;
+  int num_logit_rows = 0;
+};
+
+// Not thread-safe: a model owns scratch buffers reused across calls.
+class LlamaModel {
+ public:
+  // Takes the rank's weights. Errors: Unimplemented "tensor parallelism not
+  // yet supported" when shard.tp_size > 1 (the forward pass has no
+  // all-reduce yet); Unimplemented for an architecture other than llama;
+  // InvalidArgument if the weights do not belong to `spec`.
+  static Result<std::unique_ptr<LlamaModel>> Create(const ModelSpec& spec,
+                                                    std::unique_ptr<ModelWeights> weights);
+
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const ModelSpec& spec() const { return spec_; }
+  const TpShard& shard() const { return weights_->shard(); }
+  int vocab_size() const { return spec_.vocab_size; }
+  int num_local_kv_heads() const { return shard().num_local_kv_heads(); }
+  // Slots on this rank: num_layers * num_local_kv_heads.
+  int num_slots() const { return spec_.num_layers * num_local_kv_heads(); }
+  // Attention spec of local slot `slot` (= layer * num_local_kv_heads + h).
+  const SlotSpec& slot_spec(int slot) const { return local_specs_[slot]; }
+
+  // Runs the batch: writes this step's K/V into `pool` and fills
+  //   logits: [num_logit_rows, vocab_size] f32 (resized).
+  // REQUIRES: the batch satisfies the ForwardBatch comments (the step
+  // executor validates plans before calling); pool->layout().head_dim ==
+  // spec().head_dim.
+  void Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits);
+
+ private:
+  LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights);
+  void EnsureScratch(int n_tokens);
+
+  const ModelSpec spec_;
+  const std::unique_ptr<ModelWeights> weights_;
+  std::vector<SlotSpec> local_specs_;  // [num_layers * num_local_kv_heads]
+
+  // Scratch, grown to the largest batch seen; [n_tokens, width] row-major.
+  int scratch_tokens_ = 0;
+  std::vector<float> x_;     // hidden state [n, hidden]
+  std::vector<float> h_;     // normed [n, hidden]
+  std::vector<float> q_;     // [n, local_heads * head_dim]
+  std::vector<float> k_;     // [n, local_kv_heads * head_dim]
+  std::vector<float> v_;     // [n, local_kv_heads * head_dim]
+  std::vector<float> attn_;  // [n, local_heads * head_dim]
+  std::vector<float> proj_;  // [n, hidden]
+  std::vector<float> gate_;  // [n, local_intermediate]
+  std::vector<float> up_;    // [n, local_intermediate]
+  std::vector<float> last_;  // [num_logit_rows, hidden]
+};
+
+}  // namespace headway

@@ -1,0 +1,193 @@
+// headway-worker: one TP rank of one instance. Loads its weight shard, sizes
+// its KV pool, registers with the coordinator and executes step plans.
+//
+//   headway-worker --config deploy/configs/local.yaml --instance-id 0 --tp-rank 0
+//                  [--model-dir DIR] [--threads N] [--control-address ADDR]
+//
+// Exit status: 0 after a Shutdown message or SIGTERM/SIGINT; 1 on any error
+// (bad flags or config, model load, registration refused or unanswered,
+// coordinator silent for heartbeat_timeout_ms).
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include "comm/control_channel.h"
+#include "common/config.h"
+#include "common/gguf.h"
+#include "common/model_spec.h"
+#include "worker/kv_pool.h"
+#include "worker/llama_model.h"
+#include "worker/model_weights.h"
+#include "worker/step_executor.h"
+#include "worker/worker_loop.h"
+
+namespace {
+
+// Set by SIGTERM/SIGINT; the only state a signal handler may touch.
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+struct Flags {
+  std::string config_path;
+  int instance_id = 0;
+  int tp_rank = 0;
+  std::string model_dir;
+  int threads = 0;
+  std::string control_address;
+};
+
+int Fail(const std::string& what, const headway::Status& status) {
+  spdlog::error("{}: {}", what, status.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace headway;
+  // libgomp reads OMP_WAIT_POLICY when it loads, before main. Its default
+  // spinning threads fight OpenBLAS's own thread pool for the cores: decode
+  // of SmolLM2-135M on 2 cores measured 3 tokens/s spinning, 17 passive. So
+  // unless the caller chose a policy, start this same process again with
+  // passive waiting (execv keeps the pid).
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+    // On failure carry on with the default policy.
+  }
+  Flags flags;
+  CLI::App app{"Headway worker: one TP rank of one instance"};
+  app.add_option("--config", flags.config_path, "deployment YAML")->required();
+  app.add_option("--instance-id", flags.instance_id, "instance index (Config::Instances order)")
+      ->required();
+  app.add_option("--tp-rank", flags.tp_rank, "this worker's TP rank")->required();
+  app.add_option("--model-dir", flags.model_dir,
+                 "directory for relative model paths (default $HEADWAY_MODEL_DIR or "
+                 "~/.cache/headway/models)");
+  app.add_option("--threads", flags.threads, "compute threads (default from the config)");
+  app.add_option("--control-address", flags.control_address,
+                 "coordinator control address (overrides the config)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+
+  Result<Config> config = LoadConfigFile(flags.config_path);
+  if (!config.ok()) return Fail("config " + flags.config_path, config.status());
+  if (flags.model_dir.empty()) {
+    const char* env = std::getenv("HEADWAY_MODEL_DIR");
+    const char* home = std::getenv("HOME");
+    flags.model_dir = env != nullptr ? env
+                                     : std::string(home != nullptr ? home : "") +
+                                           "/.cache/headway/models";
+  }
+  ResolveModelPath(*config, flags.model_dir);
+  if (!flags.control_address.empty()) {
+    config->control_address = flags.control_address;
+    if (Status s = ValidateConfig(*config); !s.ok()) return Fail("--control-address", s);
+  }
+
+  const std::vector<const InstanceConfig*> instances = config->Instances();
+  if (flags.instance_id < 0 || flags.instance_id >= int(instances.size())) {
+    return Fail("flags", Status::InvalidArgument(
+                             "--instance-id " + std::to_string(flags.instance_id) +
+                             " out of [0, " + std::to_string(instances.size()) + ")"));
+  }
+  const InstanceConfig& instance = *instances[flags.instance_id];
+  if (flags.tp_rank < 0 || flags.tp_rank >= instance.tp_size) {
+    return Fail("flags", Status::InvalidArgument(
+                             "--tp-rank " + std::to_string(flags.tp_rank) + " out of [0, " +
+                             std::to_string(instance.tp_size) + ")"));
+  }
+  int threads = flags.threads > 0 ? flags.threads : instance.num_threads;
+  if (threads <= 0) {
+    threads = std::max(1, int(std::thread::hardware_concurrency()) / instance.tp_size);
+  }
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+
+  spdlog::info("worker i{}r{}: loading {} ({} threads)", flags.instance_id, flags.tp_rank,
+               config->model_path, threads);
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(config->model_path);
+  if (!file.ok()) return Fail("model", file.status());
+  Result<ModelSpec> spec = LoadModelSpec(**file);
+  if (!spec.ok()) return Fail("model", spec.status());
+  if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return Fail("model", s);
+  const TpShard shard = ShardForRank(*spec, instance.tp_size, flags.tp_rank);
+  if (shard.tp_size > 1) {
+    // Fail before spending time on the weights; LlamaModel::Create says the same.
+    return Fail("model", Status::Unimplemented("tensor parallelism not yet supported (tp_size " +
+                                               std::to_string(shard.tp_size) + ")"));
+  }
+  Result<std::unique_ptr<ModelWeights>> weights = ModelWeights::Load(**file, *spec, shard);
+  if (!weights.ok()) return Fail("model", weights.status());
+  Result<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(*spec, std::move(*weights));
+  if (!model.ok()) return Fail("model", model.status());
+  file->reset();  // weights are dequantised copies; drop the mapping
+
+  const KvCacheLayout layout{config->block_size, spec->head_dim};
+  Result<std::unique_ptr<KvPool>> pool =
+      KvPool::Create(layout, config->kv_memory_mb * int64_t(1024) * 1024);
+  if (!pool.ok()) return Fail("KV pool", pool.status());
+  spdlog::info("worker i{}r{}: {} KV blocks of {} bytes", flags.instance_id, flags.tp_rank,
+               (*pool)->num_blocks(), layout.BlockBytes());
+
+  StepExecutorOptions exec_options;
+  exec_options.tp_rank = flags.tp_rank;
+  exec_options.max_tokens_per_step = config->max_num_batched_tokens;
+  StepExecutor executor(model->get(), pool->get(), exec_options);
+
+  Result<std::unique_ptr<ControlClient>> client =
+      ControlClient::Connect(config->control_address, PeerName(flags.instance_id, flags.tp_rank));
+  if (!client.ok()) return Fail("control channel", client.status());
+
+  proto::RegisterRequest request;
+  request.set_instance_id(uint32_t(flags.instance_id));
+  request.set_tp_rank(uint32_t(flags.tp_rank));
+  request.set_tp_size(uint32_t(instance.tp_size));
+  request.set_model_name(spec->name);
+  request.set_num_layers(uint32_t(spec->num_layers));
+  request.set_num_local_kv_heads(uint32_t(shard.num_local_kv_heads()));
+  request.set_head_dim(uint32_t(spec->head_dim));
+  request.set_block_size(uint32_t(layout.block_size));
+  request.set_block_bytes(uint64_t(layout.BlockBytes()));
+  request.set_num_blocks(uint32_t((*pool)->num_blocks()));
+  request.set_vocab_size(uint32_t(spec->vocab_size));
+  request.set_pid(uint32_t(getpid()));
+
+  WorkerLoopOptions loop_options;
+  loop_options.heartbeat_interval_ms = config->heartbeat_interval_ms;
+  loop_options.heartbeat_timeout_ms = config->heartbeat_timeout_ms;
+  loop_options.stop = &g_stop;
+  if (Status s = Register(**client, request, loop_options); !s.ok()) {
+    if (g_stop.load()) {
+      spdlog::info("worker i{}r{}: stopped by signal before registering", flags.instance_id,
+                   flags.tp_rank);
+      return 0;
+    }
+    return Fail("registration with " + config->control_address, s);
+  }
+  spdlog::info("worker i{}r{}: registered with {}", flags.instance_id, flags.tp_rank,
+               config->control_address);
+  if (Status s = ServeSteps(**client, executor, loop_options); !s.ok()) {
+    return Fail("worker i" + std::to_string(flags.instance_id) + "r" +
+                    std::to_string(flags.tp_rank) + " exiting",
+                s);
+  }
+  spdlog::info("worker i{}r{}: stopped", flags.instance_id, flags.tp_rank);
+  return 0;
+}

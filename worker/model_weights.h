@@ -1,0 +1,83 @@
+// The weights of one TP shard of a llama-architecture model, dequantised to
+// f32 in host memory at load time.
+//
+// GGUF tensor names (llama.cpp `LLM_ARCH_LLAMA`): token_embd.weight,
+// output_norm.weight, optional output.weight (absent = tied to token_embd),
+// and per layer N: blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+// ffn_norm, ffn_gate, ffn_up, ffn_down}.weight. A GGUF matrix with
+// ne = {n_in, n_out} is a row-major [n_out, n_in] matrix (rows = outputs), the
+// layout cpu::MatmulTransB takes.
+//
+// Sharding (DESIGN.md "TP sharding rule", common/model_spec.h TpShard): a rank
+// keeps the Q rows of its query heads, the K/V rows of its KV heads, the
+// attn_output columns of its query heads, the gate/up rows and down columns of
+// its MLP range, and the embedding / LM-head rows of its vocabulary range
+// (rows past the real vocabulary are zero). Norm weights are replicated.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/gguf.h"
+#include "common/model_spec.h"
+#include "common/status.h"
+
+namespace headway {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [hidden]
+  std::vector<float> wq;         // [n_local_heads * head_dim, hidden]
+  std::vector<float> wk;         // [n_local_kv_heads * head_dim, hidden]
+  std::vector<float> wv;         // [n_local_kv_heads * head_dim, hidden]
+  std::vector<float> wo;         // [hidden, n_local_heads * head_dim]
+  std::vector<float> ffn_norm;   // [hidden]
+  std::vector<float> w_gate;     // [n_local_intermediate, hidden]
+  std::vector<float> w_up;       // [n_local_intermediate, hidden]
+  std::vector<float> w_down;     // [hidden, n_local_intermediate]
+};
+
+class ModelWeights {
+ public:
+  // Reads and dequantises the tensors of `shard` from `file`, whose spec is
+  // `spec` (LoadModelSpec of the same file). `file` is only read during the
+  // call. Errors: NotFound naming a missing tensor; InvalidArgument naming a
+  // tensor whose shape differs from what the spec implies (both shapes in the
+  // message); Unimplemented for a tensor type that cannot be dequantised.
+  static Result<std::unique_ptr<ModelWeights>> Load(const GgufFile& file, const ModelSpec& spec,
+                                                    const TpShard& shard);
+
+  // Weights of `shard` drawn uniformly from [-scale, scale] (norm weights 1),
+  // reproducible from `seed`: a small model for tests that need no file.
+  static std::unique_ptr<ModelWeights> TEST_Random(const ModelSpec& spec, const TpShard& shard,
+                                                   uint64_t seed, float scale);
+
+  ModelWeights(const ModelWeights&) = delete;
+  ModelWeights& operator=(const ModelWeights&) = delete;
+
+  const TpShard& shard() const { return shard_; }
+  const LayerWeights& layer(int i) const { return layers_[i]; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+
+  // [vocab_end - vocab_begin, hidden]: rows of this rank's vocabulary range.
+  const std::vector<float>& token_embd() const { return token_embd_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }  // [hidden]
+  // LM head rows of this rank's vocabulary range, [vocab_end - vocab_begin,
+  // hidden]: output.weight, or token_embd when the embeddings are tied.
+  const std::vector<float>& lm_head() const { return tied_ ? token_embd_ : output_; }
+
+  // Bytes of f32 weights held.
+  size_t num_bytes() const;
+
+ private:
+  ModelWeights() = default;
+
+  TpShard shard_;
+  bool tied_ = true;
+  std::vector<float> token_embd_;
+  std::vector<float> output_;  // empty when tied
+  std::vector<float> output_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace headway

@@ -1,0 +1,243 @@
+#include "worker/step_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <unordered_set>
+
+#include "kernels/sampling.h"
+
+namespace headway {
+namespace {
+
+// SplitMix64 finaliser (Steele et al. 2014): mixes a seed base with a seq id.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t RandomSeedBase() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ uint64_t(rd());
+}
+
+std::string SeqName(uint64_t seq_id) { return "seq " + std::to_string(seq_id); }
+
+SamplingConfig ToSamplingConfig(const proto::SamplingParams& p) {
+  SamplingConfig c;
+  c.temperature = p.temperature();
+  c.top_k = p.top_k();
+  // proto3 leaves an unset top_p at 0: treat it (and 1) as "off".
+  c.top_p = (p.top_p() <= 0.0f || p.top_p() >= 1.0f) ? 1.0f : p.top_p();
+  return c;
+}
+
+}  // namespace
+
+StepExecutor::StepExecutor(LlamaModel* model, KvPool* pool, const StepExecutorOptions& options)
+    : model_(model),
+      pool_(pool),
+      options_(options),
+      seed_base_(options.seed_base ? *options.seed_base : RandomSeedBase()) {
+  for (int s = 0; s < model_->num_slots(); ++s) slot_specs_.push_back(model_->slot_spec(s));
+  table_ids_.resize(model_->spec().num_layers);
+  tables_.resize(model_->spec().num_layers);
+}
+
+const SequenceState* StepExecutor::FindSequence(uint64_t seq_id) const {
+  auto it = sequences_.find(seq_id);
+  return it == sequences_.end() ? nullptr : &it->second;
+}
+
+Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceState* next) const {
+  const std::string name = SeqName(step.seq_id());
+  auto it = sequences_.find(step.seq_id());
+  if (step.is_new()) {
+    if (it != sequences_.end()) {
+      return Status::FailedPrecondition(name + " is_new but already exists on this worker");
+    }
+    next->seq_id = step.seq_id();
+    next->rng_seed = Mix(seed_base_ ^ Mix(step.seq_id()));
+    // A new sequence may start past 0: its prefix is already in the blocks
+    // its deltas name (prefix cache hit, or a snapshot moved from prefill).
+    next->num_computed = step.start_pos();
+    next->block_rows.assign(model_->num_slots(), {});
+  } else {
+    if (it == sequences_.end()) {
+      return Status::NotFound(name + " is unknown on this worker and not is_new");
+    }
+    *next = it->second;
+  }
+  if (step.token_ids_size() == 0) {
+    return Status::InvalidArgument(name + " has no tokens to compute");
+  }
+  if (int64_t(step.start_pos()) != next->num_computed) {
+    return Status::FailedPrecondition(name + " start_pos " + std::to_string(step.start_pos()) +
+                                      " != positions computed " +
+                                      std::to_string(next->num_computed));
+  }
+  const int64_t end = int64_t(step.start_pos()) + step.token_ids_size();
+  if (end > model_->spec().context_length) {
+    return Status::OutOfRange(name + " reaches position " + std::to_string(end) +
+                              ", past the model's context length " +
+                              std::to_string(model_->spec().context_length));
+  }
+  for (int32_t id : step.token_ids()) {
+    if (id < 0 || id >= model_->vocab_size()) {
+      return Status::InvalidArgument(name + " token id " + std::to_string(id) + " out of [0, " +
+                                     std::to_string(model_->vocab_size()) + ")");
+    }
+  }
+  if (step.sample()) {
+    const proto::SamplingParams& p = step.sampling();
+    if (!std::isfinite(p.temperature()) || p.temperature() < 0.0f) {
+      return Status::InvalidArgument(name + " temperature " + std::to_string(p.temperature()) +
+                                     " must be >= 0");
+    }
+    if (!std::isfinite(p.top_p()) || p.top_p() < 0.0f || p.top_p() > 1.0f) {
+      return Status::InvalidArgument(name + " top_p " + std::to_string(p.top_p()) +
+                                     " must lie in (0, 1]");
+    }
+    if (p.num_logprobs() < 0 || p.num_logprobs() > options_.max_num_logprobs) {
+      return Status::InvalidArgument(name + " num_logprobs " + std::to_string(p.num_logprobs()) +
+                                     " out of [0, " + std::to_string(options_.max_num_logprobs) +
+                                     "]");
+    }
+  }
+  for (const proto::SlotDelta& d : step.deltas()) {
+    HW_RETURN_IF_ERROR(ApplySlotDelta(d, pool_->num_blocks(), next));
+  }
+  HW_RETURN_IF_ERROR(CheckBlocksCover(*next, slot_specs_, pool_->layout().block_size,
+                                      step.start_pos(), end));
+  next->num_computed = end;
+  return Status::Ok();
+}
+
+Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan) const {
+  if (last_step_id_ && plan.step_id() <= *last_step_id_) {
+    return Status::FailedPrecondition("step_id " + std::to_string(plan.step_id()) +
+                                      " is not greater than the last step " +
+                                      std::to_string(*last_step_id_));
+  }
+  std::unordered_set<uint64_t> released(plan.released_seq_ids().begin(),
+                                        plan.released_seq_ids().end());
+  std::unordered_set<uint64_t> seen;
+  int64_t n_tokens = 0;
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (!seen.insert(step.seq_id()).second) {
+      return Status::InvalidArgument(SeqName(step.seq_id()) + " appears twice in step " +
+                                     std::to_string(plan.step_id()));
+    }
+    if (released.count(step.seq_id())) {
+      return Status::InvalidArgument(SeqName(step.seq_id()) + " is both stepped and released");
+    }
+    n_tokens += step.token_ids_size();
+  }
+  if (n_tokens > options_.max_tokens_per_step) {
+    return Status::InvalidArgument("step " + std::to_string(plan.step_id()) + " has " +
+                                   std::to_string(n_tokens) + " tokens, more than " +
+                                   std::to_string(options_.max_tokens_per_step));
+  }
+  StagedStep staged;
+  staged.states.resize(plan.seqs_size());
+  staged.query_start.push_back(0);
+  for (int i = 0; i < plan.seqs_size(); ++i) {
+    const proto::SequenceStep& step = plan.seqs(i);
+    HW_RETURN_IF_ERROR(StageSequence(step, &staged.states[i]));
+    for (int j = 0; j < step.token_ids_size(); ++j) {
+      staged.token_ids.push_back(step.token_ids(j));
+      staged.positions.push_back(int32_t(step.start_pos() + j));
+    }
+    staged.start_pos.push_back(int32_t(step.start_pos()));
+    staged.query_start.push_back(int32_t(staged.token_ids.size()));
+    if (step.sample()) {
+      staged.logit_rows.push_back(int32_t(staged.token_ids.size()) - 1);
+      staged.sampled_seqs.push_back(i);
+    }
+  }
+  return staged;
+}
+
+void StepExecutor::BuildTables(const StagedStep& staged) {
+  const int n_kv = model_->num_local_kv_heads();
+  const int num_seqs = int(staged.states.size());
+  size_t max_blocks = 1;
+  for (const SequenceState& s : staged.states) {
+    for (const auto& row : s.block_rows) max_blocks = std::max(max_blocks, row.size());
+  }
+  for (int l = 0; l < model_->spec().num_layers; ++l) {
+    std::vector<int32_t>& ids = table_ids_[l];
+    ids.assign(size_t(num_seqs) * n_kv * max_blocks, -1);
+    for (int s = 0; s < num_seqs; ++s) {
+      for (int h = 0; h < n_kv; ++h) {
+        const std::vector<int32_t>& row = staged.states[s].block_rows[size_t(l) * n_kv + h];
+        std::copy(row.begin(), row.end(), ids.begin() + (size_t(s) * n_kv + h) * max_blocks);
+      }
+    }
+    tables_[l] = LayerBlockTable{ids.data(), n_kv, int(max_blocks)};
+  }
+}
+
+void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
+                          proto::StepResult* result) const {
+  const int vocab = model_->vocab_size();
+  for (size_t r = 0; r < staged.sampled_seqs.size(); ++r) {
+    const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[r]);
+    const SequenceState& state = staged.states[staged.sampled_seqs[r]];
+    const proto::SamplingParams& p = step.sampling();
+    const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
+    const double uniform = SeededUniform(seed, step.num_generated());
+    SampleResult s = cpu::Sample(logits_.data() + r * vocab, vocab, ToSamplingConfig(p),
+                                 uniform, p.num_logprobs());
+    proto::SampledToken* t = result->add_tokens();
+    t->set_seq_id(step.seq_id());
+    t->set_token_id(s.token_id);
+    t->set_logprob(s.logprob);
+    for (const auto& [id, lp] : s.top_logprobs) {
+      proto::TopLogprob* top = t->add_top_logprobs();
+      top->set_token_id(id);
+      top->set_logprob(lp);
+    }
+  }
+}
+
+proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
+  const auto t0 = std::chrono::steady_clock::now();
+  proto::StepResult result;
+  result.set_step_id(plan.step_id());
+  result.set_tp_rank(uint32_t(options_.tp_rank));
+  Result<StagedStep> staged = Stage(plan);
+  if (!staged.ok()) {
+    result.set_error(staged.status().ToString());
+    return result;
+  }
+  if (!staged->token_ids.empty()) {
+    BuildTables(*staged);
+    ForwardBatch batch;
+    batch.token_ids = staged->token_ids.data();
+    batch.positions = staged->positions.data();
+    batch.layout.num_seqs = int(staged->states.size());
+    batch.layout.query_start = staged->query_start.data();
+    batch.layout.start_pos = staged->start_pos.data();
+    batch.tables = tables_.data();
+    batch.logit_rows = staged->logit_rows.data();
+    batch.num_logit_rows = int(staged->logit_rows.size());
+    model_->Forward(batch, pool_, &logits_);
+    if (options_.tp_rank == 0) Sample(plan, *staged, &result);
+  }
+  // Commit.
+  for (SequenceState& s : staged->states) {
+    const uint64_t id = s.seq_id;
+    sequences_[id] = std::move(s);
+  }
+  for (uint64_t id : plan.released_seq_ids()) sequences_.erase(id);
+  last_step_id_ = plan.step_id();
+  result.set_compute_seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return result;
+}
+
+}  // namespace headway

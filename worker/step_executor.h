@@ -1,0 +1,98 @@
+// Runs StepPlans (proto/control.proto) on one TP rank: keeps per-sequence
+// state, applies block-table deltas, runs the forward pass and samples.
+//
+// A step is check-then-commit: the plan is validated and every touched
+// sequence's next state is built on the side; only when the whole plan is
+// valid does the forward pass run, and only then is the new state committed.
+// A rejected plan changes nothing (no sequence, no table, no step id) and its
+// StepResult carries the error.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/control.pb.h"
+#include "worker/kv_pool.h"
+#include "worker/llama_model.h"
+#include "worker/sequence_state.h"
+
+namespace headway {
+
+struct StepExecutorOptions {
+  int tp_rank = 0;                 // rank 0 samples and returns tokens
+  int max_tokens_per_step = 8192;  // scheduler.max_num_batched_tokens
+  int max_num_logprobs = 20;       // most top logprobs a request may ask for
+  // Base of the per-sequence seeds used when a request has no seed;
+  // nullopt = drawn from std::random_device at construction.
+  std::optional<uint64_t> seed_base;
+};
+
+class StepExecutor {
+ public:
+  // `model` and `pool` must outlive the executor. Not thread-safe.
+  StepExecutor(LlamaModel* model, KvPool* pool, const StepExecutorOptions& options);
+
+  StepExecutor(const StepExecutor&) = delete;
+  StepExecutor& operator=(const StepExecutor&) = delete;
+
+  // Validates and runs `plan`; returns the result to send (step_id, tp_rank,
+  // sampled tokens on rank 0, compute_seconds). On a rejected plan, `error`
+  // holds the reason (Status::ToString) and no state changed. Errors:
+  //   step_id not greater than the last executed one; a seq listed twice or
+  //   both stepped and released; an unknown seq without is_new; is_new for a
+  //   seq that exists; no tokens; start_pos != positions already computed;
+  //   a token id out of [0, vocab_size); positions past the model's context
+  //   length; more tokens than max_tokens_per_step; a bad delta (see
+  //   ApplySlotDelta); a position written or attended without a block (see
+  //   CheckBlocksCover); bad sampling parameters.
+  // Sequences in released_seq_ids are forgotten after the step (unknown ids
+  // are ignored: release is idempotent).
+  proto::StepResult Execute(const proto::StepPlan& plan);
+
+  // The state of `seq_id`, or nullptr. Valid until the next Execute.
+  const SequenceState* FindSequence(uint64_t seq_id) const;
+  size_t num_sequences() const { return sequences_.size(); }
+  std::optional<uint64_t> last_step_id() const { return last_step_id_; }
+
+  // Logits of the last successful step's sampled rows, in plan order of the
+  // sequences with sample = true: [num_sampled, vocab_size] f32. For tests.
+  const std::vector<float>& TEST_last_logits() const { return logits_; }
+
+ private:
+  // A validated step: the next state of each sequence of the plan, in order.
+  struct StagedStep {
+    std::vector<SequenceState> states;
+    std::vector<int32_t> token_ids;   // [n_tokens]
+    std::vector<int32_t> positions;   // [n_tokens]
+    std::vector<int32_t> query_start; // [num_seqs + 1]
+    std::vector<int32_t> start_pos;   // [num_seqs]
+    std::vector<int32_t> logit_rows;  // rows of sampling seqs
+    std::vector<int> sampled_seqs;    // plan index of each logit row
+  };
+
+  Result<StagedStep> Stage(const proto::StepPlan& plan) const;
+  Status StageSequence(const proto::SequenceStep& step, SequenceState* next) const;
+  void BuildTables(const StagedStep& staged);
+  void Sample(const proto::StepPlan& plan, const StagedStep& staged,
+              proto::StepResult* result) const;
+
+  LlamaModel* const model_;
+  KvPool* const pool_;
+  const StepExecutorOptions options_;
+  const uint64_t seed_base_;
+  std::vector<SlotSpec> slot_specs_;  // [num_slots] of this rank
+
+  std::unordered_map<uint64_t, SequenceState> sequences_;
+  std::optional<uint64_t> last_step_id_;
+
+  // Reused across steps.
+  std::vector<std::vector<int32_t>> table_ids_;  // [num_layers][num_seqs, n_kv, max_blocks]
+  std::vector<LayerBlockTable> tables_;          // [num_layers]
+  std::vector<float> logits_;
+};
+
+}  // namespace headway

@@ -1,0 +1,38 @@
+// The worker's side of the control protocol (DESIGN.md "Step protocol"):
+// register with the coordinator, then serve StepPlans until told to stop.
+#pragma once
+
+#include <atomic>
+
+#include "comm/control_channel.h"
+#include "common/status.h"
+#include "proto/control.pb.h"
+#include "worker/step_executor.h"
+
+namespace headway {
+
+struct WorkerLoopOptions {
+  int heartbeat_interval_ms = 1000;  // send a Heartbeat after this long without sending
+  int heartbeat_timeout_ms = 10000;  // give up after this long without hearing the coordinator
+  int register_timeout_ms = 30000;   // wait this long for the RegisterResponse
+  int poll_interval_ms = 50;         // how often the stop flag is looked at
+  // Set (e.g. by a SIGTERM handler) to stop cleanly; may be nullptr.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+// Sends `request` and waits for the coordinator's RegisterResponse; other
+// messages arriving first are dropped. Errors: FailedPrecondition carrying
+// the coordinator's reason when refused; Unavailable when no answer comes
+// within register_timeout_ms; Aborted when `stop` is set while waiting.
+Status Register(ControlClient& client, const proto::RegisterRequest& request,
+                const WorkerLoopOptions& options);
+
+// Serves steps: each StepPlan is executed and answered with its StepResult;
+// a Heartbeat goes out whenever nothing was sent for heartbeat_interval_ms.
+// Returns OK on a Shutdown message or when `stop` is set; Unavailable when
+// the coordinator stayed silent for heartbeat_timeout_ms (a dead
+// coordinator must not leave workers behind) or a send fails.
+Status ServeSteps(ControlClient& client, StepExecutor& executor,
+                  const WorkerLoopOptions& options);
+
+}  // namespace headway
