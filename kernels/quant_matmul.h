@@ -1,0 +1,67 @@
+// Matrix products against weights kept in ggml's quantised block formats, for
+// decode-sized batches: each weight byte is read once per call instead of the
+// 4 bytes per weight of a dequantised f32 matrix.
+//
+// Weight row layouts (ggml-common.h; worker/dequant.h draws the same blocks):
+//   Q8_0: 34 bytes per 32 values = f16 d | i8 qs[32];                 w = d*q
+//   Q4_0: 18 bytes per 32 values = f16 d | u8 qs[16];           w = d*(q - 8)
+//   Q4_1: 20 bytes per 32 values = f16 d | f16 m | u8 qs[16];       w = d*q + m
+//   Q5_0: 22 bytes per 32 values = f16 d | u8 qh[4] | u8 qs[16]; w = d*(q - 16)
+//   F16:   2 bytes per value.
+// In the 4-bit types the low nibbles of qs hold values 0..15 of the block and
+// the high nibbles values 16..31; bit j of Q5_0's qh is the 5th bit of value j.
+//
+// Method (llama.cpp's ggml_vec_dot_q4_1_q8_1 and friends): each activation
+// row is quantised once per call to 8-bit blocks of 32 (per block
+// dx = max|x| / 127, qx = round(x / dx), sx = dx * sum(qx)); a block's
+// product is then an exact integer dot sum(qw * qx), scaled in f32:
+//   Q8_0: dw*dx*dot                 Q4_1: dw*dx*dot + m*sx
+//   Q4_0: dw*dx*dot - 8*dw*sx       Q5_0: dw*dx*dot - 16*dw*sx
+// F16 weights multiply the f32 activations directly (no activation rounding).
+//
+// Accuracy against the exact product with the dequantised weights W: rounding
+// x to qx moves each value by at most dx/2 = max_b|x| / 254, so a block b
+// adds at most (max_{j in b}|x_j| / 254) * sum_{j in b}|W_j| of error, plus
+// f32 rounding of the accumulation. Activation quantisation is the only
+// approximation; weights are used exactly as stored.
+#pragma once
+
+#include <cstdint>
+
+#include "common/gguf.h"
+
+namespace headway::cpu {
+
+// True for the weight types QuantMatmulTransB handles: Q8_0, Q4_0, Q4_1,
+// Q5_0 and F16.
+bool QuantMatmulSupported(GgmlType type);
+
+// y = x * W^T with W stored quantised, the layout of a linear layer whose
+// weight rows are outputs (GGUF's ne = {k, n}):
+//   x: [m, k] f32 row-major; y: [m, n] f32 row-major (overwritten);
+//   w_quant: n rows of k values of `w_type`, row i starting at byte
+//            i * row_bytes, row_bytes = k / 32 * block bytes (F16: 2 * k).
+// Parallel over output rows n with OpenMP (the calling thread's team size);
+// each weight row is read once and reused for all m activation rows. Scratch
+// of about m * (k + k / 4) bytes is allocated per call. Thread-safe for
+// distinct y. m == 0 or n == 0 writes nothing; k == 0 writes zeros.
+// REQUIRES: QuantMatmulSupported(w_type), k % 32 == 0, m, n, k >= 0 (checked:
+// a violation aborts, as it is a caller's bug; validate types and shapes when
+// the weights are loaded).
+void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n,
+                       int k, float* y);
+
+namespace internal {
+
+// The portable path, which QuantMatmulTransB uses where AVX2 is not compiled
+// in; same contract. Exposed so tests can check that both paths give the same
+// bits (they share the summation order: 8 lanes per block, one f32 FMA per
+// lane and block, then a fixed pairwise reduction).
+void QuantMatmulTransBPortable(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
+                               int n, int k, float* y);
+
+// True where QuantMatmulTransB runs the AVX2 path.
+bool QuantMatmulHasSimd();
+
+}  // namespace internal
+}  // namespace headway::cpu

@@ -1,0 +1,250 @@
+// QuantMatmulTransB against the double-accumulating reference applied to the
+// dequantised weights.
+//
+// Tolerance: the kernel rounds each activation block to qx = round(x / dx),
+// dx = max|x_b| / 127, which moves every value by at most dx / 2; a block b
+// therefore adds at most (max_{j in b}|x_j| / 254) * sum_{j in b}|w_j| to the
+// error of an output (an absolute bound, so at most 1/127 of
+// max|x| * sum|w| per block; 1/254 of it up to rounding). We allow 1.01 times
+// that sum over blocks, plus 1e-5 * sum_j |x_j w_j| + 1e-6 for f32
+// accumulation. F16 weights skip activation rounding and get only the f32
+// term. The portable and AVX2 paths share the summation order and must agree
+// bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/quant_matmul.h"
+#include "kernels/reference/reference.h"
+#include "tests/support/gguf_writer.h"
+
+namespace headway {
+namespace {
+
+using testing::FloatToHalf;
+
+constexpr int kBlock = 32;
+
+float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  // IEEE half: no inf / NaN arise in these tests.
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+  const int exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  if (exp == 0) return sign * std::ldexp(float(mant), -24);
+  return sign * std::ldexp(float(mant | 0x400), exp - 25);
+}
+
+int BlockBytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0: return 34;
+    case GgmlType::kQ4_0: return 18;
+    case GgmlType::kQ4_1: return 20;
+    case GgmlType::kQ5_0: return 22;
+    default: return 64;  // F16
+  }
+}
+
+// Dequantises one row of k values, following the layouts in worker/dequant.h.
+std::vector<float> DequantizeRow(GgmlType type, const uint8_t* row, int k) {
+  std::vector<float> out(k);
+  for (int b = 0; b < k / kBlock; ++b) {
+    const uint8_t* blk = row + b * BlockBytes(type);
+    float* y = out.data() + b * kBlock;
+    switch (type) {
+      case GgmlType::kQ8_0:
+        for (int j = 0; j < kBlock; ++j) y[j] = Half(blk) * float(int8_t(blk[2 + j]));
+        break;
+      case GgmlType::kQ4_0:
+        for (int j = 0; j < 16; ++j) {
+          y[j] = Half(blk) * float((blk[2 + j] & 15) - 8);
+          y[j + 16] = Half(blk) * float((blk[2 + j] >> 4) - 8);
+        }
+        break;
+      case GgmlType::kQ4_1:
+        for (int j = 0; j < 16; ++j) {
+          y[j] = Half(blk) * float(blk[4 + j] & 15) + Half(blk + 2);
+          y[j + 16] = Half(blk) * float(blk[4 + j] >> 4) + Half(blk + 2);
+        }
+        break;
+      case GgmlType::kQ5_0: {
+        uint32_t qh;
+        std::memcpy(&qh, blk + 2, 4);
+        for (int j = 0; j < 16; ++j) {
+          const int lo = (blk[6 + j] & 15) | (((qh >> j) & 1) << 4);
+          const int hi = (blk[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+          y[j] = Half(blk) * float(lo - 16);
+          y[j + 16] = Half(blk) * float(hi - 16);
+        }
+        break;
+      }
+      default:
+        for (int j = 0; j < kBlock; ++j) y[j] = Half(blk + 2 * j);
+    }
+  }
+  return out;
+}
+
+// n rows of k values of `type`. Q8_0 / Q4_1 come from ggml's quantisers
+// applied to uniform values in [-1, 1); the other types get random quants
+// and random normal f16 scales.
+std::vector<uint8_t> RandomWeights(GgmlType type, int n, int k, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_1) {
+    std::vector<float> values(size_t(n) * k);
+    for (float& v : values) v = dist(rng);
+    return type == GgmlType::kQ8_0 ? testing::QuantizeQ8_0(values) : testing::QuantizeQ4_1(values);
+  }
+  std::vector<uint8_t> bytes(size_t(n) * k / kBlock * BlockBytes(type));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& v : bytes) v = uint8_t(byte(rng));
+  auto put_half = [](uint8_t* p, float f) {
+    const uint16_t h = FloatToHalf(f);
+    std::memcpy(p, &h, 2);
+  };
+  for (size_t off = 0; off < bytes.size(); off += BlockBytes(type)) {
+    if (type == GgmlType::kF16) {
+      for (int j = 0; j < kBlock; ++j) put_half(&bytes[off + 2 * j], dist(rng));
+    } else {
+      put_half(&bytes[off], 0.001f + 0.1f * std::fabs(dist(rng)));  // the block scale
+    }
+  }
+  return bytes;
+}
+
+struct Case {
+  GgmlType type;
+  int m, n, k;
+};
+
+std::string Name(const Case& c) {
+  return GgmlTypeName(c.type) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+         " k=" + std::to_string(c.k);
+}
+
+void Check(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(Name(c));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(c.m) * c.k);
+  for (float& v : x) v = normal(rng);
+  // A few large activations, as in real hidden states, widen some blocks' dx.
+  for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
+  const std::vector<uint8_t> wq = RandomWeights(c.type, c.n, c.k, rng);
+  const size_t row_bytes = size_t(c.k) / kBlock * BlockBytes(c.type);
+  std::vector<float> w(size_t(c.n) * c.k);
+  for (int i = 0; i < c.n; ++i) {
+    const std::vector<float> row = DequantizeRow(c.type, wq.data() + i * row_bytes, c.k);
+    std::copy(row.begin(), row.end(), w.begin() + size_t(i) * c.k);
+  }
+
+  std::vector<float> got(size_t(c.m) * c.n, std::nanf("")), want(got.size());
+  cpu::QuantMatmulTransB(x.data(), wq.data(), c.type, c.m, c.n, c.k, got.data());
+  reference::MatmulTransB(x.data(), w.data(), c.m, c.n, c.k, want.data());
+
+  const bool rounds_activations = c.type != GgmlType::kF16;
+  for (int r = 0; r < c.m; ++r) {
+    for (int i = 0; i < c.n; ++i) {
+      double bound = 1e-6, abs_dot = 0.0;
+      for (int b = 0; b < c.k / kBlock; ++b) {
+        double amax = 0.0, wsum = 0.0;
+        for (int j = b * kBlock; j < (b + 1) * kBlock; ++j) {
+          const double xv = x[size_t(r) * c.k + j], wv = w[size_t(i) * c.k + j];
+          amax = std::max(amax, std::fabs(xv));
+          wsum += std::fabs(wv);
+          abs_dot += std::fabs(xv * wv);
+        }
+        if (rounds_activations) bound += 1.01 * amax / 254.0 * wsum;
+      }
+      bound += 1e-5 * abs_dot;
+      const size_t idx = size_t(r) * c.n + i;
+      ASSERT_NEAR(got[idx], want[idx], bound) << "row " << r << " col " << i;
+    }
+  }
+
+  // Same bits from the portable path.
+  std::vector<float> portable(got.size(), std::nanf(""));
+  cpu::internal::QuantMatmulTransBPortable(x.data(), wq.data(), c.type, c.m, c.n, c.k,
+                                           portable.data());
+  for (size_t idx = 0; idx < got.size(); ++idx) {
+    ASSERT_EQ(std::memcmp(&got[idx], &portable[idx], 4), 0)
+        << "index " << idx << ": " << got[idx] << " vs " << portable[idx];
+  }
+}
+
+void CheckAllShapes(GgmlType type, uint64_t seed) {
+  for (int m : {1, 2, 5, 16}) {
+    for (int k : {32, 576, 1536}) {
+      for (int n : {1, 7, 192, 576}) Check({type, m, n, k}, seed++);
+    }
+  }
+}
+
+TEST(QuantMatmulTest, Q4_1MatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ4_1, 100); }
+TEST(QuantMatmulTest, Q8_0MatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ8_0, 200); }
+TEST(QuantMatmulTest, Q4_0MatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ4_0, 300); }
+TEST(QuantMatmulTest, Q5_0MatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ5_0, 400); }
+TEST(QuantMatmulTest, F16MatchesDequantisedReference) { CheckAllShapes(GgmlType::kF16, 500); }
+
+TEST(QuantMatmulTest, EveryTileShape) {
+  // Activation-row tails of 1..3 rows and weight-row tails of 1..3 rows.
+  uint64_t seed = 600;
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0,
+                        GgmlType::kF16}) {
+    for (int m : {3, 4, 6, 7}) {
+      for (int n : {2, 3, 4, 5, 6, 9}) Check({type, m, n, 64}, seed++);
+    }
+  }
+}
+
+TEST(QuantMatmulTest, ZeroActivationsGiveZero) {
+  // An all-zero block has dx = 0; it must give 0, not NaN from 0 / 0.
+  const int m = 2, n = 3, k = 64;
+  std::mt19937_64 rng(7);
+  const std::vector<uint8_t> wq = RandomWeights(GgmlType::kQ4_1, n, k, rng);
+  std::vector<float> x(size_t(m) * k, 0.0f), y(size_t(m) * n, 1.0f);
+  cpu::QuantMatmulTransB(x.data(), wq.data(), GgmlType::kQ4_1, m, n, k, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(QuantMatmulTest, EmptySumIsZero) {
+  std::vector<float> y(6, 1.0f);
+  cpu::QuantMatmulTransB(nullptr, nullptr, GgmlType::kQ8_0, 2, 3, 0, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(QuantMatmulTest, SupportedTypes) {
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                     GgmlType::kF16}) {
+    EXPECT_TRUE(cpu::QuantMatmulSupported(t)) << GgmlTypeName(t);
+  }
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ6_K,
+                     GgmlType::kQ5_1}) {
+    EXPECT_FALSE(cpu::QuantMatmulSupported(t)) << GgmlTypeName(t);
+  }
+}
+
+TEST(QuantMatmulTest, SimdPathIsCompiledIn) {
+  // The kernels are built for x86-64-v3; losing AVX2 would silently fall back
+  // to the (much slower) portable path.
+#if defined(__x86_64__)
+  EXPECT_TRUE(cpu::internal::QuantMatmulHasSimd());
+#endif
+}
+
+TEST(QuantMatmulDeathTest, UnsupportedTypeIsACallerBug) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads may exist
+  std::vector<float> x(32), y(1);
+  std::vector<uint8_t> w(256);
+  EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ4_K, 1, 1, 32, y.data()),
+               "QuantMatmulSupported");
+  EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ8_0, 1, 1, 31, y.data()),
+               "k % kBlock");
+}
+
+}  // namespace
+}  // namespace headway
