@@ -68,6 +68,11 @@ class Sequence {
   // output so far are computed again, and the worker sees a new sequence.
   void ResetComputed();
 
+  // Prompt positions whose KV came from the prefix cache at the last
+  // admission (OpenAI usage.prompt_tokens_details.cached_tokens).
+  int num_cached_tokens() const { return num_cached_tokens_; }
+  void set_num_cached_tokens(int n) { num_cached_tokens_ = n; }
+
   // True once the worker has been told about the sequence (is_new sent).
   bool on_worker() const { return on_worker_; }
   void set_on_worker(bool v) { on_worker_ = v; }
@@ -110,6 +115,7 @@ class Sequence {
   std::vector<int32_t> output_ids_;
   std::string output_text_;
   int num_computed_ = 0;
+  int num_cached_tokens_ = 0;
   bool on_worker_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   FinishReason finish_reason_ = FinishReason::kNone;
