@@ -6,7 +6,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
-#include "kernels/matmul.h"
+#include "worker/linear.h"
 
 namespace headway {
 
@@ -76,15 +76,15 @@ void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<fl
   HW_CHECK(layout.head_dim == hd);
   EnsureScratch(n);
 
-  cpu::Embedding(weights_->token_embd().data(), batch.token_ids, n, hidden, x_.data());
+  cpu::Embedding(weights_->token_embd().f32.data(), batch.token_ids, n, hidden, x_.data());
   for (int l = 0; l < spec_.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
     const LayerBlockTable& table = batch.tables[l];
     // Attention block.
     cpu::RmsNorm(x_.data(), w.attn_norm.data(), n, hidden, eps, h_.data());
-    cpu::MatmulTransB(h_.data(), w.wq.data(), n, n_heads * hd, hidden, q_.data());
-    cpu::MatmulTransB(h_.data(), w.wk.data(), n, n_kv * hd, hidden, k_.data());
-    cpu::MatmulTransB(h_.data(), w.wv.data(), n, n_kv * hd, hidden, v_.data());
+    ApplyLinear(w.wq, h_.data(), n, q_.data(), matmul_path_);
+    ApplyLinear(w.wk, h_.data(), n, k_.data(), matmul_path_);
+    ApplyLinear(w.wv, h_.data(), n, v_.data(), matmul_path_);
     cpu::Rope(q_.data(), batch.positions, n, n_heads, hd, spec_.rope_freq_base,
               cpu::RopeStyle::kInterleaved);
     cpu::Rope(k_.data(), batch.positions, n, n_kv, hd, spec_.rope_freq_base,
@@ -92,14 +92,14 @@ void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<fl
     cpu::AppendKv(k_.data(), v_.data(), batch.layout, table, layout, pool->data());
     cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table,
                         &local_specs_[size_t(l) * n_kv], layout, n_heads, scale, attn_.data());
-    cpu::MatmulTransB(attn_.data(), w.wo.data(), n, hidden, n_heads * hd, proj_.data());
+    ApplyLinear(w.wo, attn_.data(), n, proj_.data(), matmul_path_);
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
     // MLP block.
     cpu::RmsNorm(x_.data(), w.ffn_norm.data(), n, hidden, eps, h_.data());
-    cpu::MatmulTransB(h_.data(), w.w_gate.data(), n, inter, hidden, gate_.data());
-    cpu::MatmulTransB(h_.data(), w.w_up.data(), n, inter, hidden, up_.data());
+    ApplyLinear(w.w_gate, h_.data(), n, gate_.data(), matmul_path_);
+    ApplyLinear(w.w_up, h_.data(), n, up_.data(), matmul_path_);
     cpu::SwiGlu(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
-    cpu::MatmulTransB(gate_.data(), w.w_down.data(), n, hidden, inter, proj_.data());
+    ApplyLinear(w.w_down, gate_.data(), n, proj_.data(), matmul_path_);
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
   }
 
@@ -116,8 +116,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<fl
   cpu::RmsNorm(last_.data(), weights_->output_norm().data(), r, hidden, eps, last_.data());
   // TP 1 only (Create): the local vocabulary range is the whole vocabulary.
   HW_CHECK(vocab_rows == spec_.vocab_size);
-  cpu::MatmulTransB(last_.data(), weights_->lm_head().data(), r, vocab_rows, hidden,
-                    logits->data());
+  ApplyLinear(weights_->lm_head(), last_.data(), r, logits->data(), matmul_path_);
 }
 
 }  // namespace headway

@@ -69,6 +69,10 @@ class LlamaModel {
   // spec().head_dim.
   void Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits);
 
+  // Serving uses MatmulPath::kQuantised (worker/linear.h); tests switch to
+  // kF32 to compare against an exact f32 reference.
+  void TEST_set_matmul_path(MatmulPath path) { matmul_path_ = path; }
+
  private:
   LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights);
   void EnsureScratch(int n_tokens);
@@ -76,6 +80,7 @@ class LlamaModel {
   const ModelSpec spec_;
   const std::unique_ptr<ModelWeights> weights_;
   std::vector<SlotSpec> local_specs_;  // [num_layers * num_local_kv_heads]
+  MatmulPath matmul_path_ = MatmulPath::kQuantised;
 
   // Scratch, grown to the largest batch seen; [n_tokens, width] row-major.
   int scratch_tokens_ = 0;

@@ -4,6 +4,7 @@
 #include <random>
 #include <string>
 
+#include "kernels/quant_matmul.h"
 #include "worker/dequant.h"
 
 namespace headway {
@@ -33,37 +34,60 @@ Result<const GgufTensorInfo*> FindChecked(const GgufFile& file, const std::strin
   return info;
 }
 
-// Rows [row_begin, row_end) of the matrix `name` (ne = {n_in, n_out}) as f32
-// [row_end - row_begin, n_in]; rows at or past n_out (vocabulary padding)
-// are zero.
-Result<std::vector<float>> LoadRows(const GgufFile& file, const std::string& name, int n_in,
-                                    int n_out, int row_begin, int row_end) {
+// Rows [row_begin, row_end) and columns [col_begin, col_end) of the matrix
+// `name` (ne = {n_in, n_out}). Rows at or past n_out (vocabulary padding) are
+// zero. The stored blocks are kept too when QuantMatmulTransB handles the
+// type and the column range does not cut a quantisation block (all-zero
+// bytes are a zero block in every such type, so padding stays zero).
+Result<LinearWeight> LoadMatrix(const GgufFile& file, const std::string& name, int n_in,
+                                int n_out, int row_begin, int row_end, int col_begin,
+                                int col_end) {
   HW_ASSIGN_OR_RETURN(const GgufTensorInfo* info,
                       FindChecked(file, name, {uint64_t(n_in), uint64_t(n_out)}));
   HW_ASSIGN_OR_RETURN(uint64_t row_bytes, GgmlBytes(info->type, uint64_t(n_in)));
-  std::vector<float> out(size_t(row_end - row_begin) * n_in, 0.0f);
+  HW_ASSIGN_OR_RETURN(GgmlTypeSize block, GgmlTypeSizeOf(info->type));
+  LinearWeight w;
+  w.rows = row_end - row_begin;
+  w.cols = col_end - col_begin;
   const int real_end = std::min(row_end, n_out);
-  if (real_end > row_begin) {
-    const uint8_t* src = file.TensorData(*info) + uint64_t(row_begin) * row_bytes;
-    Status s = Dequantize(info->type, src, out.data(), uint64_t(real_end - row_begin) * n_in);
+  const int real_rows = std::max(0, real_end - row_begin);
+  const uint8_t* src = file.TensorData(*info) + uint64_t(row_begin) * row_bytes;
+
+  std::vector<float> full(size_t(real_rows) * n_in);
+  if (real_rows > 0) {
+    Status s = Dequantize(info->type, src, full.data(), uint64_t(real_rows) * n_in);
     if (!s.ok()) return s.WithContext("tensor " + name);
   }
-  return out;
+  w.f32.assign(size_t(w.rows) * w.cols, 0.0f);
+  for (int r = 0; r < real_rows; ++r) {
+    std::copy_n(full.data() + size_t(r) * n_in + col_begin, w.cols,
+                w.f32.data() + size_t(r) * w.cols);
+  }
+
+  if (cpu::QuantMatmulSupported(info->type) && col_begin % block.block_values == 0 &&
+      w.cols % 32 == 0) {
+    const uint64_t byte_begin = col_begin / block.block_values * block.block_bytes;
+    const uint64_t slice_bytes = w.cols / block.block_values * block.block_bytes;
+    w.quant_type = info->type;
+    w.quant.assign(size_t(w.rows) * slice_bytes, 0);
+    for (int r = 0; r < real_rows; ++r) {
+      std::copy_n(src + uint64_t(r) * row_bytes + byte_begin, slice_bytes,
+                  w.quant.data() + size_t(r) * slice_bytes);
+    }
+  }
+  return w;
 }
 
-// Columns [col_begin, col_end) of the matrix `name` (ne = {n_in, n_out}) as
-// f32 [n_out, col_end - col_begin].
-Result<std::vector<float>> LoadColumns(const GgufFile& file, const std::string& name, int n_in,
-                                       int n_out, int col_begin, int col_end) {
-  HW_ASSIGN_OR_RETURN(std::vector<float> full, LoadRows(file, name, n_in, n_out, 0, n_out));
-  if (col_begin == 0 && col_end == n_in) return full;
-  const int n_cols = col_end - col_begin;
-  std::vector<float> out(size_t(n_out) * n_cols);
-  for (int r = 0; r < n_out; ++r) {
-    std::copy_n(full.data() + size_t(r) * n_in + col_begin, n_cols,
-                out.data() + size_t(r) * n_cols);
-  }
-  return out;
+// Rows [row_begin, row_end), all columns.
+Result<LinearWeight> LoadRows(const GgufFile& file, const std::string& name, int n_in,
+                              int n_out, int row_begin, int row_end) {
+  return LoadMatrix(file, name, n_in, n_out, row_begin, row_end, 0, n_in);
+}
+
+// All rows, columns [col_begin, col_end).
+Result<LinearWeight> LoadColumns(const GgufFile& file, const std::string& name, int n_in,
+                                 int n_out, int col_begin, int col_end) {
+  return LoadMatrix(file, name, n_in, n_out, 0, n_out, col_begin, col_end);
 }
 
 // A 1-D tensor of `n` values (norm weights), replicated on every rank.
@@ -136,36 +160,46 @@ std::unique_ptr<ModelWeights> ModelWeights::TEST_Random(const ModelSpec& spec,
     for (float& x : v) x = dist(rng);
     return v;
   };
+  auto random_linear = [&](size_t rows, size_t cols) {
+    LinearWeight w;
+    w.rows = int(rows);
+    w.cols = int(cols);
+    w.f32 = random(rows * cols);
+    return w;
+  };
   const size_t hidden = size_t(spec.hidden_size);
   const size_t hd = size_t(spec.head_dim);
   const size_t inter = size_t(shard.intermediate_end - shard.intermediate_begin);
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   w->shard_ = shard;
   w->tied_ = true;
-  w->token_embd_ = random(size_t(shard.vocab_end - shard.vocab_begin) * hidden);
+  w->token_embd_ = random_linear(size_t(shard.vocab_end - shard.vocab_begin), hidden);
   w->output_norm_.assign(hidden, 1.0f);
   w->layers_.resize(spec.num_layers);
   for (LayerWeights& l : w->layers_) {
     l.attn_norm.assign(hidden, 1.0f);
-    l.wq = random(shard.num_local_heads() * hd * hidden);
-    l.wk = random(shard.num_local_kv_heads() * hd * hidden);
-    l.wv = random(shard.num_local_kv_heads() * hd * hidden);
-    l.wo = random(hidden * shard.num_local_heads() * hd);
+    l.wq = random_linear(shard.num_local_heads() * hd, hidden);
+    l.wk = random_linear(shard.num_local_kv_heads() * hd, hidden);
+    l.wv = random_linear(shard.num_local_kv_heads() * hd, hidden);
+    l.wo = random_linear(hidden, shard.num_local_heads() * hd);
     l.ffn_norm.assign(hidden, 1.0f);
-    l.w_gate = random(inter * hidden);
-    l.w_up = random(inter * hidden);
-    l.w_down = random(hidden * inter);
+    l.w_gate = random_linear(inter, hidden);
+    l.w_up = random_linear(inter, hidden);
+    l.w_down = random_linear(hidden, inter);
   }
   return w;
 }
 
 size_t ModelWeights::num_bytes() const {
-  size_t n = token_embd_.size() + output_.size() + output_norm_.size();
+  size_t n = token_embd_.num_bytes() + output_.num_bytes() +
+             output_norm_.size() * sizeof(float);
   for (const LayerWeights& l : layers_) {
-    n += l.attn_norm.size() + l.wq.size() + l.wk.size() + l.wv.size() + l.wo.size() +
-         l.ffn_norm.size() + l.w_gate.size() + l.w_up.size() + l.w_down.size();
+    n += (l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float);
+    for (const LinearWeight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      n += m->num_bytes();
+    }
   }
-  return n * sizeof(float);
+  return n;
 }
 
 }  // namespace headway

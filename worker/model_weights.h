@@ -1,5 +1,6 @@
 // The weights of one TP shard of a llama-architecture model, dequantised to
-// f32 in host memory at load time.
+// f32 in host memory at load time; matrices also keep their stored
+// quantised blocks for decode-sized products (worker/linear.h).
 //
 // GGUF tensor names (llama.cpp `LLM_ARCH_LLAMA`): token_embd.weight,
 // output_norm.weight, optional output.weight (absent = tied to token_embd),
@@ -22,19 +23,20 @@
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "common/status.h"
+#include "worker/linear.h"
 
 namespace headway {
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
-  std::vector<float> wq;         // [n_local_heads * head_dim, hidden]
-  std::vector<float> wk;         // [n_local_kv_heads * head_dim, hidden]
-  std::vector<float> wv;         // [n_local_kv_heads * head_dim, hidden]
-  std::vector<float> wo;         // [hidden, n_local_heads * head_dim]
+  LinearWeight wq;               // [n_local_heads * head_dim, hidden]
+  LinearWeight wk;               // [n_local_kv_heads * head_dim, hidden]
+  LinearWeight wv;               // [n_local_kv_heads * head_dim, hidden]
+  LinearWeight wo;               // [hidden, n_local_heads * head_dim]
   std::vector<float> ffn_norm;   // [hidden]
-  std::vector<float> w_gate;     // [n_local_intermediate, hidden]
-  std::vector<float> w_up;       // [n_local_intermediate, hidden]
-  std::vector<float> w_down;     // [hidden, n_local_intermediate]
+  LinearWeight w_gate;           // [n_local_intermediate, hidden]
+  LinearWeight w_up;             // [n_local_intermediate, hidden]
+  LinearWeight w_down;           // [hidden, n_local_intermediate]
 };
 
 class ModelWeights {
@@ -60,13 +62,13 @@ class ModelWeights {
   int num_layers() const { return static_cast<int>(layers_.size()); }
 
   // [vocab_end - vocab_begin, hidden]: rows of this rank's vocabulary range.
-  const std::vector<float>& token_embd() const { return token_embd_; }
+  const LinearWeight& token_embd() const { return token_embd_; }
   const std::vector<float>& output_norm() const { return output_norm_; }  // [hidden]
   // LM head rows of this rank's vocabulary range, [vocab_end - vocab_begin,
   // hidden]: output.weight, or token_embd when the embeddings are tied.
-  const std::vector<float>& lm_head() const { return tied_ ? token_embd_ : output_; }
+  const LinearWeight& lm_head() const { return tied_ ? token_embd_ : output_; }
 
-  // Bytes of f32 weights held.
+  // Bytes of weights held (f32 and quantised copies).
   size_t num_bytes() const;
 
  private:
@@ -74,8 +76,8 @@ class ModelWeights {
 
   TpShard shard_;
   bool tied_ = true;
-  std::vector<float> token_embd_;
-  std::vector<float> output_;  // empty when tied
+  LinearWeight token_embd_;
+  LinearWeight output_;  // empty when tied
   std::vector<float> output_norm_;
   std::vector<LayerWeights> layers_;
 };
