@@ -56,6 +56,7 @@ class StepExecutor {
   // The state of `seq_id`, or nullptr. Valid until the next Execute.
   const SequenceState* FindSequence(uint64_t seq_id) const;
   size_t num_sequences() const { return sequences_.size(); }
+  int tp_rank() const { return options_.tp_rank; }
   std::optional<uint64_t> last_step_id() const { return last_step_id_; }
 
   // Logits of the last successful step's sampled rows, in plan order of the

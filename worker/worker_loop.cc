@@ -1,7 +1,11 @@
 #include "worker/worker_loop.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -23,6 +27,74 @@ uint64_t UnixMs() {
                       std::chrono::system_clock::now().time_since_epoch())
                       .count());
 }
+
+// Runs steps on one dedicated thread, so the control thread keeps sending
+// heartbeats and reading messages while a long prefill computes: a busy
+// worker must not look dead to the coordinator. One thread for every step
+// also keeps one OpenMP team alive instead of one per caller.
+class ComputeThread {
+ public:
+  explicit ComputeThread(StepExecutor& executor)
+      : executor_(executor), thread_([this] { Run(); }) {}
+
+  ~ComputeThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // a step in progress finishes first
+  }
+
+  bool busy() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plan_.has_value() || result_.has_value();
+  }
+
+  // REQUIRES: !busy().
+  void Start(proto::StepPlan plan) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      plan_ = std::move(plan);
+    }
+    cv_.notify_all();
+  }
+
+  // Waits up to `timeout` for the running step and returns its result,
+  // once; nullopt if it is still running (or none was started).
+  std::optional<proto::StepResult> WaitResult(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait_for(lock, timeout, [this] { return result_.has_value() || !plan_; });
+    std::optional<proto::StepResult> r = std::move(result_);
+    result_.reset();
+    return r;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return quit_ || (plan_.has_value() && !result_.has_value()); });
+      if (quit_) return;
+      proto::StepPlan plan = std::move(*plan_);
+      lock.unlock();
+      proto::StepResult result = executor_.Execute(plan);
+      lock.lock();
+      plan_.reset();
+      result_ = std::move(result);
+      done_cv_.notify_all();
+    }
+  }
+
+  StepExecutor& executor_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // a plan or quit for the compute thread
+  std::condition_variable done_cv_;  // a result for the control thread
+  std::optional<proto::StepPlan> plan_;      // guarded by mu_
+  std::optional<proto::StepResult> result_;  // guarded by mu_
+  bool quit_ = false;                        // guarded by mu_
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -56,23 +128,35 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 
 Status ServeSteps(ControlClient& client, StepExecutor& executor,
                   const WorkerLoopOptions& options) {
+  ComputeThread compute(executor);
   Clock::time_point last_received = Clock::now();
   Clock::time_point last_sent = Clock::now();
+  const std::chrono::milliseconds poll(options.poll_interval_ms);
   while (!Stopped(options)) {
+    // While a step runs, wait on the compute thread (so its result goes out
+    // the moment it is ready) and only peek at the socket.
+    std::optional<proto::StepResult> result;
+    if (compute.busy()) result = compute.WaitResult(poll);
     std::optional<proto::Envelope> in =
-        client.Receive(std::chrono::milliseconds(options.poll_interval_ms));
+        client.Receive(compute.busy() || result ? std::chrono::milliseconds(0) : poll);
     if (in) {
       last_received = Clock::now();
       if (in->has_step_plan()) {
-        proto::Envelope out;
-        *out.mutable_step_result() = executor.Execute(in->step_plan());
-        if (!out.step_result().error().empty()) {
-          spdlog::error("step {} rejected: {}", in->step_plan().step_id(),
-                        out.step_result().error());
+        if (compute.busy()) {
+          // The coordinator sends one plan at a time; a second one is a
+          // protocol error, answered without touching the running step.
+          proto::Envelope out;
+          out.mutable_step_result()->set_step_id(in->step_plan().step_id());
+          out.mutable_step_result()->set_tp_rank(executor.tp_rank());
+          out.mutable_step_result()->set_error("step " +
+                                               std::to_string(in->step_plan().step_id()) +
+                                               " arrived while another step was running");
+          spdlog::error("{}", out.step_result().error());
+          HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
+          last_sent = Clock::now();
+        } else {
+          compute.Start(std::move(*in->mutable_step_plan()));
         }
-        HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
-        // Time spent computing is not the coordinator's silence.
-        last_sent = last_received = Clock::now();
       } else if (in->has_shutdown()) {
         spdlog::info("coordinator asked to shut down: {}", in->shutdown().reason());
         return Status::Ok();
@@ -82,6 +166,15 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
       return Status::Unavailable("coordinator silent for " +
                                  std::to_string(MsSince(last_received)) + " ms (timeout " +
                                  std::to_string(options.heartbeat_timeout_ms) + " ms)");
+    }
+    if (result) {
+      if (!result->error().empty()) {
+        spdlog::error("step {} rejected: {}", result->step_id(), result->error());
+      }
+      proto::Envelope out;
+      *out.mutable_step_result() = std::move(*result);
+      HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
+      last_sent = Clock::now();
     }
     if (MsSince(last_sent) >= options.heartbeat_interval_ms) {
       proto::Envelope hb;
