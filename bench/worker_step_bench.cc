@@ -6,7 +6,7 @@
 // milliseconds, prefill tokens/s.
 //
 //   headway-worker-step-bench --model PATH [--threads 2] [--runs 3]
-#include <omp.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,10 +18,10 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <cblas.h>
 
 #include "common/gguf.h"
 #include "common/model_spec.h"
+#include "kernels/threads.h"
 #include "worker/step_executor.h"
 
 namespace headway {
@@ -62,8 +62,7 @@ void AddStep(const LlamaModel& model, proto::StepPlan* plan, const std::vector<i
 
 int Run(const std::string& model_path, int threads, int runs, int prompt_tokens,
         int decode_tokens) {
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  cpu::SetNumThreads(threads);
   auto file = GgufFile::Open(model_path);
   if (!file.ok()) return std::fprintf(stderr, "%s\n", file.status().ToString().c_str()), 1;
   auto spec = LoadModelSpec(**file);
@@ -115,8 +114,7 @@ int Run(const std::string& model_path, int threads, int runs, int prompt_tokens,
 }  // namespace headway
 
 int main(int argc, char** argv) {
-  // As in worker/main.cc: libgomp reads OMP_WAIT_POLICY at load time, and its
-  // spinning threads fight OpenBLAS's pool, so measure what the worker runs.
+  // As in worker/main.cc: measure with the waiting policy the worker runs.
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);

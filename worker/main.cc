@@ -16,14 +16,13 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
-#include <cblas.h>
-#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include "comm/control_channel.h"
 #include "common/config.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
+#include "kernels/threads.h"
 #include "worker/kv_pool.h"
 #include "worker/llama_model.h"
 #include "worker/model_weights.h"
@@ -55,11 +54,11 @@ int Fail(const std::string& what, const headway::Status& status) {
 
 int main(int argc, char** argv) {
   using namespace headway;
-  // libgomp reads OMP_WAIT_POLICY when it loads, before main. Its default
-  // spinning threads fight OpenBLAS's own thread pool for the cores: decode
-  // of SmolLM2-135M on 2 cores measured 3 tokens/s spinning, 17 passive. So
-  // unless the caller chose a policy, start this same process again with
-  // passive waiting (execv keeps the pid).
+  // libgomp reads OMP_WAIT_POLICY once, when it loads, before main. Its
+  // default spin-waiting threads starve everything else on a busy host:
+  // headway-worker-step-bench on 2 loaded cores measured 2.0 decode tokens/s
+  // spinning and 6.8 passive. Unless the caller chose a policy, start this
+  // same program again with passive waiting (execv keeps the pid).
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);
@@ -117,8 +116,7 @@ int main(int argc, char** argv) {
   if (threads <= 0) {
     threads = std::max(1, int(std::thread::hardware_concurrency()) / instance.tp_size);
   }
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  cpu::SetNumThreads(threads);
 
   spdlog::info("worker i{}r{}: loading {} ({} threads)", flags.instance_id, flags.tp_rank,
                config->model_path, threads);
