@@ -35,6 +35,8 @@ class BlockPool {
   int num_free() const { return static_cast<int>(free_.size()); }
   int num_total() const { return static_cast<int>(allocated_.size()); }
   int num_allocated() const { return num_total() - num_free(); }
+  // True while `id` is handed out. REQUIRES: 0 <= id < num_total().
+  bool is_allocated(int32_t id) const { return allocated_[id]; }
 
  private:
   std::vector<int32_t> free_;    // a stack: back() is handed out next

@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <limits>
-
-#include "common/status.h"
+#include <string>
 
 namespace headway {
 
 KvCacheManager::KvCacheManager(const ModelSpec& spec, int tp_size, int block_size,
-                               std::vector<int> num_blocks_per_rank)
-    : block_size_(block_size) {
+                               std::vector<int> num_blocks_per_rank, KvCacheOptions options)
+    : block_size_(block_size),
+      options_(options),
+      cache_(std::max<int>(1, int(num_blocks_per_rank.size())), options.block_hasher) {
   HW_CHECK(block_size > 0);
   HW_CHECK(tp_size >= 1 && static_cast<int>(num_blocks_per_rank.size()) == tp_size);
   HW_CHECK(ValidateTpSize(spec, tp_size).ok());
@@ -47,9 +48,25 @@ int KvCacheManager::BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_posit
   return static_cast<int>(std::min<int64_t>(needed, std::numeric_limits<int>::max()));
 }
 
+int KvCacheManager::Available(int tp_rank) const {
+  return ranks_[tp_rank].pool.num_free() + cache_.num_evictable_blocks(tp_rank);
+}
+
+void KvCacheManager::EnsureUnused(const std::vector<int>& needed) {
+  for (;;) {
+    bool short_somewhere = false;
+    for (int r = 0; r < tp_size(); ++r) {
+      if (!ranks_[r].pool.CanAllocate(needed[r])) short_somewhere = true;
+    }
+    if (!short_somewhere) return;
+    std::vector<std::vector<int32_t>> evicted = cache_.EvictLru();
+    for (int r = 0; r < tp_size(); ++r) ranks_[r].pool.Free(evicted[r]);
+  }
+}
+
 bool KvCacheManager::CanAppend(uint64_t seq_id, int64_t num_positions) const {
   for (int r = 0; r < tp_size(); ++r) {
-    if (!ranks_[r].pool.CanAllocate(BlocksNeeded(r, seq_id, num_positions))) return false;
+    if (BlocksNeeded(r, seq_id, num_positions) > Available(r)) return false;
   }
   return true;
 }
@@ -62,6 +79,9 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(uint64_t seq_id,
     table.rows.resize(ranks_.size());
     for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
   }
+  std::vector<int> needed(ranks_.size());
+  for (int r = 0; r < tp_size(); ++r) needed[r] = BlocksNeeded(r, seq_id, num_positions);
+  EnsureUnused(needed);
   std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
@@ -81,18 +101,129 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(uint64_t seq_id,
   return deltas;
 }
 
+PrefixMatch KvCacheManager::MatchPrefix(const TokenIds& token_ids, int64_t max_positions) const {
+  PrefixMatch match;
+  if (!options_.enable_prefix_caching) return match;
+  int64_t max_blocks = std::min(max_positions, token_ids.size()) / block_size_;
+  BlockHash hash = kRootBlockHash;
+  CacheEntryId parent = kNoCacheEntry;
+  std::vector<int32_t> block;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    FillBlockTokens(token_ids, i, &block);
+    hash = cache_.Hash(hash, block);
+    CacheEntryId id = cache_.Find(hash, parent, block);
+    if (id == kNoCacheEntry) break;
+    match.entries.push_back(id);
+    parent = id;
+  }
+  match.num_positions = int64_t(match.entries.size()) * block_size_;
+  return match;
+}
+
+bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions) const {
+  HW_CHECK(num_positions >= match.num_positions);
+  for (int r = 0; r < tp_size(); ++r) {
+    int64_t needed = 0;
+    for (const SlotSpec& spec : ranks_[r].slot_specs) {
+      needed += std::max<int64_t>(
+          0, LogicalBlocks(spec, num_positions) - int64_t(match.entries.size()));
+    }
+    int64_t available = Available(r);
+    for (CacheEntryId id : match.entries) {
+      // Taking a reference makes an evictable entry unavailable.
+      if (cache_.refcount(id) == 0) available -= int64_t(cache_.blocks(id)[r].size());
+    }
+    if (needed > available) return false;
+  }
+  return true;
+}
+
+std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
+                                                               const PrefixMatch& match,
+                                                               int64_t num_positions) {
+  HW_CHECK(!Contains(seq_id));
+  HW_CHECK(CanStart(match, num_positions));
+  SeqTable& table = tables_[seq_id];
+  table.rows.resize(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
+  for (CacheEntryId id : match.entries) {
+    cache_.Acquire(id);
+    const std::vector<std::vector<int32_t>>& blocks = cache_.blocks(id);
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      for (size_t s = 0; s < blocks[r].size(); ++s) table.rows[r][s].push_back(blocks[r][s]);
+    }
+    table.entries.push_back(id);
+    table.chain_hash = cache_.hash(id);
+    table.chain_entry = id;
+  }
+  table.num_positions = match.num_positions;
+  (void)Append(seq_id, num_positions);
+  // The worker meets the sequence now: it needs every row from logical 0.
+  std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    for (size_t s = 0; s < table.rows[r].size(); ++s) {
+      if (table.rows[r][s].empty()) continue;
+      deltas[r].push_back(SlotBlockDelta{int(s), 0, table.rows[r][s]});
+    }
+  }
+  return deltas;
+}
+
+void KvCacheManager::FillBlockTokens(const TokenIds& token_ids, int64_t logical,
+                                     std::vector<int32_t>* out) const {
+  out->resize(block_size_);
+  for (int j = 0; j < block_size_; ++j) (*out)[j] = token_ids[logical * block_size_ + j];
+}
+
+void KvCacheManager::CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_ids,
+                                         int64_t num_computed) {
+  if (!options_.enable_prefix_caching) return;
+  auto it = tables_.find(seq_id);
+  if (it == tables_.end()) return;
+  SeqTable& table = it->second;
+  int64_t full = std::min({num_computed, token_ids.size(), table.num_positions}) / block_size_;
+  std::vector<int32_t> block;
+  while (!table.chain_broken && int64_t(table.entries.size()) < full) {
+    const int64_t i = int64_t(table.entries.size());
+    std::vector<std::vector<int32_t>> blocks(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      for (const std::vector<int32_t>& row : table.rows[r]) {
+        if (i >= int64_t(row.size()) || row[i] < 0) table.chain_broken = true;
+        else blocks[r].push_back(row[i]);
+      }
+    }
+    if (table.chain_broken) break;  // a slot without this block: not a whole block set
+    FillBlockTokens(token_ids, i, &block);
+    BlockHash hash = cache_.Hash(table.chain_hash, block);
+    PrefixCache::InsertResult inserted =
+        cache_.Insert(hash, table.chain_entry, block, std::move(blocks));
+    // A duplicate's blocks stay this sequence's own; the chain goes on from
+    // the equal entry so later blocks are still found by MatchPrefix.
+    table.entries.push_back(inserted.outcome == PrefixCache::InsertOutcome::kInserted
+                                ? inserted.id
+                                : kNoCacheEntry);
+    table.chain_hash = hash;
+    table.chain_entry = inserted.id;
+  }
+}
+
 void KvCacheManager::Release(uint64_t seq_id) {
   auto it = tables_.find(seq_id);
   if (it == tables_.end()) return;
+  SeqTable& table = it->second;
+  // Tail first: the LRU order then evicts a prefix's tail before its head.
+  for (size_t i = table.entries.size(); i-- > 0;) {
+    if (table.entries[i] != kNoCacheEntry) cache_.Release(table.entries[i]);
+  }
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    for (std::vector<int32_t>& row : it->second.rows[r]) {
-      std::vector<int32_t> held;
-      held.reserve(row.size());
-      for (int32_t id : row) {
-        if (id >= 0) held.push_back(id);  // -1: already recycled
+    std::vector<int32_t> own;
+    for (const std::vector<int32_t>& row : table.rows[r]) {
+      for (size_t i = 0; i < row.size(); ++i) {
+        bool cached = i < table.entries.size() && table.entries[i] != kNoCacheEntry;
+        if (!cached && row[i] >= 0) own.push_back(row[i]);  // -1: already recycled
       }
-      ranks_[r].pool.Free(held);
     }
+    ranks_[r].pool.Free(own);
   }
   tables_.erase(it);
 }
@@ -115,7 +246,91 @@ int64_t KvCacheManager::MaxPositionsPerSequence() const {
 
 RankBlockUsage KvCacheManager::Usage(int tp_rank) const {
   const BlockPool& pool = ranks_.at(tp_rank).pool;
-  return RankBlockUsage{pool.num_free(), pool.num_total()};
+  RankBlockUsage u;
+  u.num_evictable = cache_.num_evictable_blocks(tp_rank);
+  u.num_free = pool.num_free() + u.num_evictable;
+  u.num_total = pool.num_total();
+  u.num_referenced = u.num_total - u.num_free;
+  return u;
+}
+
+Status KvCacheManager::CheckConsistency() const {
+  auto fail = [](int r, const std::string& what) {
+    return Status::Internal("rank " + std::to_string(r) + ": " + what);
+  };
+  std::unordered_map<CacheEntryId, int> refs;  // references found in tables
+  for (const auto& [seq_id, table] : tables_) {
+    for (CacheEntryId id : table.entries) {
+      if (id == kNoCacheEntry) continue;
+      if (!cache_.Contains(id)) {
+        return Status::Internal("seq " + std::to_string(seq_id) + " holds unknown entry " +
+                                std::to_string(id));
+      }
+      ++refs[id];
+    }
+  }
+  for (CacheEntryId id : cache_.EntryIds()) {
+    if (cache_.refcount(id) != refs[id]) {
+      return Status::Internal("entry " + std::to_string(id) + " refcount " +
+                              std::to_string(cache_.refcount(id)) + " but " +
+                              std::to_string(refs[id]) + " sequences hold it");
+    }
+  }
+  for (int r = 0; r < tp_size(); ++r) {
+    const BlockPool& pool = ranks_[r].pool;
+    // 0 = unseen, 1 = a sequence's own block, 2 = a cached entry's block.
+    std::vector<int> owner(pool.num_total(), 0);
+    int num_referenced = 0, num_evictable = 0, num_unused = 0;
+    for (CacheEntryId id : cache_.EntryIds()) {
+      for (int32_t b : cache_.blocks(id)[r]) {
+        if (b < 0 || b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
+          return fail(r, "entry " + std::to_string(id) + " block " + std::to_string(b) +
+                             " is out of range, unallocated or held twice");
+        }
+        owner[b] = 2;
+        (cache_.refcount(id) > 0 ? num_referenced : num_evictable) += 1;
+      }
+    }
+    for (const auto& [seq_id, table] : tables_) {
+      for (size_t s = 0; s < table.rows[r].size(); ++s) {
+        const std::vector<int32_t>& row = table.rows[r][s];
+        for (size_t i = 0; i < row.size(); ++i) {
+          int32_t b = row[i];
+          if (b < 0) continue;
+          CacheEntryId e = i < table.entries.size() ? table.entries[i] : kNoCacheEntry;
+          if (e != kNoCacheEntry) {
+            if (cache_.blocks(e)[r][s] != b) {
+              return fail(r, "seq " + std::to_string(seq_id) + " slot " + std::to_string(s) +
+                                 " logical " + std::to_string(i) + " differs from its entry");
+            }
+            continue;
+          }
+          if (b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
+            return fail(r, "seq " + std::to_string(seq_id) + " block " + std::to_string(b) +
+                               " is out of range, unallocated or held twice");
+          }
+          owner[b] = 1;
+          ++num_referenced;
+        }
+      }
+    }
+    for (int b = 0; b < pool.num_total(); ++b) {
+      if (owner[b] == 0) {
+        if (pool.is_allocated(b)) return fail(r, "block " + std::to_string(b) + " leaked");
+        ++num_unused;
+      }
+    }
+    if (num_unused != pool.num_free() || num_evictable != cache_.num_evictable_blocks(r) ||
+        num_unused + num_referenced + num_evictable != pool.num_total()) {
+      return fail(r, "unused " + std::to_string(num_unused) + " (pool says " +
+                         std::to_string(pool.num_free()) + ") + referenced " +
+                         std::to_string(num_referenced) + " + evictable " +
+                         std::to_string(num_evictable) + " (cache says " +
+                         std::to_string(cache_.num_evictable_blocks(r)) + ") != total " +
+                         std::to_string(pool.num_total()));
+    }
+  }
+  return Status::Ok();
 }
 
 const std::vector<int32_t>& KvCacheManager::TEST_Row(uint64_t seq_id, int tp_rank,

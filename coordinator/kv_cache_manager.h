@@ -7,19 +7,33 @@
 // KV head replicated on several ranks (num_kv_heads < tp_size) takes blocks
 // on every replica rank.
 //
-// Check, then commit: CanAppend answers whether Append would succeed; Append
-// either allocates everything a sequence needs on every rank or (when the
-// precondition is broken) aborts, so a sequence is never half-allocated.
+// Check, then commit: CanAppend answers whether Append would succeed (and
+// CanStart whether Start would); Append either allocates everything a
+// sequence needs on every rank or (when the precondition is broken) aborts,
+// so a sequence is never half-allocated.
+//
+// Prefix cache (prefix_cache.h): a sequence's full, computed logical blocks
+// are cached (CacheComputedBlocks) and shared by later sequences whose
+// tokens start the same way (MatchPrefix, Start). On Release a sequence's
+// cached blocks lose a reference and, once unreferenced, stay resident as
+// *evictable*; its other blocks (the partial last one, full ones not yet
+// computed, duplicates of an entry cached first by another sequence) go back
+// to the pool. Allocation takes free blocks first and evicts the least
+// recently released entries only when a rank runs short. On every rank, at
+// every point: unused + referenced + evictable = total (CheckConsistency).
 //
 // Not thread-safe: owned by one instance's scheduler on the engine thread.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "common/model_spec.h"
+#include "common/status.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/prefix_cache.h"
 #include "kernels/kv_cache.h"
 
 namespace headway {
@@ -33,8 +47,36 @@ struct SlotBlockDelta {
 
 // Per-rank block usage, for /health and tests.
 struct RankBlockUsage {
-  int num_free = 0;
+  int num_free = 0;        // blocks an allocation can take: unused + evictable
   int num_total = 0;
+  int num_evictable = 0;   // cached, referenced by no sequence (part of num_free)
+  int num_referenced = 0;  // held by at least one sequence (= total - free)
+};
+
+struct KvCacheOptions {
+  // Cache full, computed blocks and share them between sequences (config
+  // key cache.enable_prefix_caching). Off: every block is a sequence's own
+  // and goes back to the pool on Release.
+  bool enable_prefix_caching = true;
+  // The hash of the chain; tests force collisions through it.
+  BlockHasher block_hasher = HashBlockTokens;
+};
+
+// A sequence's token ids, prompt then output, viewed without copying.
+struct TokenIds {
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;
+  int64_t size() const { return int64_t(prompt.size() + output.size()); }
+  // REQUIRES: 0 <= pos < size().
+  int32_t operator[](int64_t pos) const {
+    return pos < int64_t(prompt.size()) ? prompt[pos] : output[pos - prompt.size()];
+  }
+};
+
+// The cached prefix a starting sequence can share (MatchPrefix).
+struct PrefixMatch {
+  int64_t num_positions = 0;          // = entries.size() * block_size
+  std::vector<CacheEntryId> entries;  // logical blocks 0, 1, ...
 };
 
 class KvCacheManager {
@@ -43,7 +85,7 @@ class KvCacheManager {
   // REQUIRES: ValidateTpSize(spec, tp_size).ok(), block_size > 0,
   // num_blocks_per_rank.size() == tp_size.
   KvCacheManager(const ModelSpec& spec, int tp_size, int block_size,
-                 std::vector<int> num_blocks_per_rank);
+                 std::vector<int> num_blocks_per_rank, KvCacheOptions options = {});
 
   KvCacheManager(const KvCacheManager&) = delete;
   KvCacheManager& operator=(const KvCacheManager&) = delete;
@@ -51,23 +93,53 @@ class KvCacheManager {
   int tp_size() const { return static_cast<int>(ranks_.size()); }
   int block_size() const { return block_size_; }
   int num_slots(int tp_rank) const;
+  bool prefix_caching_enabled() const { return options_.enable_prefix_caching; }
 
   // Blocks rank `tp_rank` must allocate so that `seq_id` (known or not)
   // covers positions [0, num_positions). 0 if it already does.
   int BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const;
 
-  // True if Append(seq_id, num_positions) would find enough free blocks on
-  // every rank.
+  // True if Append(seq_id, num_positions) would find enough free or
+  // evictable blocks on every rank.
   bool CanAppend(uint64_t seq_id, int64_t num_positions) const;
 
-  // Grows `seq_id` (creating its table on first use) so every slot covers
+  // Grows `seq_id` (creating its table, with no prefix hit, on first use;
+  // Start shares cached blocks) so every slot covers
   // positions [0, num_positions). Returns, per rank, the deltas of the slots
   // that received blocks (empty when nothing was needed).
   // REQUIRES: CanAppend(seq_id, num_positions).
   std::vector<std::vector<SlotBlockDelta>> Append(uint64_t seq_id, int64_t num_positions);
 
-  // Returns every block of `seq_id` to its pool and forgets the sequence.
-  // No-op for an unknown id.
+  // The longest prefix of `token_ids` the cache holds, in whole blocks and
+  // at most `max_positions` positions (callers pass num_tokens - 1 so at
+  // least one token is computed and yields logits). Nothing is referenced:
+  // pass the match to CanStart / Start before the cache changes again.
+  // Empty when prefix caching is off.
+  PrefixMatch MatchPrefix(const TokenIds& token_ids, int64_t max_positions) const;
+
+  // True if Start(seq_id, match, num_positions) would find its blocks: the
+  // match's evictable entries are taken out of what can be evicted.
+  // REQUIRES: match came from MatchPrefix with no change to the cache since,
+  // num_positions >= match.num_positions.
+  bool CanStart(const PrefixMatch& match, int64_t num_positions) const;
+
+  // Creates `seq_id`'s table: logical blocks [0, match.entries.size()) are
+  // the match's shared blocks (referenced now), the rest are new blocks up
+  // to num_positions. The deltas carry every block from logical 0, shared
+  // ones included (the worker meets the sequence with is_new and start_pos
+  // = match.num_positions). REQUIRES: !Contains(seq_id),
+  // CanStart(match, num_positions).
+  std::vector<std::vector<SlotBlockDelta>> Start(uint64_t seq_id, const PrefixMatch& match,
+                                                 int64_t num_positions);
+
+  // Caches `seq_id`'s full blocks inside [0, num_computed) that are not
+  // cached yet (called once a step's KV is written). `token_ids` must cover
+  // [0, num_computed). No-op when prefix caching is off or for an unknown id.
+  void CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_ids, int64_t num_computed);
+
+  // Forgets the sequence: its cached blocks lose a reference (tail first,
+  // so a prefix outlives its tail in the LRU order), every other block
+  // returns to its pool. No-op for an unknown id.
   void Release(uint64_t seq_id);
 
   bool Contains(uint64_t seq_id) const { return tables_.count(seq_id) > 0; }
@@ -82,6 +154,14 @@ class KvCacheManager {
 
   RankBlockUsage Usage(int tp_rank) const;
 
+  // Walks every table, entry and pool (O(blocks)): OK if on every rank each
+  // block is exactly one of unused, held by sequences (a private block by
+  // one, a cached block by its entry's refcount many), or evictable, and the
+  // three add up to the total. Internal naming the first violation.
+  Status CheckConsistency() const;
+
+  const PrefixCache& prefix_cache() const { return cache_; }
+
   // The row of one slot (block ids by logical index). REQUIRES: known seq.
   const std::vector<int32_t>& TEST_Row(uint64_t seq_id, int tp_rank, int slot) const;
 
@@ -93,6 +173,14 @@ class KvCacheManager {
   struct SeqTable {
     int64_t num_positions = 0;
     std::vector<std::vector<std::vector<int32_t>>> rows;  // [rank][slot][logical]
+    // [logical] the entry this sequence references for the block, or
+    // kNoCacheEntry for a block of its own. Covers the hashed blocks.
+    std::vector<CacheEntryId> entries;
+    // The hash chain after the last hashed block: its hash, and the entry
+    // holding equal tokens (the parent of the next block's entry).
+    BlockHash chain_hash = kRootBlockHash;
+    CacheEntryId chain_entry = kNoCacheEntry;
+    bool chain_broken = false;  // a block without blocks on every slot
   };
 
   // Logical blocks slot `spec` must hold to cover [0, num_positions). Every
@@ -100,9 +188,17 @@ class KvCacheManager {
   // in Append: a sliding slot's blocks wholly outside its sink and window
   // return to the pool and their entries become -1 (DESIGN.md "Recycling").
   int64_t LogicalBlocks(const SlotSpec& spec, int64_t num_positions) const;
+  // Blocks rank `tp_rank` can allocate: unused + evictable.
+  int Available(int tp_rank) const;
+  // Evicts LRU entries until every rank has `needed[r]` unused blocks.
+  // REQUIRES: needed[r] <= Available(r) for every r.
+  void EnsureUnused(const std::vector<int>& needed);
+  void FillBlockTokens(const TokenIds& token_ids, int64_t logical, std::vector<int32_t>* out) const;
 
   int block_size_;
+  KvCacheOptions options_;
   std::vector<Rank> ranks_;
+  PrefixCache cache_;
   std::unordered_map<uint64_t, SeqTable> tables_;
 };
 

@@ -1,9 +1,18 @@
 #include "coordinator/scheduler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <string>
 
 namespace headway {
+namespace {
+
+TokenIds TokensOf(const Sequence& seq) {
+  return TokenIds{seq.prompt_ids(), seq.output_ids()};
+}
+
+}  // namespace
 
 Scheduler::Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv)
     : config_(config), kv_(std::move(kv)) {
@@ -37,14 +46,15 @@ Status Scheduler::Add(std::unique_ptr<Sequence> seq) {
   return Status::Ok();
 }
 
-ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens) {
+ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens,
+                             std::vector<std::vector<SlotBlockDelta>> deltas) {
   ScheduledSeq s;
   s.seq_id = seq.seq_id();
   s.start_pos = seq.num_computed();
   s.num_tokens = num_tokens;
   s.sample = seq.num_computed() + num_tokens == seq.num_tokens();
   s.is_new = !seq.on_worker();
-  s.deltas = kv_->Append(seq.seq_id(), int64_t(seq.num_computed()) + num_tokens);
+  s.deltas = std::move(deltas);
   seq.set_on_worker(true);
   return s;
 }
@@ -75,7 +85,7 @@ ScheduledBatch Scheduler::Schedule() {
       }
     }
     if (!scheduled_self) break;  // it was the newest: nothing after it runs
-    batch.seqs.push_back(Plan(seq, n));
+    batch.seqs.push_back(Plan(seq, n, kv_->Append(seq.seq_id(), positions)));
     budget -= n;
     ++i;
   }
@@ -85,12 +95,22 @@ ScheduledBatch Scheduler::Schedule() {
   while (!preempted && budget > 0 && !waiting_.empty() &&
          running_.size() < size_t(config_.max_num_seqs)) {
     Sequence& seq = *seqs_.at(waiting_.front());
-    int n = std::min(seq.num_uncomputed(), budget);
-    if (!kv_->CanAppend(seq.seq_id(), int64_t(seq.num_computed()) + n)) break;
+    // Waiting sequences hold no blocks (new, or released by preemption).
+    HW_CHECK(seq.num_computed() == 0 && !kv_->Contains(seq.seq_id()));
+    PrefixMatch match = kv_->MatchPrefix(TokensOf(seq), seq.num_tokens() - 1);
+    const int cached = int(match.num_positions);
+    int n = std::min(seq.num_tokens() - cached, budget);
+    if (!kv_->CanStart(match, int64_t(cached) + n)) break;
     waiting_.pop_front();
     running_.push_back(seq.seq_id());
     seq.set_status(SequenceStatus::kRunning);
-    batch.seqs.push_back(Plan(seq, n));
+    seq.AdvanceComputed(cached);
+    seq.set_num_cached_tokens(std::min(cached, seq.num_prompt_tokens()));
+    if (kv_->prefix_caching_enabled()) {
+      prefix_stats_.num_queried_tokens += uint64_t(seq.num_tokens());
+      prefix_stats_.num_hit_tokens += uint64_t(cached);
+    }
+    batch.seqs.push_back(Plan(seq, n, kv_->Start(seq.seq_id(), match, int64_t(cached) + n)));
     budget -= n;
   }
 
@@ -106,6 +126,7 @@ void Scheduler::OnStepComputed(const ScheduledBatch& batch) {
     // Gone (finished or cancelled meanwhile), or preempted and restarted.
     if (seq == nullptr || seq->num_computed() != s.start_pos) continue;
     seq->AdvanceComputed(s.num_tokens);
+    kv_->CacheComputedBlocks(s.seq_id, TokensOf(*seq), seq->num_computed());
   }
 }
 
@@ -120,11 +141,19 @@ void Scheduler::ReleaseBlocks(Sequence& seq) {
 }
 
 void Scheduler::Preempt(Sequence& seq) {
+  ++num_preemptions_;
+  // vLLM's habit: warn on the first preemption and every 50th after it, as a
+  // recompute is costly and frequent ones mean the pool is too small, without
+  // flooding the log under sustained pressure.
+  if (num_preemptions_ % 50 == 1) {
+    spdlog::warn("preempted sequence {} ({} computed positions, recomputed later); {} "
+                 "preemptions so far; raise cache.kv_memory_mb or lower max_num_seqs if frequent",
+                 seq.seq_id(), seq.num_computed(), num_preemptions_);
+  }
   ReleaseBlocks(seq);
   seq.ResetComputed();
   seq.set_status(SequenceStatus::kWaiting);
   waiting_.push_front(seq.seq_id());
-  ++num_preemptions_;
 }
 
 std::unique_ptr<Sequence> Scheduler::Remove(uint64_t seq_id) {

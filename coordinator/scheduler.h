@@ -12,6 +12,12 @@
 // released and they recompute later from the head of the queue), so no step
 // can deadlock: admission guarantees each sequence fits the pool alone.
 //
+// Prefix cache: a waiting sequence starts from its longest cached prefix
+// (whole blocks, at most num_tokens - 1 positions, so the step still yields
+// logits): its table row begins with the shared blocks and it computes from
+// there. After every step the newly full blocks are cached, so a preempted
+// sequence usually finds its own prefix again when it restarts.
+//
 // Not thread-safe: one instance's scheduler lives on the engine thread.
 #pragma once
 
@@ -30,6 +36,13 @@ namespace headway {
 struct SchedulerConfig {
   int max_num_seqs = 32;             // running sequences
   int max_num_batched_tokens = 512;  // tokens computed per step
+};
+
+// Prefix cache counters since the scheduler started (vLLM's
+// prefix_cache_queries / prefix_cache_hits, both in tokens).
+struct PrefixCacheStats {
+  uint64_t num_queried_tokens = 0;  // tokens of every sequence looked up at its start
+  uint64_t num_hit_tokens = 0;      // of which the cache held the KV
 };
 
 // One sequence's share of a step.
@@ -66,11 +79,15 @@ class Scheduler {
   // and InvalidArgument for a duplicate seq_id. On error nothing changes.
   Status Add(std::unique_ptr<Sequence> seq);
 
-  // Plans the next step and allocates its blocks. The caller sends it and,
-  // once the step has run, calls OnStepComputed with it.
+  // Plans the next step and allocates its blocks. A sequence that starts
+  // (or restarts after preemption) with a prefix cache hit of L positions
+  // has num_computed() = L and num_cached_tokens() = min(L, prompt length)
+  // from here on. The caller sends the batch and, once the step has run,
+  // calls OnStepComputed with it.
   ScheduledBatch Schedule();
 
-  // Marks the batch's tokens computed for every sequence still held.
+  // Marks the batch's tokens computed for every sequence still held and
+  // caches their newly full blocks. Call before appending sampled tokens.
   void OnStepComputed(const ScheduledBatch& batch);
 
   // The sequence, or nullptr.
@@ -86,7 +103,9 @@ class Scheduler {
   bool HasWork() const { return !waiting_.empty() || !running_.empty() || !released_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
+  // Sequences preempted (blocks released for recompute) since the start.
   size_t num_preemptions() const { return num_preemptions_; }
+  const PrefixCacheStats& prefix_cache_stats() const { return prefix_stats_; }
 
   const KvCacheManager& kv() const { return *kv_; }
 
@@ -94,7 +113,8 @@ class Scheduler {
   // Releases `seq`'s blocks and puts it back at the head of the queue.
   void Preempt(Sequence& seq);
   void ReleaseBlocks(Sequence& seq);
-  ScheduledSeq Plan(Sequence& seq, int num_tokens);
+  ScheduledSeq Plan(Sequence& seq, int num_tokens,
+                    std::vector<std::vector<SlotBlockDelta>> deltas);
 
   const SchedulerConfig config_;
   std::unique_ptr<KvCacheManager> kv_;
@@ -103,6 +123,7 @@ class Scheduler {
   std::vector<uint64_t> running_;       // in the order they started running
   std::vector<uint64_t> released_;      // for the next step's released_seq_ids
   size_t num_preemptions_ = 0;
+  PrefixCacheStats prefix_stats_;
 };
 
 }  // namespace headway

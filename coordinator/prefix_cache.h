@@ -1,0 +1,140 @@
+// The prefix cache index of one instance (DESIGN.md "Prefix cache"), after
+// vLLM's automatic prefix caching, adapted to head-wise blocks.
+//
+// An entry is one full, computed logical block of some sequence: the set of
+// physical blocks that hold positions [i*B, (i+1)*B) on every slot of every
+// TP rank (one block per slot per rank), cached under one hash. Hashes form
+// a chain: hash_i = Hash(hash_{i-1}, tokens of block i), hash_{-1} =
+// kRootBlockHash, so equal hashes mean equal prefixes up to a collision.
+// Collisions can never return wrong KV: every entry also keeps its block's
+// token ids and the id of its parent entry, and Find matches both, so a
+// chain of Find calls from the root verifies the whole prefix token by
+// token.
+//
+// Entries are reference counted by the sequences whose block tables hold
+// them. An entry nobody references stays resident (its blocks keep their
+// KV) and is *evictable*; the owner of the pools evicts the least recently
+// released one only when it needs blocks. The cache owns no pool: it hands
+// evicted blocks back to the caller.
+//
+// Not thread-safe: owned by one instance's KvCacheManager.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace headway {
+
+using BlockHash = uint64_t;
+
+// The parent hash of a sequence's first block.
+inline constexpr BlockHash kRootBlockHash = 0x6a09e667f3bcc908ull;
+
+// Hash of one full block given its parent's hash and its token ids.
+using BlockHasher = BlockHash (*)(BlockHash parent, std::span<const int32_t> token_ids);
+
+// The default BlockHasher: a 64-bit chained hash built from the splitmix64
+// finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number
+// generators", OOPSLA 2014), which is a bijection with full avalanche, fed
+// one token at a time with its index. Deterministic across processes.
+BlockHash HashBlockTokens(BlockHash parent, std::span<const int32_t> token_ids);
+
+// Id of a cache entry. Ids are never reused; 0 means "no entry" (and is the
+// parent id of a first block).
+using CacheEntryId = uint64_t;
+inline constexpr CacheEntryId kNoCacheEntry = 0;
+
+class PrefixCache {
+ public:
+  // Entries hold blocks on `tp_size` ranks. REQUIRES: tp_size >= 1,
+  // hasher != nullptr.
+  explicit PrefixCache(int tp_size, BlockHasher hasher = HashBlockTokens);
+
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  BlockHash Hash(BlockHash parent, std::span<const int32_t> token_ids) const {
+    return hasher_(parent, token_ids);
+  }
+
+  // The indexed entry whose hash is `hash`, whose parent is `parent` and
+  // whose tokens equal `token_ids`; kNoCacheEntry if there is none (a miss,
+  // or a collision with a different block).
+  CacheEntryId Find(BlockHash hash, CacheEntryId parent,
+                    std::span<const int32_t> token_ids) const;
+
+  enum class InsertOutcome {
+    kInserted,   // a new entry holds `blocks`; the caller holds one reference
+    kDuplicate,  // an equal entry exists; `blocks` stay the caller's own
+  };
+  struct InsertResult {
+    InsertOutcome outcome;
+    CacheEntryId id;  // the new entry, or the equal one (not referenced by the caller)
+  };
+
+  // Caches a full, computed block whose KV lives in `blocks` ([tp_rank] ->
+  // one block id per slot of that rank). If an entry with the same hash but
+  // different parent or tokens is indexed (a hash collision, or a stale
+  // chain), the new entry replaces it in the index; the old one stays valid
+  // for whoever holds it and is evicted as usual once unreferenced.
+  // REQUIRES: blocks.size() == tp_size.
+  InsertResult Insert(BlockHash hash, CacheEntryId parent, std::span<const int32_t> token_ids,
+                      std::vector<std::vector<int32_t>> blocks);
+
+  // Adds a reference (an evictable entry stops being evictable).
+  // REQUIRES: Contains(id).
+  void Acquire(CacheEntryId id);
+
+  // Drops a reference; at zero the entry becomes the most recently used
+  // evictable entry. REQUIRES: Contains(id), refcount(id) > 0.
+  void Release(CacheEntryId id);
+
+  // Removes the least recently released evictable entry and returns its
+  // blocks ([tp_rank] -> block ids), which the caller frees.
+  // REQUIRES: num_evictable_entries() > 0.
+  std::vector<std::vector<int32_t>> EvictLru();
+
+  bool Contains(CacheEntryId id) const { return entries_.count(id) > 0; }
+  // REQUIRES: Contains(id) for the three below.
+  int refcount(CacheEntryId id) const;
+  const std::vector<std::vector<int32_t>>& blocks(CacheEntryId id) const;
+  BlockHash hash(CacheEntryId id) const;
+
+  size_t num_entries() const { return entries_.size(); }
+  // Entries evicted since construction.
+  uint64_t num_evicted() const { return num_evicted_; }
+  size_t num_evictable_entries() const { return lru_.size(); }
+  // Blocks of rank `tp_rank` held by evictable entries.
+  int num_evictable_blocks(int tp_rank) const { return num_evictable_blocks_.at(tp_rank); }
+
+  // Every entry id, in no particular order (for consistency checks).
+  std::vector<CacheEntryId> EntryIds() const;
+  // Evictable entry ids, least recently released first.
+  std::vector<CacheEntryId> LruOrder() const { return {lru_.begin(), lru_.end()}; }
+
+ private:
+  struct Entry {
+    BlockHash hash = 0;
+    CacheEntryId parent = kNoCacheEntry;
+    std::vector<int32_t> token_ids;                 // [block_size]
+    std::vector<std::vector<int32_t>> blocks;       // [tp_rank][slot]
+    int refcount = 0;
+    bool indexed = false;                           // index_[hash] == this entry
+    std::list<CacheEntryId>::iterator lru_pos;      // valid while refcount == 0
+  };
+
+  void AddEvictableBlocks(const Entry& e, int sign);
+
+  const BlockHasher hasher_;
+  CacheEntryId next_id_ = 1;
+  std::unordered_map<CacheEntryId, Entry> entries_;
+  std::unordered_map<BlockHash, CacheEntryId> index_;
+  std::list<CacheEntryId> lru_;              // evictable; front = evicted first
+  std::vector<int> num_evictable_blocks_;    // [tp_rank]
+  uint64_t num_evicted_ = 0;
+};
+
+}  // namespace headway
