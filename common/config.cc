@@ -92,6 +92,15 @@ Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out) {
   return Status::Ok();
 }
 
+Status ReadBool(const YAML::Node& node, const std::string& key, bool& out) {
+  if (node.IsScalar()) {
+    const std::string& text = node.Scalar();
+    if (text == "true") return (out = true), Status::Ok();
+    if (text == "false") return (out = false), Status::Ok();
+  }
+  return BadValue(key, Describe(node), "true or false");
+}
+
 Status ReadInt(const YAML::Node& node, const std::string& key, int& out) {
   int64_t value = 0;
   HW_RETURN_IF_ERROR(ReadInt64(node, key, value));
@@ -158,12 +167,17 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
 Status ParseCache(const YAML::Node& node, Config& config) {
   const std::string path = "cache";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"block_size", "kv_memory_mb"}));
+  HW_RETURN_IF_ERROR(
+      CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching"}));
   if (node["block_size"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
   }
   if (node["kv_memory_mb"]) {
     HW_RETURN_IF_ERROR(ReadInt64(node["kv_memory_mb"], "cache.kv_memory_mb", config.kv_memory_mb));
+  }
+  if (node["enable_prefix_caching"]) {
+    HW_RETURN_IF_ERROR(ReadBool(node["enable_prefix_caching"], "cache.enable_prefix_caching",
+                                config.enable_prefix_caching));
   }
   return Status::Ok();
 }

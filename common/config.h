@@ -11,6 +11,7 @@
 //   cache:
 //     block_size: 16
 //     kv_memory_mb: 256            # per worker
+//     enable_prefix_caching: true
 //   scheduler:
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512
@@ -65,6 +66,7 @@ struct Config {
   // cache
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per worker, MiB
+  bool enable_prefix_caching = true;    // reuse full blocks of shared prompt prefixes
   // scheduler
   int max_num_seqs = 32;                // running sequences per instance
   int max_num_batched_tokens = 512;     // tokens per step per instance

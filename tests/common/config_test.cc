@@ -266,5 +266,17 @@ TEST(ConfigTest, ResolveModelPath) {
   EXPECT_TRUE(std::filesystem::path(config.model_path).is_absolute());
 }
 
+TEST(ConfigTest, PrefixCachingIsOnByDefaultAndCanBeTurnedOff) {
+  Result<Config> on = ParseConfig(kFull);
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->enable_prefix_caching);
+  Result<Config> off = ParseConfig(
+      Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  enable_prefix_caching: false"));
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->enable_prefix_caching);
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  enable_prefix_caching: 3"),
+              {"cache.enable_prefix_caching", "3", "true or false"});
+}
+
 }  // namespace
 }  // namespace headway
