@@ -1,20 +1,26 @@
-// QuantMatmulTransB (weights kept quantised) against MatmulTransB (OpenBLAS
-// sgemm on weights dequantised to f32) for SmolLM2-135M's decode shapes,
-// printed as one JSON object:
-//   attn_q / attn_output [m,576] x [576,576]^T Q4_1, ffn_gate / ffn_up
-//   [m,576] x [1536,576]^T Q4_1, ffn_down [m,1536] x [576,1536]^T Q4_1,
-//   lm_head [m,576] x [49152,576]^T Q8_0 (the tied token_embd);
-// for each batch of m activation rows and each thread count (OpenMP and
-// OpenBLAS set alike).
+// The two quantised-weight matmul modes against MatmulTransB (OpenBLAS sgemm
+// on weights dequantised to f32) for SmolLM2-135M's shapes, printed as one
+// JSON object:
+//   f32act:  QuantMatmulTransBF32Act (f32 activations, batch-invariant)
+//   int8act: QuantMatmulTransB (activations rounded to 8 bits)
+//   sgemm:   MatmulTransB on the dequantised f32 matrix
+// Shapes: attn_q / attn_output [m,576] x [576,576]^T Q4_1, ffn_gate / ffn_up
+// [m,576] x [1536,576]^T Q4_1, ffn_down [m,1536] x [576,1536]^T Q4_1,
+// lm_head [m,576] x [49152,576]^T Q8_0 (the tied token_embd; only batches up
+// to --lm-head-max-m, as prefill needs the head only on each sequence's last
+// token); for each batch of m activation rows and each thread count (OpenMP
+// and OpenBLAS set alike).
 //
 // Two cache states: "hot" calls one matrix over and over (it stays in cache:
 // the compute cost), "cold" cycles through copies of the matrix totalling at
 // least --cold-mb, as a decode step walks 30 layers of weights, so weights
-// come from DRAM (the realistic case). The machine may be shared, so each
-// repeat times both kernels back to back and the figures are medians over
-// repeats: of each time and of the per-repeat ratio quant / f32 (< 1: the
-// quantised kernel is faster). `crossover_m` is the smallest m measured at
-// which sgemm wins (median ratio > 1), or null if it never does.
+// come from DRAM (the realistic case for decode). Cold figures are taken only
+// up to --cold-max-m rows: beyond, each weight is reused by many rows and the
+// cache state hardly matters. The machine may be shared, so each repeat times
+// the three kernels back to back and the figures are medians over repeats:
+// of each time and of the per-repeat ratios (< 1: the numerator is faster).
+// `crossover_m` (per quantised mode) is the smallest m measured at which
+// sgemm wins (median ratio over sgemm > 1), or null if it never does.
 #include <cblas.h>
 #include <omp.h>
 
@@ -42,6 +48,7 @@ struct Shape {
   int n;
   int k;
   GgmlType type;
+  bool lm_head = false;  // capped at --lm-head-max-m rows
 };
 
 double Median(std::vector<double> v) {
@@ -86,8 +93,10 @@ Copies MakeCopies(const Shape& s, int count_quant, int count_f32) {
   return c;
 }
 
-nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, int threads, bool cold,
-                       double cold_bytes, int repeats) {
+using QuantFn = void (*)(const float*, const uint8_t*, GgmlType, int, int, int, float*);
+
+nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, bool cold, double cold_bytes,
+                       int repeats) {
   const size_t quant_bytes = GgmlBytes(s.type, uint64_t(s.n) * s.k).value();
   const size_t f32_bytes = size_t(s.n) * s.k * 4;
   const int count_quant = cold ? int(std::ceil(cold_bytes / quant_bytes)) : 1;
@@ -103,11 +112,9 @@ nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, int threads, 
   for (int m : ms) {
     // One timed pass calls every copy once; the per-call time is the pass
     // time over the copy count.
-    auto quant_pass = [&] {
+    auto quant_pass = [&](QuantFn fn) {
       const auto start = std::chrono::steady_clock::now();
-      for (const auto& w : copies.quant) {
-        cpu::QuantMatmulTransB(x.data(), w.data(), s.type, m, s.n, s.k, y.data());
-      }
+      for (const auto& w : copies.quant) fn(x.data(), w.data(), s.type, m, s.n, s.k, y.data());
       return Seconds(start) / copies.quant.size();
     };
     auto f32_pass = [&] {
@@ -115,22 +122,41 @@ nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, int threads, 
       for (const auto& w : copies.f32) cpu::MatmulTransB(x.data(), w.data(), m, s.n, s.k, y.data());
       return Seconds(start) / copies.f32.size();
     };
-    quant_pass();  // warm-up: page faults, thread pools
+    // Warm-up: page faults, thread pools.
+    quant_pass(cpu::QuantMatmulTransBF32Act);
+    quant_pass(cpu::QuantMatmulTransB);
     f32_pass();
-    std::vector<double> tq, tf, ratio;
+    std::vector<double> t_f32act, t_int8act, t_sgemm, r_f32act_sgemm, r_int8act_sgemm,
+        r_f32act_int8act;
     for (int r = 0; r < repeats; ++r) {
-      tq.push_back(quant_pass());
-      tf.push_back(f32_pass());
-      ratio.push_back(tq.back() / tf.back());
+      t_f32act.push_back(quant_pass(cpu::QuantMatmulTransBF32Act));
+      t_int8act.push_back(quant_pass(cpu::QuantMatmulTransB));
+      t_sgemm.push_back(f32_pass());
+      r_f32act_sgemm.push_back(t_f32act.back() / t_sgemm.back());
+      r_int8act_sgemm.push_back(t_int8act.back() / t_sgemm.back());
+      r_f32act_int8act.push_back(t_f32act.back() / t_int8act.back());
     }
+    const double flops = 2.0 * m * s.n * s.k;
     out.push_back({{"m", m},
-                   {"quant_us", Median(tq) * 1e6},
-                   {"f32_us", Median(tf) * 1e6},
-                   {"ratio_quant_over_f32", Median(ratio)},
-                   {"quant_weight_gbps", quant_bytes / Median(tq) / 1e9},
-                   {"f32_weight_gbps", f32_bytes / Median(tf) / 1e9}});
+                   {"f32act_us", Median(t_f32act) * 1e6},
+                   {"int8act_us", Median(t_int8act) * 1e6},
+                   {"sgemm_us", Median(t_sgemm) * 1e6},
+                   {"ratio_f32act_over_sgemm", Median(r_f32act_sgemm)},
+                   {"ratio_int8act_over_sgemm", Median(r_int8act_sgemm)},
+                   {"ratio_f32act_over_int8act", Median(r_f32act_int8act)},
+                   {"f32act_gflops", flops / Median(t_f32act) / 1e9},
+                   {"sgemm_gflops", flops / Median(t_sgemm) / 1e9},
+                   {"quant_weight_gbps_f32act", quant_bytes / Median(t_f32act) / 1e9},
+                   {"f32_weight_gbps_sgemm", f32_bytes / Median(t_sgemm) / 1e9}});
   }
   return out;
+}
+
+nlohmann::json Crossover(const nlohmann::json& rows, const char* ratio_key) {
+  for (const auto& row : rows) {
+    if (row[ratio_key].get<double>() > 1.0) return row["m"];
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -138,15 +164,21 @@ nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, int threads, 
 
 int main(int argc, char** argv) {
   using namespace headway;
-  CLI::App app{"Quantised-weight matmul vs f32 sgemm at decode shapes (JSON on stdout)"};
+  CLI::App app{"Quantised-weight matmul modes vs f32 sgemm at SmolLM2 shapes (JSON on stdout)"};
   int repeats = 15;
   double cold_mb = 96.0;
-  std::vector<int> ms = {1, 4, 8, 16};
+  int cold_max_m = 16;
+  int lm_head_max_m = 64;
+  std::vector<int> ms = {1, 4, 16, 64, 512};
   std::vector<int> thread_counts = {1, 2};
   app.add_option("--repeats", repeats, "timed repeats per figure (median)")
       ->check(CLI::PositiveNumber);
   app.add_option("--cold-mb", cold_mb, "bytes of matrix copies cycled for the cold figures, MiB")
       ->check(CLI::PositiveNumber);
+  app.add_option("--cold-max-m", cold_max_m, "largest m timed with cold weights")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--lm-head-max-m", lm_head_max_m, "largest m timed for the LM head")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--m", ms, "activation rows (batch sizes)")->check(CLI::PositiveNumber);
   app.add_option("--threads", thread_counts, "thread counts")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
@@ -156,7 +188,7 @@ int main(int argc, char** argv) {
       {"attn_q_576x576_q4_1", 576, 576, GgmlType::kQ4_1},
       {"ffn_up_1536x576_q4_1", 1536, 576, GgmlType::kQ4_1},
       {"ffn_down_576x1536_q4_1", 576, 1536, GgmlType::kQ4_1},
-      {"lm_head_49152x576_q8_0", 49152, 576, GgmlType::kQ8_0},
+      {"lm_head_49152x576_q8_0", 49152, 576, GgmlType::kQ8_0, /*lm_head=*/true},
   };
   nlohmann::json results = nlohmann::json::array();
   for (int threads : thread_counts) {
@@ -164,21 +196,23 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(threads);
     for (const bool cold : {false, true}) {
       for (const Shape& s : shapes) {
-        nlohmann::json rows = Measure(s, ms, threads, cold, cold_mb * 1024 * 1024, repeats);
-        nlohmann::json crossover = nullptr;
-        for (const auto& row : rows) {
-          if (row["ratio_quant_over_f32"].get<double>() > 1.0) {
-            crossover = row["m"];
-            break;
-          }
+        const int max_m = std::min(cold ? cold_max_m : ms.back(),
+                                   s.lm_head ? lm_head_max_m : ms.back());
+        std::vector<int> shape_ms;
+        for (int m : ms) {
+          if (m <= max_m) shape_ms.push_back(m);
         }
-        results.push_back({{"shape", s.name},
-                           {"n", s.n},
-                           {"k", s.k},
-                           {"threads", threads},
-                           {"cache", cold ? "cold" : "hot"},
-                           {"crossover_m", crossover},
-                           {"by_m", rows}});
+        if (shape_ms.empty()) continue;
+        nlohmann::json rows = Measure(s, shape_ms, cold, cold_mb * 1024 * 1024, repeats);
+        results.push_back(
+            {{"shape", s.name},
+             {"n", s.n},
+             {"k", s.k},
+             {"threads", threads},
+             {"cache", cold ? "cold" : "hot"},
+             {"crossover_m_f32act", Crossover(rows, "ratio_f32act_over_sgemm")},
+             {"crossover_m_int8act", Crossover(rows, "ratio_int8act_over_sgemm")},
+             {"by_m", rows}});
         std::fprintf(stderr, "done %s threads=%d %s\n", s.name.c_str(), threads,
                      cold ? "cold" : "hot");
       }

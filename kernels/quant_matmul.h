@@ -11,8 +11,12 @@
 // In the 4-bit types the low nibbles of qs hold values 0..15 of the block and
 // the high nibbles values 16..31; bit j of Q5_0's qh is the 5th bit of value j.
 //
-// Method (llama.cpp's ggml_vec_dot_q4_1_q8_1 and friends): each activation
-// row is quantised once per call to 8-bit blocks of 32 (per block
+// Two modes: QuantMatmulTransB rounds the activations to 8 bits and takes
+// integer dot products (the method below); QuantMatmulTransBF32Act keeps
+// them in f32 (more accurate, batch-invariant; see its comment).
+//
+// Method of QuantMatmulTransB (llama.cpp's ggml_vec_dot_q4_1_q8_1 and
+// friends): each activation row is quantised once per call to 8-bit blocks of 32 (per block
 // dx = max|x| / 127, qx = round(x / dx), sx = dx * sum(qx)); a block's
 // product is then an exact integer dot sum(qw * qx), scaled in f32:
 //   Q8_0: dw*dx*dot                 Q4_1: dw*dx*dot + m*sx
@@ -32,8 +36,8 @@
 
 namespace headway::cpu {
 
-// True for the weight types QuantMatmulTransB handles: Q8_0, Q4_0, Q4_1,
-// Q5_0 and F16.
+// True for the weight types QuantMatmulTransB and QuantMatmulTransBF32Act
+// handle: Q8_0, Q4_0, Q4_1, Q5_0 and F16.
 bool QuantMatmulSupported(GgmlType type);
 
 // y = x * W^T with W stored quantised, the layout of a linear layer whose
@@ -51,7 +55,40 @@ bool QuantMatmulSupported(GgmlType type);
 void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n,
                        int k, float* y);
 
+// y = x * W^T as QuantMatmulTransB (same layouts, shapes, threading and
+// REQUIRES; a violation aborts), but the activations stay f32: no 8-bit
+// rounding of x. Each weight block is dequantised in registers and
+// multiplied with x by FMA, accumulating in f32. For decode batches it reads
+// the quantised bytes once and is memory-bound like QuantMatmulTransB; for
+// m > 4 each group of weight rows is dequantised once per call into a
+// per-thread f32 scratch of max(192 KiB, 12 * k bytes) and reused by all m
+// rows.
+//
+// Weights: w = d*q (Q8_0), d*(q - 8) (Q4_0), d*(q - 16) (Q5_0), the f16
+// value (F16), each exact in f32, and fma(d, q, m) (Q4_1), the f32 nearest
+// to d*q + m; these are the values worker/dequant.h produces when its
+// d*q + m is contracted to an FMA, as at -march=x86-64-v3.
+//
+// Summation order, fixed per output so that results are batch-invariant:
+// y[r, i] depends only on x[r, :] and weight row i, bit for bit, whatever m,
+// whatever the other rows of x, and whatever the OpenMP team size. Value j of
+// the row goes to lane j % 8 of an 8-lane f32 accumulator; lane l takes
+// acc_l = fma(w_j, x_j, acc_l) for j = l, l + 8, l + 16, ... in increasing j;
+// then y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). The AVX2 and
+// the portable paths follow this order and agree bit for bit.
+//
+// Accuracy: only f32 rounding of that sum (and of Q4_1's fma above), so
+// |y - exact| <= about (k / 8 + 3) * 2^-24 * sum_j |x_j w_j| (standard
+// recursive-summation bound); tests check 1e-5 * sum_j |x_j w_j| + 1e-6
+// against a double-accumulating reference on the same weights.
+void QuantMatmulTransBF32Act(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
+                             int n, int k, float* y);
+
 namespace internal {
+
+// The portable path of QuantMatmulTransBF32Act, same contract and same bits.
+void QuantMatmulTransBF32ActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
+                                     int m, int n, int k, float* y);
 
 // The portable path, which QuantMatmulTransB uses where AVX2 is not compiled
 // in; same contract. Exposed so tests can check that both paths give the same

@@ -1,16 +1,25 @@
-// QuantMatmulTransB against the double-accumulating reference applied to the
-// dequantised weights.
+// QuantMatmulTransB and QuantMatmulTransBF32Act against the
+// double-accumulating reference applied to the dequantised weights.
 //
-// Tolerance: the kernel rounds each activation block to qx = round(x / dx),
-// dx = max|x_b| / 127, which moves every value by at most dx / 2; a block b
-// therefore adds at most (max_{j in b}|x_j| / 254) * sum_{j in b}|w_j| to the
-// error of an output (an absolute bound, so at most 1/127 of
-// max|x| * sum|w| per block; 1/254 of it up to rounding). We allow 1.01 times
-// that sum over blocks, plus 1e-5 * sum_j |x_j w_j| + 1e-6 for f32
-// accumulation. F16 weights skip activation rounding and get only the f32
-// term. The portable and AVX2 paths share the summation order and must agree
-// bit for bit.
+// Tolerance, 8-bit activations (QuantMatmulTransB): the kernel rounds each
+// activation block to qx = round(x / dx), dx = max|x_b| / 127, which moves
+// every value by at most dx / 2; a block b therefore adds at most
+// (max_{j in b}|x_j| / 254) * sum_{j in b}|w_j| to the error of an output
+// (an absolute bound, so at most 1/127 of max|x| * sum|w| per block; 1/254 of
+// it up to rounding). We allow 1.01 times that sum over blocks, plus
+// 1e-5 * sum_j |x_j w_j| + 1e-6 for f32 accumulation. F16 weights skip
+// activation rounding and get only the f32 term.
+//
+// Tolerance, f32 activations (QuantMatmulTransBF32Act): f32 rounding only,
+// 1e-5 * sum_j |x_j w_j| + 1e-6 (the recursive-summation bound for k <= 1536
+// in 8 lanes is about 2e-6 of it). Its batch invariance is checked bit for
+// bit: one activation row at several positions in batches of 1 to 100 rows
+// of other random rows, and under 1 and 2 OpenMP threads.
+//
+// In both modes the portable and AVX2 paths share the summation order and
+// must agree bit for bit.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -116,13 +125,28 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int n, int k, std::mt19937_64&
   return bytes;
 }
 
+enum class Mode { kInt8Activations, kF32Activations };
+
 struct Case {
   GgmlType type;
   int m, n, k;
+  Mode mode = Mode::kInt8Activations;
 };
 
+using MatmulFn = void (*)(const float*, const uint8_t*, GgmlType, int, int, int, float*);
+
+MatmulFn Fast(Mode mode) {
+  return mode == Mode::kF32Activations ? cpu::QuantMatmulTransBF32Act : cpu::QuantMatmulTransB;
+}
+
+MatmulFn Portable(Mode mode) {
+  return mode == Mode::kF32Activations ? cpu::internal::QuantMatmulTransBF32ActPortable
+                                       : cpu::internal::QuantMatmulTransBPortable;
+}
+
 std::string Name(const Case& c) {
-  return GgmlTypeName(c.type) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+  return std::string(c.mode == Mode::kF32Activations ? "f32act " : "int8act ") +
+         GgmlTypeName(c.type) + " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
          " k=" + std::to_string(c.k);
 }
 
@@ -143,10 +167,11 @@ void Check(const Case& c, uint64_t seed) {
   }
 
   std::vector<float> got(size_t(c.m) * c.n, std::nanf("")), want(got.size());
-  cpu::QuantMatmulTransB(x.data(), wq.data(), c.type, c.m, c.n, c.k, got.data());
+  Fast(c.mode)(x.data(), wq.data(), c.type, c.m, c.n, c.k, got.data());
   reference::MatmulTransB(x.data(), w.data(), c.m, c.n, c.k, want.data());
 
-  const bool rounds_activations = c.type != GgmlType::kF16;
+  const bool rounds_activations =
+      c.mode == Mode::kInt8Activations && c.type != GgmlType::kF16;
   for (int r = 0; r < c.m; ++r) {
     for (int i = 0; i < c.n; ++i) {
       double bound = 1e-6, abs_dot = 0.0;
@@ -168,18 +193,17 @@ void Check(const Case& c, uint64_t seed) {
 
   // Same bits from the portable path.
   std::vector<float> portable(got.size(), std::nanf(""));
-  cpu::internal::QuantMatmulTransBPortable(x.data(), wq.data(), c.type, c.m, c.n, c.k,
-                                           portable.data());
+  Portable(c.mode)(x.data(), wq.data(), c.type, c.m, c.n, c.k, portable.data());
   for (size_t idx = 0; idx < got.size(); ++idx) {
     ASSERT_EQ(std::memcmp(&got[idx], &portable[idx], 4), 0)
         << "index " << idx << ": " << got[idx] << " vs " << portable[idx];
   }
 }
 
-void CheckAllShapes(GgmlType type, uint64_t seed) {
+void CheckAllShapes(GgmlType type, uint64_t seed, Mode mode = Mode::kInt8Activations) {
   for (int m : {1, 2, 5, 16}) {
     for (int k : {32, 576, 1536}) {
-      for (int n : {1, 7, 192, 576}) Check({type, m, n, k}, seed++);
+      for (int n : {1, 7, 192, 576}) Check({type, m, n, k, mode}, seed++);
     }
   }
 }
@@ -236,6 +260,158 @@ TEST(QuantMatmulTest, SimdPathIsCompiledIn) {
 #endif
 }
 
+// ---- QuantMatmulTransBF32Act
+
+constexpr GgmlType kAllTypes[] = {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                                  GgmlType::kQ5_0, GgmlType::kF16};
+
+TEST(QuantMatmulF32ActTest, Q4_1MatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kQ4_1, 1100, Mode::kF32Activations);
+}
+TEST(QuantMatmulF32ActTest, Q8_0MatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kQ8_0, 1200, Mode::kF32Activations);
+}
+TEST(QuantMatmulF32ActTest, Q4_0MatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kQ4_0, 1300, Mode::kF32Activations);
+}
+TEST(QuantMatmulF32ActTest, Q5_0MatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kQ5_0, 1400, Mode::kF32Activations);
+}
+TEST(QuantMatmulF32ActTest, F16MatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kF16, 1500, Mode::kF32Activations);
+}
+
+TEST(QuantMatmulF32ActTest, EveryTileShape) {
+  // Row counts through the register path (1..4) and the scratch path with
+  // every 4-row tail; weight-row counts with every column tail, and more
+  // rows than one scratch group holds (k = 64: 32 rows per group).
+  uint64_t seed = 1600;
+  for (GgmlType type : kAllTypes) {
+    for (int m : {1, 2, 3, 4, 5, 6, 7, 8}) {
+      for (int n : {1, 2, 3, 4, 5, 6, 9, 33, 70}) {
+        Check({type, m, n, 64, Mode::kF32Activations}, seed++);
+      }
+    }
+  }
+}
+
+// y[probe, :] for `probe_row` placed at row `pos` of an m-row batch whose
+// other rows are random (seeded by `seed`).
+std::vector<float> ProbeRow(MatmulFn fn, GgmlType type, const std::vector<uint8_t>& wq,
+                            const std::vector<float>& probe_row, int m, int pos, int n, int k,
+                            uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(size_t(m) * k);
+  for (float& v : x) v = normal(rng);
+  std::copy(probe_row.begin(), probe_row.end(), x.begin() + size_t(pos) * k);
+  std::vector<float> y(size_t(m) * n, std::nanf(""));
+  fn(x.data(), wq.data(), type, m, n, k, y.data());
+  return std::vector<float>(y.begin() + size_t(pos) * n, y.begin() + size_t(pos + 1) * n);
+}
+
+void ExpectSameBits(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+        << "column " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST(QuantMatmulF32ActTest, BatchInvariantBits) {
+  // n = 200 spans several column groups and tails of both paths.
+  uint64_t seed = 1700;
+  for (GgmlType type : kAllTypes) {
+    for (int k : {64, 576, 1536}) {
+      const int n = 200;
+      SCOPED_TRACE(GgmlTypeName(type) + " k=" + std::to_string(k));
+      std::mt19937_64 rng(seed++);
+      const std::vector<uint8_t> wq = RandomWeights(type, n, k, rng);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> probe(k);
+      for (float& v : probe) v = normal(rng);
+      const std::vector<float> alone =
+          ProbeRow(cpu::QuantMatmulTransBF32Act, type, wq, probe, 1, 0, n, k, seed);
+      for (int m : {1, 2, 3, 4, 5, 7, 16, 33, 100}) {
+        for (int pos : {0, m / 2, m - 1}) {
+          SCOPED_TRACE("m=" + std::to_string(m) + " pos=" + std::to_string(pos));
+          ExpectSameBits(
+              ProbeRow(cpu::QuantMatmulTransBF32Act, type, wq, probe, m, pos, n, k, seed + m),
+              alone);
+        }
+      }
+      // The portable path at a few batch sizes.
+      for (int m : {1, 5, 16}) {
+        SCOPED_TRACE("portable m=" + std::to_string(m));
+        ExpectSameBits(ProbeRow(cpu::internal::QuantMatmulTransBF32ActPortable, type, wq, probe,
+                                m, m - 1, n, k, seed + 7 * m),
+                       alone);
+      }
+    }
+  }
+}
+
+TEST(QuantMatmulF32ActTest, ThreadCountInvariantBits) {
+  // n * k is far above the threading threshold, so both calls split the
+  // columns; with 1 thread one thread does them all.
+  const int n = 576, k = 576;
+  std::mt19937_64 rng(1800);
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+    const std::vector<uint8_t> wq = RandomWeights(type, n, k, rng);
+    for (int m : {1, 3, 16, 100}) {
+      SCOPED_TRACE(GgmlTypeName(type) + " m=" + std::to_string(m));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(size_t(m) * k);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> y1(size_t(m) * n), y2(size_t(m) * n);
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      cpu::QuantMatmulTransBF32Act(x.data(), wq.data(), type, m, n, k, y1.data());
+      omp_set_num_threads(2);
+      cpu::QuantMatmulTransBF32Act(x.data(), wq.data(), type, m, n, k, y2.data());
+      omp_set_num_threads(saved);
+      ExpectSameBits(y2, y1);
+    }
+  }
+}
+
+TEST(QuantMatmulF32ActTest, MoreAccurateThanInt8Activations) {
+  // The point of the mode: on hidden-state-like rows (a few large values),
+  // its worst error is far below the 8-bit mode's.
+  const int m = 4, n = 256, k = 576;
+  std::mt19937_64 rng(1900);
+  const std::vector<uint8_t> wq = RandomWeights(GgmlType::kQ4_1, n, k, rng);
+  std::vector<float> w(size_t(n) * k);
+  for (int i = 0; i < n; ++i) {
+    const std::vector<float> row = DequantizeRow(GgmlType::kQ4_1, wq.data() + i * k / 32 * 20, k);
+    std::copy(row.begin(), row.end(), w.begin() + size_t(i) * k);
+  }
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(m) * k);
+  for (float& v : x) v = normal(rng);
+  for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
+  std::vector<float> exact(size_t(m) * n), f32act(exact.size()), int8act(exact.size());
+  reference::MatmulTransB(x.data(), w.data(), m, n, k, exact.data());
+  cpu::QuantMatmulTransBF32Act(x.data(), wq.data(), GgmlType::kQ4_1, m, n, k, f32act.data());
+  cpu::QuantMatmulTransB(x.data(), wq.data(), GgmlType::kQ4_1, m, n, k, int8act.data());
+  double err_f32 = 0.0, err_int8 = 0.0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    err_f32 = std::max(err_f32, double(std::fabs(f32act[i] - exact[i])));
+    err_int8 = std::max(err_int8, double(std::fabs(int8act[i] - exact[i])));
+  }
+  EXPECT_LT(err_f32 * 100.0, err_int8) << err_f32 << " vs " << err_int8;
+}
+
+TEST(QuantMatmulF32ActTest, EdgeShapes) {
+  std::vector<float> y(6, 1.0f);
+  cpu::QuantMatmulTransBF32Act(nullptr, nullptr, GgmlType::kQ8_0, 2, 3, 0, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+  y.assign(6, 1.0f);
+  cpu::QuantMatmulTransBF32Act(nullptr, nullptr, GgmlType::kQ8_0, 0, 3, 64, y.data());
+  cpu::QuantMatmulTransBF32Act(nullptr, nullptr, GgmlType::kQ8_0, 2, 0, 64, y.data());
+  for (float v : y) EXPECT_EQ(v, 1.0f);
+}
+
 TEST(QuantMatmulDeathTest, UnsupportedTypeIsACallerBug) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads may exist
   std::vector<float> x(32), y(1);
@@ -244,6 +420,12 @@ TEST(QuantMatmulDeathTest, UnsupportedTypeIsACallerBug) {
                "QuantMatmulSupported");
   EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ8_0, 1, 1, 31, y.data()),
                "k % kBlock");
+  EXPECT_DEATH(
+      cpu::QuantMatmulTransBF32Act(x.data(), w.data(), GgmlType::kQ4_K, 1, 1, 32, y.data()),
+      "QuantMatmulSupported");
+  EXPECT_DEATH(
+      cpu::QuantMatmulTransBF32Act(x.data(), w.data(), GgmlType::kQ8_0, 1, 1, 31, y.data()),
+      "k % kBlock");
 }
 
 }  // namespace
