@@ -1,18 +1,19 @@
 // A linear layer's weight matrix and the kernel that applies it.
 //
-// Matrices stored quantised (Q4_1, Q8_0, ...) are applied with
-// cpu::QuantMatmulTransB on the file's own blocks, whatever the number of
-// rows, for two reasons:
+// Matrices stored quantised (Q4_1, Q8_0, ...) are applied on the file's own
+// blocks with cpu::QuantMatmulTransBF32Act, whatever the number of rows:
 //   * decode steps are bound by the bytes of weights read: 0.6 (Q4_1) or
 //     1.06 (Q8_0) bytes per weight instead of 4 for f32
-//     (headway-quant-matmul-bench: 4-8x faster than sgemm at 1 row);
-//   * each row's arithmetic is the same whatever else is in the batch, so a
-//     sequence's tokens do not depend on how it was batched or chunked. A
-//     switch to sgemm above some row count would make prefill chunks and
-//     whole prefills round differently and flip greedy near-ties.
-// Activations are rounded to 8 bits per block of 32, as llama.cpp does for
-// quantised matrices (error bound in kernels/quant_matmul.h). The f32 copy
-// serves matrices without a quantised form and the exact-f32 reference path.
+//     (headway-quant-matmul-bench: 3-6x faster than f32 sgemm at 1-4 rows);
+//   * each output's summation order is fixed, so a row's result is the same
+//     bits whatever else is in the batch and however many threads run: a
+//     sequence's tokens do not depend on batching or prefill chunking;
+//   * activations stay f32. Rounding them to 8 bits per block (llama.cpp's
+//     method, MatmulPath::kQuantised8BitAct) moves SmolLM2's logits by up to
+//     0.4 and flips near-ties, e.g. the first token of its answer to "What
+//     is the capital of France?".
+// The f32 copy serves matrices without a quantised form and the exact-f32
+// reference path.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +39,13 @@ struct LinearWeight {
 };
 
 enum class MatmulPath {
-  kQuantised,  // the stored blocks when present (serving)
-  kF32,        // always the f32 copy: exact f32 arithmetic (reference checks)
+  kQuantisedF32Act,   // stored blocks, f32 activations (serving)
+  kQuantised8BitAct,  // stored blocks, activations rounded to 8 bits (llama.cpp)
+  kF32,               // always the f32 copy (reference checks)
 };
 
 // y = x * W^T:  x [m, w.cols] f32, y [m, w.rows] f32 (overwritten).
 void ApplyLinear(const LinearWeight& w, const float* x, int m, float* y,
-                 MatmulPath path = MatmulPath::kQuantised);
+                 MatmulPath path = MatmulPath::kQuantisedF32Act);
 
 }  // namespace headway

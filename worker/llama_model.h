@@ -69,8 +69,8 @@ class LlamaModel {
   // spec().head_dim.
   void Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits);
 
-  // Serving uses MatmulPath::kF32 (worker/linear.h); tests switch paths to
-  // compare each with its reference.
+  // Serving uses MatmulPath::kQuantisedF32Act (worker/linear.h); tests
+  // switch paths to compare each with its reference.
   void TEST_set_matmul_path(MatmulPath path) { matmul_path_ = path; }
 
  private:
@@ -80,7 +80,7 @@ class LlamaModel {
   const ModelSpec spec_;
   const std::unique_ptr<ModelWeights> weights_;
   std::vector<SlotSpec> local_specs_;  // [num_layers * num_local_kv_heads]
-  MatmulPath matmul_path_ = MatmulPath::kF32;
+  MatmulPath matmul_path_ = MatmulPath::kQuantisedF32Act;
 
   // Scratch, grown to the largest batch seen; [n_tokens, width] row-major.
   int scratch_tokens_ = 0;

@@ -5,13 +5,14 @@
 // tests/data/reference/make_reference.py (llama-cpp-python 0.3.16,
 // n_threads=2, greedy = argmax of llama.cpp's logits).
 //
-// Two arithmetic paths are checked (worker/linear.h):
-//   * MatmulPath::kF32 multiplies dequantised f32 weights in f32: against a
-//     numpy f32 forward pass of the same weights it agrees to ~3e-5, a tight
-//     check of the forward pass itself;
-//   * MatmulPath::kQuantised (what the worker serves with) rounds activations
-//     to 8 bits per block of 32 for quantised matrices, as llama.cpp does, so
-//     it is compared with llama.cpp with a tolerance (below).
+// Three arithmetic paths are checked (worker/linear.h):
+//   * MatmulPath::kF32 multiplies dequantised f32 weights in f32, and
+//   * MatmulPath::kQuantisedF32Act (what the worker serves with) multiplies
+//     the stored blocks with f32 activations: both agree with a numpy f32
+//     forward pass of the same weights to ~1e-4, a tight check of the
+//     forward pass itself;
+//   * MatmulPath::kQuantised8BitAct rounds activations to 8 bits per block of
+//     32, as llama.cpp does, and is compared with llama.cpp (tolerance below).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -214,10 +215,15 @@ std::vector<std::vector<float>> SmolLm2Test::LastPromptLogits(const nlohmann::js
   return out;
 }
 
-TEST_F(SmolLm2Test, F32PathMatchesNumpyF32Reference) {
+class SmolLm2PathTest : public SmolLm2Test,
+                        public ::testing::WithParamInterface<MatmulPath> {};
+
+TEST_P(SmolLm2PathTest, MatchesNumpyF32Reference) {
   const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
   ASSERT_TRUE(ref.contains("cases"));
+  model_->TEST_set_matmul_path(GetParam());
   const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
+  model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
     const nlohmann::json& c = ref["cases"][i];
@@ -225,17 +231,20 @@ TEST_F(SmolLm2Test, F32PathMatchesNumpyF32Reference) {
     const float diff = MaxDiff(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
     EXPECT_LE(diff, kF32Tolerance);
     ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 2 * kF32Tolerance);
-    std::printf("[ measured ] %s: f32 path, max |logit diff| over the top 50 vs numpy f32: "
-                "%.6f\n", c["name"].get<std::string>().c_str(), diff);
+    std::printf("[ measured ] %s: path %d, max |logit diff| over the top 50 vs numpy f32: "
+                "%.6f\n", c["name"].get<std::string>().c_str(), int(GetParam()), diff);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(F32Activations, SmolLm2PathTest,
+                         ::testing::Values(MatmulPath::kF32, MatmulPath::kQuantisedF32Act));
 
 TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
   const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
   ASSERT_TRUE(ref.contains("cases"));
-  model_->TEST_set_matmul_path(MatmulPath::kQuantised);
+  model_->TEST_set_matmul_path(MatmulPath::kQuantised8BitAct);
   const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
-  model_->TEST_set_matmul_path(MatmulPath::kF32);
+  model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
     const nlohmann::json& c = ref["cases"][i];
