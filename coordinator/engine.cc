@@ -55,6 +55,17 @@ struct Engine::Impl {
     std::promise<CompletionOutcome> promise;
     std::unique_ptr<StreamDecoder> decoder;
     std::string text;
+    bool logprobs = false;
+    std::vector<GeneratedToken> tokens;     // when logprobs
+    std::shared_ptr<OutputStream> stream;   // streaming requests only
+    size_t num_streamed = 0;                // bytes of `text` pushed to stream
+  };
+  // An ended request, answered after the health snapshot is published.
+  struct Completed {
+    std::promise<CompletionOutcome> promise;
+    CompletionOutcome outcome;
+    std::shared_ptr<OutputStream> stream;
+    std::string unstreamed_text;  // the end of the answer not yet pushed
   };
 
   Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<ControlServer> srv)
@@ -79,7 +90,7 @@ struct Engine::Impl {
   // ---- steps ----------------------------------------------------------
   void Dispatch(InstanceState& inst);
   void Complete(InstanceState& inst);
-  void OnSampled(InstanceState& inst, Sequence& seq, int32_t token_id);
+  void OnSampled(InstanceState& inst, Sequence& seq, const proto::SampledToken& sampled);
 
   // ---- requests -------------------------------------------------------
   void Admit(uint64_t id, EngineRequest request, std::promise<CompletionOutcome> promise);
@@ -104,10 +115,13 @@ struct Engine::Impl {
   std::unordered_map<uint64_t, RequestState> requests;
   // Ended requests, answered by Run after it publishes the health snapshot,
   // so a client that gets its answer sees the blocks back in /health.
-  std::vector<std::pair<std::promise<CompletionOutcome>, CompletionOutcome>> completed;
+  std::vector<Completed> completed;
 
   void AnswerCompleted() {
-    for (auto& [promise, outcome] : completed) promise.set_value(std::move(outcome));
+    for (Completed& c : completed) {
+      if (c.stream) c.stream->Close(c.unstreamed_text, c.outcome);
+      c.promise.set_value(std::move(c.outcome));
+    }
     completed.clear();
   }
   Clock::time_point last_heartbeat_sent;
@@ -238,6 +252,7 @@ void Engine::Impl::Dispatch(InstanceState& inst) {
       sp->set_top_k(seq.sampling().top_k);
       sp->set_has_seed(seq.sampling().seed.has_value());
       sp->set_seed(seq.sampling().seed.value_or(0));
+      sp->set_num_logprobs(seq.sampling().num_top_logprobs);
       step->set_num_generated(uint32_t(seq.num_output_tokens()));
       for (const SlotBlockDelta& d : s.deltas[rank]) {
         proto::SlotDelta* pd = step->add_deltas();
@@ -266,34 +281,60 @@ void Engine::Impl::Complete(InstanceState& inst) {
     return;
   }
   inst.scheduler->OnStepComputed(f.batch);
-  std::unordered_map<uint64_t, int32_t> sampled;
-  for (const proto::SampledToken& t : f.tokens) sampled[t.seq_id()] = t.token_id();
+  std::unordered_map<uint64_t, const proto::SampledToken*> sampled;
+  for (const proto::SampledToken& t : f.tokens) sampled[t.seq_id()] = &t;
   for (const ScheduledSeq& s : f.batch.seqs) {
     if (!s.sample) continue;
     Sequence* seq = inst.scheduler->Find(s.seq_id);
     if (seq == nullptr) continue;  // cancelled while the step ran
     auto it = sampled.find(s.seq_id);
-    if (it == sampled.end() || it->second < 0 || it->second >= tokenizer->vocab_size()) {
+    int32_t token_id = it == sampled.end() ? -1 : it->second->token_id();
+    if (token_id < 0 || token_id >= tokenizer->vocab_size()) {
       std::string why = it == sampled.end()
                             ? "no sampled token"
-                            : "sampled token id " + std::to_string(it->second) + " out of range";
+                            : "sampled token id " + std::to_string(token_id) + " out of range";
       FinishRequest(inst, s.seq_id,
                     ApiError::Internal("instance " + std::to_string(inst.id) + " step " +
                                        std::to_string(f.step_id) + " returned " + why +
                                        " for sequence " + std::to_string(s.seq_id)));
       continue;
     }
-    OnSampled(inst, *seq, it->second);
+    OnSampled(inst, *seq, *it->second);
   }
 }
 
-void Engine::Impl::OnSampled(InstanceState& inst, Sequence& seq, int32_t token_id) {
+void Engine::Impl::OnSampled(InstanceState& inst, Sequence& seq, const proto::SampledToken& sampled) {
   Clock::time_point now = Clock::now();
   RequestState& rs = requests.at(seq.seq_id());
+  const int32_t token_id = sampled.token_id();
   seq.AppendToken(token_id, now);
-  bool is_eos = !seq.stop().ignore_eos && token_id == seq.stop().eos_id;
-  if (!is_eos) rs.text += rs.decoder->Push(token_id);
-  if (!seq.CheckStop(rs.text, now)) return;
+  GeneratedToken token;
+  token.token_id = token_id;
+  if (rs.logprobs) {
+    token.logprob = sampled.logprob();
+    for (const proto::TopLogprob& t : sampled.top_logprobs()) {
+      token.top_logprobs.emplace_back(t.token_id(), t.logprob());
+    }
+    rs.tokens.push_back(token);
+  }
+  // Special tokens (EOS, <|im_end|>, ...) are not part of the text, as with
+  // vLLM's default skip_special_tokens, and neither is a token that stops
+  // the sequence (EOS, stop_token_ids), as in vLLM's detokenizer.
+  const StopConditions& stop = seq.stop();
+  bool is_stop_token = (!stop.ignore_eos && token_id == stop.eos_id) ||
+                       std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), token_id) !=
+                           stop.stop_token_ids.end();
+  if (!is_stop_token && !tokenizer->IsSpecial(token_id)) rs.text += rs.decoder->Push(token_id);
+  bool done = seq.CheckStop(rs.text, now);
+  if (rs.stream) {
+    // Stream what no stop string can still cut; the rest goes out at the end.
+    size_t safe = done ? rs.num_streamed : StreamableLength(rs.text, seq.stop().stop_strings);
+    safe = std::max(safe, rs.num_streamed);
+    rs.stream->Push(std::string_view(rs.text).substr(rs.num_streamed, safe - rs.num_streamed),
+                    std::move(token));
+    rs.num_streamed = safe;
+  }
+  if (!done) return;
   // A stop string trims the text; otherwise what the decoder held back
   // (an incomplete character at the very end) is part of the answer.
   if (seq.output_text().size() == rs.text.size()) seq.set_output_text(rs.text + rs.decoder->Flush());
@@ -308,7 +349,7 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   auto fail = [&](ApiError e) {
     CompletionOutcome out;
     out.error = std::move(e);
-    completed.emplace_back(std::move(promise), std::move(out));
+    completed.push_back(Completed{std::move(promise), std::move(out), request.stream, ""});
   };
   // The least loaded ready instance.
   InstanceState* best = nullptr;
@@ -334,6 +375,7 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   stop.ignore_eos = request.ignore_eos;
   stop.eos_id = tokenizer->eos_id();
   stop.stop_strings = request.stop;
+  stop.stop_token_ids = request.stop_token_ids;
   auto seq = std::make_unique<Sequence>(id, std::move(request.prompt_ids), request.sampling,
                                         std::move(stop), Clock::now());
   Status added = best->scheduler->Add(std::move(seq));
@@ -343,6 +385,8 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   rs.deadline = request.deadline;
   rs.promise = std::move(promise);
   rs.decoder = std::make_unique<StreamDecoder>(*tokenizer);
+  rs.logprobs = request.logprobs;
+  rs.stream = std::move(request.stream);
   requests.emplace(id, std::move(rs));
 }
 
@@ -350,18 +394,26 @@ void Engine::Impl::FinishRequest(InstanceState& inst, uint64_t id, std::optional
   auto it = requests.find(id);
   if (it == requests.end()) return;
   std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
+  RequestState& rs = it->second;
   CompletionOutcome out;
+  std::string unstreamed;
   if (error) {
     out.error = std::move(error);
   } else {
     HW_CHECK(seq != nullptr);
     out.text = seq->output_text();
     out.finish_reason = seq->finish_reason();
+    out.stop_reason = seq->stop_string();
+    out.stop_token_id = seq->stop_token_id();
     out.num_prompt_tokens = seq->num_prompt_tokens();
     out.num_output_tokens = seq->num_output_tokens();
+    out.num_cached_tokens = seq->num_cached_tokens();
     out.output_ids = seq->output_ids();
+    out.tokens = std::move(rs.tokens);
+    if (rs.num_streamed < out.text.size()) unstreamed = out.text.substr(rs.num_streamed);
   }
-  completed.emplace_back(std::move(it->second.promise), std::move(out));
+  completed.push_back(Completed{std::move(rs.promise), std::move(out), std::move(rs.stream),
+                                std::move(unstreamed)});
   requests.erase(it);
 }
 
@@ -502,6 +554,7 @@ void Engine::Stop(const std::string& reason) {
     for (Pending& p : submitted_) {
       CompletionOutcome out;
       out.error = ApiError::Unavailable(reason);
+      if (p.request.stream) p.request.stream->Close("", out);
       p.promise.set_value(std::move(out));
     }
     submitted_.clear();
@@ -517,6 +570,7 @@ std::future<CompletionOutcome> Engine::Submit(EngineRequest request, uint64_t* r
   if (!accepting_) {
     CompletionOutcome out;
     out.error = ApiError::Unavailable("the server is shutting down");
+    if (request.stream) request.stream->Close("", out);
     promise.set_value(std::move(out));
     return future;
   }

@@ -6,7 +6,14 @@
 // HTTP threads call Submit (thread-safe) and wait on the returned future;
 // the engine thread admits requests, runs them and fulfils every future
 // exactly once: with the completion, or with an ApiError (instance down:
-// 503, worker step error: 500, deadline passed: 503, shutdown: 503).
+// 503, worker step error: 500, deadline passed: 503, shutdown: 503,
+// cancelled: 499). A streaming request also gets its text through its
+// OutputStream as tokens are sampled, and the same outcome when it ends; the
+// engine thread never waits for the HTTP thread that reads it.
+//
+// Aborts: Cancel (e.g. a streaming client that went away) removes the
+// sequence at the engine's next loop iteration; its blocks go back to the
+// pool and the workers drop it with the next step's released_seq_ids.
 //
 // Liveness: any message from a worker counts as a sign of life. A
 // registered worker silent for heartbeat_timeout_ms is down: its instance is
@@ -29,6 +36,7 @@
 #include "common/config.h"
 #include "common/model_spec.h"
 #include "coordinator/api_error.h"
+#include "coordinator/request_output.h"
 #include "coordinator/sequence.h"
 #include "coordinator/tokenizer.h"
 
@@ -40,17 +48,13 @@ struct EngineRequest {
   int max_tokens = 16;              // >= 1
   SamplingOptions sampling;
   std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;  // each in [0, vocab_size)
   bool ignore_eos = false;
+  bool logprobs = false;            // fill CompletionOutcome::tokens (sampling.num_top_logprobs each)
   Clock::time_point deadline = Clock::time_point::max();
-};
-
-struct CompletionOutcome {
-  std::optional<ApiError> error;    // set: the request failed; the rest is unset
-  std::string text;
-  FinishReason finish_reason = FinishReason::kNone;
-  int num_prompt_tokens = 0;
-  int num_output_tokens = 0;
-  std::vector<int32_t> output_ids;
+  // Set for a streaming request: receives text as it is produced, then the
+  // outcome (OutputStream::Close). Shared with the HTTP thread.
+  std::shared_ptr<OutputStream> stream;
 };
 
 struct RankHealth {

@@ -3,6 +3,10 @@
 //
 //   headway-coordinator --config deploy.yaml [--model-dir DIR]
 //       [--http-host H] [--http-port P] [--control-address tcp://H:P]
+//       [--api-key KEY]
+//
+// The API key may also come from $HEADWAY_API_KEY (the flag wins); when
+// set, /v1/* requests need `Authorization: Bearer KEY`.
 //
 // Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a configuration
 // or model error found at startup, 1 for other startup failures.
@@ -20,6 +24,7 @@
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "coordinator/api_server.h"
+#include "coordinator/chat_template.h"
 #include "coordinator/engine.h"
 #include "coordinator/tokenizer.h"
 
@@ -37,7 +42,7 @@ int main(int argc, char** argv) {
   using namespace headway;
 
   CLI::App app{"Headway coordinator: OpenAI-compatible API, scheduling and KV allocation"};
-  std::string config_path, model_dir, http_host, control_address, log_level = "info";
+  std::string config_path, model_dir, http_host, control_address, api_key, log_level = "info";
   int http_port = -1;
   app.add_option("--config", config_path, "deployment YAML file")->required();
   app.add_option("--model-dir", model_dir,
@@ -48,6 +53,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--control-address", control_address,
                  "ZeroMQ ROUTER bind address, e.g. tcp://127.0.0.1:5557 (overrides config)");
+  app.add_option("--api-key", api_key,
+                 "require `Authorization: Bearer KEY` on /v1/* (default: $HEADWAY_API_KEY)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -57,6 +64,11 @@ int main(int argc, char** argv) {
     const char* home = std::getenv("HOME");
     model_dir = (env && *env) ? std::string(env)
                               : std::string(home && *home ? home : "/root") + "/.cache/headway/models";
+  }
+
+  if (api_key.empty()) {
+    const char* env = std::getenv("HEADWAY_API_KEY");
+    if (env) api_key = env;
   }
 
   Result<Config> loaded = LoadConfigFile(config_path);
@@ -85,6 +97,13 @@ int main(int argc, char** argv) {
   }
   auto tokenizer = Tokenizer::FromGguf(**gguf);
   if (!tokenizer.ok()) return Fail(2, "tokenizer of " + config.model_path, tokenizer.status());
+  // A model without a usable chat template still serves completions.
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (auto t = ChatTemplate::FromGguf(**gguf, **tokenizer); t.ok()) {
+    chat_template = std::make_unique<ChatTemplate>(std::move(t).value());
+  } else {
+    spdlog::warn("/v1/chat/completions is unavailable: {}", t.status().message());
+  }
   if (config.served_model_name.empty()) {
     config.served_model_name = std::filesystem::path(config.model_path).stem().string();
   }
@@ -106,7 +125,8 @@ int main(int argc, char** argv) {
   api_options.http_port = config.http_port;
   api_options.served_model_name = config.served_model_name;
   api_options.max_model_len = config.max_model_len;
-  ApiServer api(api_options, &engine, tokenizer->get());
+  api_options.api_key = api_key;
+  ApiServer api(api_options, &engine, tokenizer->get(), chat_template.get());
   Result<int> port = api.Bind();
   if (!port.ok()) return Fail(1, "HTTP server", port.status());
 

@@ -53,12 +53,22 @@ bool Sequence::CheckStop(const std::string& text, Clock::time_point now) {
     Finish(FinishReason::kStop, now);
     return true;
   }
+  for (int32_t id : stop_.stop_token_ids) {
+    if (last == id) {
+      stop_token_id_ = id;
+      Finish(FinishReason::kStop, now);
+      return true;
+    }
+  }
   // The earliest stop string wins, whichever of them it is.
   size_t cut = std::string::npos;
   for (const std::string& s : stop_.stop_strings) {
     if (s.empty()) continue;
     size_t at = text.find(s);
-    if (at != std::string::npos && at < cut) cut = at;
+    if (at != std::string::npos && at < cut) {
+      cut = at;
+      stop_string_ = s;
+    }
   }
   if (cut != std::string::npos) {
     output_text_ = text.substr(0, cut);

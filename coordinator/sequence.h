@@ -24,6 +24,7 @@ struct SamplingOptions {
   float top_p = 1.0f;             // (0, 1]; 1 = off
   int top_k = -1;                 // <= 0 = off
   std::optional<uint64_t> seed;   // per-request RNG seed
+  int num_top_logprobs = 0;       // top logprobs per sampled token, [0, 20]
 };
 
 struct StopConditions {
@@ -32,6 +33,7 @@ struct StopConditions {
   bool ignore_eos = false;
   int32_t eos_id = -1;            // -1 = the vocabulary has none
   std::vector<std::string> stop_strings;  // in the decoded output text
+  std::vector<int32_t> stop_token_ids;    // sampling one of these stops (even with ignore_eos)
 };
 
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
@@ -91,11 +93,20 @@ class Sequence {
   void set_output_text(std::string text) { output_text_ = std::move(text); }
 
   // Decides whether the sequence is done after its last AppendToken, given
-  // the full decoded output text (`text`, used only for stop strings). On a
-  // stop: sets the finish reason, trims a stop string and what follows from
-  // output_text (vLLM's behaviour: the stop string is not returned), marks
-  // the sequence finished and returns true.
+  // the full decoded output text (`text`, used only for stop strings). Stops
+  // are checked in vLLM's order: EOS (unless ignore_eos), stop_token_ids,
+  // stop strings (the earliest match in the text wins), then max_tokens and
+  // max_model_len. On a stop: sets the finish reason, trims a stop string
+  // and what follows from output_text (vLLM's behaviour: the stop string is
+  // not returned), records stop_reason, marks the sequence finished and
+  // returns true.
   bool CheckStop(const std::string& text, Clock::time_point now);
+
+  // What ended the sequence with FinishReason::kStop other than EOS: the
+  // matched stop string (else "") or stop token id (else -1); OpenAI's
+  // `stop_reason` as vLLM reports it.
+  const std::string& stop_string() const { return stop_string_; }
+  int32_t stop_token_id() const { return stop_token_id_; }
 
   // Ends the sequence for `reason` (abort, cancel, instance down).
   void Finish(FinishReason reason, Clock::time_point now);
@@ -114,6 +125,8 @@ class Sequence {
 
   std::vector<int32_t> output_ids_;
   std::string output_text_;
+  std::string stop_string_;
+  int32_t stop_token_id_ = -1;
   int num_computed_ = 0;
   int num_cached_tokens_ = 0;
   bool on_worker_ = false;

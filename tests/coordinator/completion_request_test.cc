@@ -36,12 +36,12 @@ TEST(CompletionRequestTest, Defaults) {
   CompletionRequest r = Ok(R"({"model": "smollm2", "prompt": "Hello"})");
   EXPECT_EQ(r.prompt_text, "Hello");
   EXPECT_FALSE(r.prompt_is_ids);
-  EXPECT_FALSE(r.max_tokens.has_value());
-  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
-  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
-  EXPECT_EQ(r.sampling.top_k, -1);
-  EXPECT_FALSE(r.sampling.seed.has_value());
-  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.params.max_tokens.has_value());
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.params.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.params.sampling.top_k, -1);
+  EXPECT_FALSE(r.params.sampling.seed.has_value());
+  EXPECT_TRUE(r.params.stop.empty());
   // The model may be left out.
   Ok(R"({"prompt": "Hello"})");
 }
@@ -53,14 +53,14 @@ TEST(CompletionRequestTest, AllFields) {
           "echo": false, "logprobs": null, "ignore_eos": true, "user": "ignored"})");
   EXPECT_TRUE(r.prompt_is_ids);
   EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 999}));
-  EXPECT_EQ(r.max_tokens, 5);
-  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
-  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
-  EXPECT_EQ(r.sampling.top_k, 3);
-  EXPECT_EQ(r.sampling.seed, 42u);
-  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "x"}));
-  EXPECT_TRUE(r.ignore_eos);
-  EXPECT_EQ(Ok(R"({"prompt": "a", "stop": "END"})").stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.params.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.params.sampling.top_k, 3);
+  EXPECT_EQ(r.params.sampling.seed, 42u);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"\n", "x"}));
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_EQ(Ok(R"({"prompt": "a", "stop": "END"})").params.stop, std::vector<std::string>{"END"});
   EXPECT_EQ(Ok(R"({"prompt": ["one prompt"]})").prompt_text, "one prompt");
   EXPECT_EQ(Ok(R"({"prompt": [[4, 5]]})").prompt_ids, (std::vector<int32_t>{4, 5}));
 }
@@ -106,13 +106,42 @@ TEST(CompletionRequestTest, EmptyOrMissingPrompt) {
 }
 
 TEST(CompletionRequestTest, UnsupportedOptions) {
-  ExpectBadRequest(R"({"prompt": "a", "stream": true})", "stream", "not supported yet");
   ExpectBadRequest(R"({"prompt": "a", "echo": true})", "echo", "not supported");
   ExpectBadRequest(R"({"prompt": "a", "n": 2})", "n", "must be 1");
-  ExpectBadRequest(R"({"prompt": "a", "logprobs": 2})", "logprobs", "not supported");
   ExpectBadRequest(R"({"prompt": "a", "best_of": 3})", "best_of", "not supported");
   ExpectBadRequest(R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty",
                    "not supported");
+}
+
+TEST(CompletionRequestTest, StreamingLogprobsAndStopTokens) {
+  CompletionRequest r = Ok(R"({"prompt": "a", "stream": true,
+                               "stream_options": {"include_usage": true}, "logprobs": 3,
+                               "stop_token_ids": [2, 7]})");
+  EXPECT_TRUE(r.params.stream);
+  EXPECT_TRUE(r.params.include_usage);
+  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_EQ(r.params.sampling.num_top_logprobs, 3);
+  EXPECT_EQ(r.params.stop_token_ids, (std::vector<int32_t>{2, 7}));
+  r = Ok(R"({"prompt": "a", "logprobs": 0})");
+  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_EQ(r.params.sampling.num_top_logprobs, 0);
+  r = Ok(R"({"prompt": "a", "stream": true})");
+  EXPECT_FALSE(r.params.include_usage);
+  EXPECT_FALSE(Ok(R"({"prompt": "a"})").params.logprobs);
+
+  ExpectBadRequest(R"({"prompt": "a", "stream_options": {"include_usage": true}})",
+                   "stream_options", "only be defined when `stream=True`");
+  ExpectBadRequest(R"({"prompt": "a", "stream": true, "stream_options": 1})", "stream_options",
+                   "object");
+  ExpectBadRequest(R"({"prompt": "a", "stream": true, "stream_options": {"include_usage": 1}})",
+                   "stream_options", "boolean");
+  ExpectBadRequest(R"({"prompt": "a", "logprobs": 21})", "logprobs", "[0, 20]");
+  ExpectBadRequest(R"({"prompt": "a", "logprobs": -1})", "logprobs", "[0, 20]");
+  ExpectBadRequest(R"({"prompt": "a", "logprobs": true})", "logprobs", "integer");
+  ExpectBadRequest(R"({"prompt": "a", "stop_token_ids": [1000]})", "stop_token_ids",
+                   "outside the vocabulary");
+  ExpectBadRequest(R"({"prompt": "a", "stop_token_ids": 3})", "stop_token_ids", "array");
+  ExpectBadRequest(R"({"prompt": "a", "stop_token_ids": ["x"]})", "stop_token_ids", "array");
 }
 
 TEST(CompletionRequestTest, UnknownModelIs404) {
@@ -127,17 +156,18 @@ TEST(CompletionRequestTest, UnknownModelIs404) {
 
 TEST(CompletionRequestTest, ResolveMaxTokens) {
   auto ok = [](std::variant<int, ApiError> v) { return std::get<int>(v); };
-  EXPECT_EQ(ok(ResolveMaxTokens(10, std::nullopt, 64)), 16);
-  EXPECT_EQ(ok(ResolveMaxTokens(60, std::nullopt, 64)), 4);
-  EXPECT_EQ(ok(ResolveMaxTokens(10, 54, 64)), 54);
+  EXPECT_EQ(ok(ResolveMaxTokens(10, std::nullopt, 64, kDefaultMaxTokens)), 16);
+  EXPECT_EQ(ok(ResolveMaxTokens(60, std::nullopt, 64, kDefaultMaxTokens)), 4);
+  EXPECT_EQ(ok(ResolveMaxTokens(10, 54, 64, kDefaultMaxTokens)), 54);
+  EXPECT_EQ(ok(ResolveMaxTokens(10, std::nullopt, 64, 1 << 30)), 54);  // chat: all that is left
 
   auto err = [](std::variant<int, ApiError> v) { return std::get<ApiError>(v); };
-  ApiError e = err(ResolveMaxTokens(64, std::nullopt, 64));
+  ApiError e = err(ResolveMaxTokens(64, std::nullopt, 64, kDefaultMaxTokens));
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.message,
             "This model's maximum context length is 64 tokens. However, your request has 64 "
             "input tokens. Please reduce the length of the input messages.");
-  e = err(ResolveMaxTokens(10, 55, 64));
+  e = err(ResolveMaxTokens(10, 55, 64, kDefaultMaxTokens));
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.param, "max_tokens");
   EXPECT_NE(e.message.find("maximum context length is 64 tokens"), std::string::npos);

@@ -70,3 +70,33 @@ TEST(SequenceTest, StopStringTrimsTheText) {
 
 }  // namespace
 }  // namespace headway
+
+namespace headway {
+namespace {
+
+TEST(SequenceTest, StopTokenIdsAndStopReason) {
+  StopConditions stop;
+  stop.max_tokens = 10;
+  stop.eos_id = 2;
+  stop.ignore_eos = true;
+  stop.stop_token_ids = {9};
+  stop.stop_strings = {"zz", "yy"};
+  Sequence s = Make(stop);
+  s.AppendToken(2, Clock::now());  // EOS ignored
+  EXPECT_FALSE(s.CheckStop("a", Clock::now()));
+  s.AppendToken(9, Clock::now());  // a stop token stops even with ignore_eos
+  EXPECT_TRUE(s.CheckStop("a", Clock::now()));
+  EXPECT_EQ(s.finish_reason(), FinishReason::kStop);
+  EXPECT_EQ(s.stop_token_id(), 9);
+  EXPECT_EQ(s.stop_string(), "");
+
+  Sequence t = Make(stop);
+  t.AppendToken(5, Clock::now());
+  EXPECT_TRUE(t.CheckStop("abyyczz", Clock::now()));
+  EXPECT_EQ(t.output_text(), "ab");  // the earliest match wins
+  EXPECT_EQ(t.stop_string(), "yy");
+  EXPECT_EQ(t.stop_token_id(), -1);
+}
+
+}  // namespace
+}  // namespace headway

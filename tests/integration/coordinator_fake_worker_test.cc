@@ -2,11 +2,17 @@
 // here: a DEALER that speaks proto/control.proto, answers every step with
 // the token of "a", and checks that the block-table deltas it receives are
 // consistent (appended at the end of each row, never a block owned by two
-// sequences, rows covering every computed position).
+// sequences, rows covering every computed position). Covers the API:
+// completions and chat, streaming (SSE framing, [DONE], include_usage),
+// logprobs, the API key, /tokenize and /detokenize, and aborted streams.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +27,7 @@
 #include "comm/control_channel.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
+#include "coordinator/sse.h"
 #include "coordinator/tokenizer.h"
 #include "tests/support/process.h"
 #include "tests/support/test_env.h"
@@ -42,6 +49,7 @@ struct FakeWorkerOptions {
   ModelSpec spec;
   int32_t token_id = 0;           // answered for every sampled sequence
   int silent_after_plans = -1;    // >= 0: stop all traffic after this many plans
+  int step_delay_ms = 0;          // simulated compute time per step
 };
 
 class FakeWorker {
@@ -118,6 +126,7 @@ class FakeWorker {
           continue;
         }
         ++num_plans_;
+        if (options_.step_delay_ms > 0) std::this_thread::sleep_for(milliseconds(options_.step_delay_ms));
         proto::Envelope reply;
         *reply.mutable_step_result() = Apply(env->step_plan());
         if (!(*client)->Send(reply).ok()) Error("cannot send StepResult");
@@ -140,7 +149,9 @@ class FakeWorker {
         continue;
       }
       for (const auto& row : it->second.rows) {
-        for (int32_t b : row) used_blocks_.erase(b);
+        for (int32_t b : row) {
+          if (--used_blocks_[b] == 0) used_blocks_.erase(b);
+        }
       }
       seqs_.erase(it);
     }
@@ -154,6 +165,11 @@ class FakeWorker {
       if (step.is_new() == known) error(who + "is_new disagrees with the worker's state");
       Seq& seq = seqs_[step.seq_id()];
       if (seq.rows.empty()) seq.rows.resize(num_slots);
+      // A prefix-cache hit: a new sequence starts after its cached positions,
+      // whose full blocks it may share with live sequences.
+      const int num_cached = step.is_new() ? int(step.start_pos()) : 0;
+      if (step.is_new() && num_cached % kBlockSize != 0) error(who + "cached prefix is not whole blocks");
+      if (step.is_new()) seq.num_positions = num_cached;
       if (int(step.start_pos()) != seq.num_positions) {
         error(who + "start_pos " + std::to_string(step.start_pos()) + " but " +
               std::to_string(seq.num_positions) + " computed");
@@ -168,7 +184,10 @@ class FakeWorker {
         if (d.first_logical() != row.size()) error(who + "delta does not append at the row's end");
         for (int32_t b : d.appended()) {
           if (b < 0 || b >= kNumBlocks) error(who + "block id out of range");
-          if (!used_blocks_.insert(b).second) error(who + "block " + std::to_string(b) + " already in use");
+          bool shared_prefix = int(row.size() + 1) * kBlockSize <= num_cached;
+          if (used_blocks_[b]++ > 0 && !shared_prefix) {
+            error(who + "block " + std::to_string(b) + " already in use");
+          }
           row.push_back(b);
         }
       }
@@ -180,6 +199,12 @@ class FakeWorker {
         proto::SampledToken* t = result.add_tokens();
         t->set_seq_id(step.seq_id());
         t->set_token_id(options_.token_id);
+        t->set_logprob(-0.25f);
+        for (int k = 0; k < int(step.sampling().num_logprobs()); ++k) {
+          proto::TopLogprob* top = t->add_top_logprobs();
+          top->set_token_id(options_.token_id + k);
+          top->set_logprob(-0.25f - k);
+        }
       }
     }
     return result;
@@ -195,7 +220,7 @@ class FakeWorker {
   mutable std::mutex mu_;
   std::vector<std::string> errors_;
   std::map<uint64_t, Seq> seqs_;
-  std::set<int32_t> used_blocks_;
+  std::map<int32_t, int> used_blocks_;  // block -> sequences holding it
   uint64_t last_step_id_ = 0;
 };
 
@@ -235,11 +260,17 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
                           << "pools:\n  - name: main\n    role: mixed\n    instances:\n"
                           << "      - tp_size: 1\n        device: cpu\n";
     coordinator_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{testing::BinaryPath("headway-coordinator"), "--config", config,
-                                 "--http-port", std::to_string(http_port_),
-                                 "--control-address", control_address_},
+        Args(config),
         dir_ + "/coordinator.log");
     ASSERT_GT(coordinator_->pid(), 0);
+  }
+
+  std::vector<std::string> Args(const std::string& config) const {
+    std::vector<std::string> args = {testing::BinaryPath("headway-coordinator"), "--config", config,
+                                     "--http-port", std::to_string(http_port_),
+                                     "--control-address", control_address_};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    return args;
   }
 
   void TearDown() override {
@@ -248,9 +279,9 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     if (HasFailure() && coordinator_) std::cerr << "coordinator log:\n" << coordinator_->Log();
   }
 
-  void StartWorker(int silent_after_plans = -1) {
+  void StartWorker(int silent_after_plans = -1, int step_delay_ms = 0) {
     worker_ = std::make_unique<FakeWorker>(
-        FakeWorkerOptions{control_address_, spec_, token_a_, silent_after_plans});
+        FakeWorkerOptions{control_address_, spec_, token_a_, silent_after_plans, step_delay_ms});
   }
 
   // Waits for /health == `status`.
@@ -270,10 +301,82 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     return ToReply(client.Get(path.c_str()));
   }
 
-  Reply Post(const std::string& body) const {
+  Reply Post(const std::string& body) const { return PostTo("/v1/completions", body); }
+
+  Reply PostTo(const std::string& path, const std::string& body, const std::string& api_key = "") const {
     httplib::Client client("127.0.0.1", http_port_);
     client.set_read_timeout(60, 0);
-    return ToReply(client.Post("/v1/completions", body, "application/json"));
+    httplib::Headers headers;
+    if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+    return ToReply(client.Post(path.c_str(), headers, body, "application/json"));
+  }
+
+  // A streamed request: the raw body, its content type, and the events.
+  struct StreamReply {
+    int status = 0;
+    std::string content_type;
+    std::string body;
+    std::vector<json> events;  // "[DONE]" as a JSON string
+  };
+  StreamReply PostStream(const std::string& path, const json& body) const {
+    httplib::Client client("127.0.0.1", http_port_);
+    client.set_read_timeout(60, 0);
+    StreamReply out;
+    auto r = client.Post(path.c_str(), body.dump(), "application/json");
+    if (!r) return out;
+    out.status = r->status;
+    out.content_type = r->get_header_value("Content-Type");
+    out.body = r->body;
+    auto events = ParseSse(r->body);
+    EXPECT_TRUE(events.ok()) << events.status().ToString() << "\n" << r->body;
+    if (!events.ok()) return out;
+    for (const std::string& e : *events) {
+      out.events.push_back(e == "[DONE]" ? json("[DONE]") : json::parse(e, nullptr, false));
+    }
+    return out;
+  }
+
+  // Sends a streaming request over a raw socket, reads until the first SSE
+  // event has arrived, then resets the connection. True if an event came.
+  bool StreamAndHangUp(const json& body) const {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(http_port_));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    bool got_event = false;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      std::string text = body.dump();
+      std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Content-Type: application/json\r\nContent-Length: " +
+                            std::to_string(text.size()) + "\r\n\r\n" + text;
+      if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
+        std::string received;
+        char buf[4096];
+        timeval tv{10, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        while (received.find("data: ") == std::string::npos) {
+          ssize_t n = recv(fd, buf, sizeof(buf), 0);
+          if (n <= 0) break;
+          received.append(buf, size_t(n));
+        }
+        got_event = received.find("data: ") != std::string::npos;
+      }
+    }
+    linger hard{1, 0};  // close with RST: the server's next write fails at once
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+    close(fd);
+    return got_event;
+  }
+
+  // Waits until FreeBlocks() == `expected`.
+  bool WaitFreeBlocks(int expected, milliseconds timeout) const {
+    auto deadline = Clock::now() + timeout;
+    while (FreeBlocks() != expected && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return FreeBlocks() == expected;
   }
 
   static Reply ToReply(const httplib::Result& r) {
@@ -314,6 +417,7 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
   std::string control_address_;
   std::unique_ptr<testing::ChildProcess> coordinator_;
   std::unique_ptr<FakeWorker> worker_;
+  std::vector<std::string> extra_args_;  // more coordinator flags, set before SetUp
 };
 
 TEST_F(CoordinatorFakeWorkerTest, CompletionsRunAndBlocksComeBack) {
@@ -407,7 +511,13 @@ TEST_F(CoordinatorFakeWorkerTest, BadRequestsGetOpenAiErrors) {
   ExpectError(Post(R"({"prompt": ""})"), 400, "empty");
   ExpectError(Post(R"({"prompt": "a", "n": 2})"), 400, "'n'");
   ExpectError(Post(R"({"prompt": "a", "echo": true})"), 400, "echo");
-  ExpectError(Post(R"({"prompt": "a", "stream": true})"), 400, "not supported yet");
+  ExpectError(Post(R"({"prompt": "a", "best_of": 2})"), 400, "not supported yet");
+  ExpectError(PostTo("/v1/chat/completions", R"({"messages": []})"), 400, "must not be empty");
+  ExpectError(PostTo("/v1/chat/completions", R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})"),
+              404, "does not exist");
+  ExpectError(Post(R"({"prompt": "a", "stream": true, "max_tokens": 300})"), 400,
+              "maximum context length");
+  ExpectError(PostTo("/v1/nothing", "{}"), 404, "no route");
   ExpectError(Post(R"({"prompt": [1, 99999999]})"), 400, "vocabulary");
   Reply r = Post(R"({"model": "nope", "prompt": "a"})");
   ExpectError(r, 404, "The model `nope` does not exist.");
@@ -440,6 +550,215 @@ TEST_F(CoordinatorFakeWorkerTest, SilentWorkerFailsInFlightRequests) {
   // A new request is refused while the instance is down.
   ExpectError(Post(R"({"prompt": "hi", "max_tokens": 2})"), 503, "ready");
   EXPECT_TRUE(worker_->errors().empty()) << worker_->errors().front();
+}
+
+// Concatenated text of a stream's chunks (completions: text; chat: delta.content).
+std::string StreamedText(const std::vector<json>& events) {
+  std::string text;
+  for (const json& e : events) {
+    if (!e.is_object() || !e.contains("choices") || e["choices"].empty()) continue;
+    const json& c = e["choices"][0];
+    if (c.contains("text")) text += c["text"].get<std::string>();
+    if (c.contains("delta") && c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+  }
+  return text;
+}
+
+TEST_F(CoordinatorFakeWorkerTest, StreamingCompletionsAndChat) {
+  StartWorker();
+  ASSERT_TRUE(WaitHealth(200));
+  const int free_at_start = FreeBlocks();
+
+  // Completions: text deltas, a finish chunk, the usage chunk, [DONE].
+  int prompt_tokens = int(tokenizer_->Encode("Hello", true).size());
+  StreamReply s = PostStream("/v1/completions",
+                             {{"prompt", "Hello"}, {"max_tokens", 5}, {"stream", true},
+                              {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.content_type.rfind("text/event-stream", 0), 0u) << s.content_type;
+  ASSERT_GE(s.events.size(), 3u) << s.body;
+  EXPECT_EQ(s.events.back(), "[DONE]");
+  EXPECT_EQ(StreamedText(s.events), "aaaaa");
+  const json& usage_chunk = s.events[s.events.size() - 2];
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(usage_chunk["usage"]["total_tokens"], prompt_tokens + 5);
+  const json& finish_chunk = s.events[s.events.size() - 3];
+  EXPECT_EQ(finish_chunk["choices"][0]["finish_reason"], "length");
+  for (size_t i = 0; i + 3 < s.events.size(); ++i) {
+    EXPECT_EQ(s.events[i]["object"], "text_completion");
+    EXPECT_TRUE(s.events[i]["choices"][0]["finish_reason"].is_null());
+    EXPECT_TRUE(s.events[i].contains("usage") && s.events[i]["usage"].is_null());
+    EXPECT_EQ(s.events[i]["id"], finish_chunk["id"]);
+  }
+
+  // Without include_usage there is no usage chunk and no usage field.
+  s = PostStream("/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 3}, {"stream", true}});
+  ASSERT_EQ(s.status, 200);
+  ASSERT_GE(s.events.size(), 2u);
+  EXPECT_EQ(s.events.back(), "[DONE]");
+  EXPECT_FALSE(s.events[s.events.size() - 2]["choices"].empty());
+  EXPECT_FALSE(s.events[0].contains("usage"));
+  EXPECT_EQ(StreamedText(s.events), "aaa");
+
+  // A stop string that never completes is held back, then sent at the end;
+  // one that completes is never sent.
+  s = PostStream("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 4}, {"stream", true}, {"stop", "ab"}});
+  EXPECT_EQ(StreamedText(s.events), "aaaa");
+  s = PostStream("/v1/completions", {{"prompt", "Hi"}, {"max_tokens", 9}, {"stream", true}, {"stop", "aaa"}});
+  EXPECT_EQ(StreamedText(s.events), "");
+  ASSERT_GE(s.events.size(), 2u);
+  EXPECT_EQ(s.events[s.events.size() - 2]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(s.events[s.events.size() - 2]["choices"][0]["stop_reason"], "aaa");
+
+  // Chat, not streamed: the chat.completion shape; the prompt is the
+  // template's rendering.
+  json messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+  Reply tok = PostTo("/tokenize", json{{"messages", messages}}.dump());
+  ASSERT_EQ(tok.status, 200) << tok.body.dump();
+  Reply chat = PostTo("/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 4}}.dump());
+  ASSERT_EQ(chat.status, 200) << chat.body.dump();
+  EXPECT_EQ(chat.body["object"], "chat.completion");
+  EXPECT_EQ(chat.body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(chat.body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat.body["choices"][0]["message"]["content"], "aaaa");
+  EXPECT_EQ(chat.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(chat.body["usage"]["prompt_tokens"], tok.body["count"]);
+  EXPECT_EQ(chat.body["usage"]["completion_tokens"], 4);
+  EXPECT_TRUE(chat.body["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+
+  // Chat, streamed: role first, then content deltas, finish, usage, [DONE].
+  s = PostStream("/v1/chat/completions", {{"messages", messages}, {"max_completion_tokens", 3},
+                                          {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(s.status, 200) << s.body;
+  ASSERT_GE(s.events.size(), 4u) << s.body;
+  EXPECT_EQ(s.events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(s.events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(StreamedText(s.events), "aaa");
+  EXPECT_EQ(s.events[s.events.size() - 3]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(s.events[s.events.size() - 2]["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(s.events.back(), "[DONE]");
+
+  // Logprobs: legacy completions and chat shapes.
+  Reply lp = Post(R"({"prompt": "Hi", "max_tokens": 2, "logprobs": 2})");
+  ASSERT_EQ(lp.status, 200) << lp.body.dump();
+  const json& l = lp.body["choices"][0]["logprobs"];
+  EXPECT_EQ(l["tokens"], json::array({"a", "a"}));
+  EXPECT_EQ(l["token_logprobs"], json::array({-0.25, -0.25}));
+  EXPECT_EQ(l["top_logprobs"][0].size(), 2u);
+  EXPECT_EQ(l["text_offset"], json::array({0, 1}));
+  lp = PostTo("/v1/chat/completions",
+              json{{"messages", messages}, {"max_tokens", 1}, {"logprobs", true}, {"top_logprobs", 3}}.dump());
+  ASSERT_EQ(lp.status, 200) << lp.body.dump();
+  const json& c = lp.body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]["token"], "a");
+  EXPECT_EQ(c[0]["logprob"], -0.25);
+  EXPECT_EQ(c[0]["bytes"], json::array({int('a')}));
+  EXPECT_EQ(c[0]["top_logprobs"].size(), 3u);
+
+  // stop_token_ids: the worker's token ends generation; its text is left out.
+  Reply st = Post(json{{"prompt", "Hi"}, {"max_tokens", 5}, {"stop_token_ids", {token_a_}}}.dump());
+  ASSERT_EQ(st.status, 200) << st.body.dump();
+  EXPECT_EQ(st.body["choices"][0]["text"], "");
+  EXPECT_EQ(st.body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(st.body["choices"][0]["stop_reason"], token_a_);
+  EXPECT_EQ(st.body["usage"]["completion_tokens"], 1);
+
+  EXPECT_TRUE(WaitFreeBlocks(free_at_start, milliseconds(5000)));
+  EXPECT_TRUE(worker_->errors().empty()) << worker_->errors().front();
+}
+
+TEST_F(CoordinatorFakeWorkerTest, TokenizeAndDetokenize) {
+  StartWorker();
+  ASSERT_TRUE(WaitHealth(200));
+  std::vector<int32_t> ids = tokenizer_->Encode("Hello world<|im_end|>", true);
+  Reply r = PostTo("/tokenize", R"({"prompt": "Hello world<|im_end|>"})");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["tokens"].get<std::vector<int32_t>>(), ids);
+  EXPECT_EQ(r.body["count"], ids.size());
+  EXPECT_EQ(r.body["max_model_len"], kMaxModelLen);
+
+  r = PostTo("/tokenize", R"({"messages": [{"role": "user", "content": "Hi"}]})");
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  std::string expected_prompt =
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(r.body["tokens"].get<std::vector<int32_t>>(), tokenizer_->Encode(expected_prompt, true));
+
+  Reply d = PostTo("/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_EQ(d.status, 200) << d.body.dump();
+  EXPECT_EQ(d.body["prompt"], "Hello world<|im_end|>");
+  ExpectError(PostTo("/detokenize", R"({"tokens": [1, 99999999]})"), 400, "outside the vocabulary");
+  ExpectError(PostTo("/tokenize", R"({"text": "x"})"), 400, "exactly one of");
+}
+
+class CoordinatorApiKeyTest : public CoordinatorFakeWorkerTest {
+ protected:
+  void SetUp() override {
+    extra_args_ = {"--api-key", "s3cret"};
+    CoordinatorFakeWorkerTest::SetUp();
+  }
+};
+
+TEST_F(CoordinatorApiKeyTest, V1NeedsTheKey) {
+  StartWorker();
+  ASSERT_TRUE(WaitHealth(200));  // /health stays open
+  const std::string body = R"({"prompt": "Hi", "max_tokens": 2})";
+  Reply r = PostTo("/v1/completions", body);
+  ExpectError(r, 401, "API key");
+  EXPECT_EQ(r.body["error"]["type"], "invalid_request_error");
+  ExpectError(PostTo("/v1/completions", body, "wrong"), 401, "API key");
+  ExpectError(PostTo("/v1/chat/completions", R"({"messages": []})", "s3cre"), 401, "API key");
+  EXPECT_EQ(Get("/v1/models").status, 401);
+  r = PostTo("/v1/completions", body, "s3cret");
+  EXPECT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["choices"][0]["text"], "aa");
+  EXPECT_EQ(PostTo("/tokenize", R"({"prompt": "x"})").status, 200);
+}
+
+TEST_F(CoordinatorFakeWorkerTest, AbortedStreamsFreeTheirBlocks) {
+  // Slow steps, so a request left alone would run for seconds.
+  constexpr int kStepDelayMs = 20;
+  constexpr int kMaxTokens = 200;
+  StartWorker(-1, kStepDelayMs);
+  ASSERT_TRUE(WaitHealth(200));
+  const int free_at_start = FreeBlocks();
+  ASSERT_GT(free_at_start, 0);
+
+  constexpr int kNumClients = 20;
+  std::atomic<int> num_got_event{0};
+  std::vector<std::thread> clients;
+  auto start = Clock::now();
+  for (int i = 0; i < kNumClients; ++i) {
+    clients.emplace_back([&, i] {
+      std::string prompt = "client " + std::to_string(i) + " says";
+      for (int w = 0; w < i; ++w) prompt += " word";  // different lengths and blocks
+      json body = {{"prompt", prompt}, {"max_tokens", kMaxTokens}, {"stream", true}, {"ignore_eos", true}};
+      if (StreamAndHangUp(body)) ++num_got_event;
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(num_got_event.load(), kNumClients);
+  // Every block comes back long before the requests could have finished.
+  EXPECT_TRUE(WaitFreeBlocks(free_at_start, milliseconds(kMaxTokens * kStepDelayMs / 2)))
+      << "free blocks " << FreeBlocks() << " of " << free_at_start;
+  EXPECT_LT(Clock::now() - start, milliseconds(kMaxTokens * kStepDelayMs));
+  // The workers were told to drop every sequence.
+  auto deadline = Clock::now() + milliseconds(3000);
+  while (worker_->num_live_sequences() != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(worker_->num_live_sequences(), 0u);
+  Reply health = Get("/health");
+  EXPECT_EQ(health.body["instances"][0]["num_running"], 0);
+  EXPECT_EQ(health.body["instances"][0]["num_waiting"], 0);
+  EXPECT_TRUE(worker_->errors().empty()) << worker_->errors().front();
+
+  // The server still serves.
+  Reply r = Post(R"({"prompt": "Hi", "max_tokens": 2})");
+  EXPECT_EQ(r.status, 200) << r.body.dump();
 }
 
 }  // namespace

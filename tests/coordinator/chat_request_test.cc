@@ -1,0 +1,129 @@
+#include "coordinator/chat_request.h"
+
+#include <gtest/gtest.h>
+
+#include "coordinator/tokenize_request.h"
+
+namespace headway {
+namespace {
+
+const CompletionLimits kLimits{"smollm2", 1000, 64};
+
+ChatRequest Ok(const std::string& body) {
+  ParsedChat p = ParseChatRequest(body, kLimits);
+  if (auto* e = std::get_if<ApiError>(&p)) {
+    ADD_FAILURE() << body << " -> " << e->message;
+    return {};
+  }
+  return std::get<ChatRequest>(p);
+}
+
+void ExpectBadRequest(const std::string& body, const std::string& param, const std::string& fragment) {
+  ParsedChat p = ParseChatRequest(body, kLimits);
+  auto* e = std::get_if<ApiError>(&p);
+  ASSERT_NE(e, nullptr) << body << " was accepted";
+  EXPECT_EQ(e->http_status, 400) << body;
+  EXPECT_EQ(e->type, "invalid_request_error");
+  EXPECT_EQ(e->param, param) << body;
+  EXPECT_NE(e->message.find(fragment), std::string::npos) << body << " -> " << e->message;
+}
+
+TEST(ChatRequestTest, Messages) {
+  ChatRequest r = Ok(R"({"model": "smollm2", "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null},
+      {"role": "user", "content": "Bye", "name": "ignored"}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "Be brief.");
+  EXPECT_EQ(r.messages[1].content, "Hi\nthere");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.messages[3].content, "Bye");
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_FALSE(r.params.max_tokens.has_value());
+  EXPECT_FALSE(r.params.logprobs);
+}
+
+TEST(ChatRequestTest, Fields) {
+  ChatRequest r = Ok(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
+                         "max_completion_tokens": 5, "logprobs": true, "top_logprobs": 4,
+                         "stream": true, "stream_options": {"include_usage": true},
+                         "stop": ["a"], "stop_token_ids": [2], "ignore_eos": true, "temperature": 0,
+                         "add_generation_prompt": false, "tools": []})");
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_EQ(r.params.sampling.num_top_logprobs, 4);
+  EXPECT_TRUE(r.params.stream);
+  EXPECT_TRUE(r.params.include_usage);
+  EXPECT_EQ(r.params.stop, std::vector<std::string>{"a"});
+  EXPECT_EQ(r.params.stop_token_ids, std::vector<int32_t>{2});
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(Ok(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9})").params.max_tokens, 9);
+}
+
+TEST(ChatRequestTest, Errors) {
+  ExpectBadRequest("{", "", "not valid JSON");
+  ExpectBadRequest(R"({"model": "smollm2"})", "messages", "required");
+  ExpectBadRequest(R"({"messages": []})", "messages", "must not be empty");
+  ExpectBadRequest(R"({"messages": "hi"})", "messages", "array");
+  ExpectBadRequest(R"({"messages": [3]})", "messages", "messages[0]' must be an object");
+  ExpectBadRequest(R"({"messages": [{"content": "x"}]})", "messages", "role");
+  ExpectBadRequest(R"({"messages": [{"role": "tool", "content": "x"}]})", "messages",
+                   "supported roles are system, user and assistant");
+  ExpectBadRequest(R"({"messages": [{"role": "user"}]})", "messages", "content' is required");
+  ExpectBadRequest(R"({"messages": [{"role": "user", "content": 5}]})", "messages", "string or an array");
+  ExpectBadRequest(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+                   "messages", "'image_url'");
+  ExpectBadRequest(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "messages",
+                   "text' must be a string");
+  const char* ok_messages = R"("messages": [{"role": "user", "content": "x"}])";
+  auto with = [&](const std::string& fields) { return std::string("{") + ok_messages + ", " + fields + "}"; };
+  ExpectBadRequest(with(R"("max_completion_tokens": 0)"), "max_completion_tokens", "at least 1");
+  ExpectBadRequest(with(R"("logprobs": 1)"), "logprobs", "boolean");
+  ExpectBadRequest(with(R"("top_logprobs": 2)"), "top_logprobs", "`logprobs` must be set to true");
+  ExpectBadRequest(with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "[0, 20]");
+  ExpectBadRequest(with(R"("tools": [{"type": "function"}])"), "tools", "not supported");
+  ExpectBadRequest(with(R"("n": 3)"), "n", "must be 1");
+  ExpectBadRequest(with(R"("stream_options": {"include_usage": true})"), "stream_options", "stream=True");
+  ExpectBadRequest(with(R"("add_generation_prompt": "yes")"), "add_generation_prompt", "boolean");
+
+  ParsedChat p = ParseChatRequest(with(R"("model": "other")"), kLimits);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(p));
+  EXPECT_EQ(std::get<ApiError>(p).http_status, 404);
+}
+
+TEST(TokenizeRequestTest, PromptMessagesAndErrors) {
+  auto t = ParseTokenizeRequest(R"({"prompt": "hello", "add_special_tokens": false})", kLimits);
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t));
+  EXPECT_FALSE(std::get<TokenizeRequest>(t).is_chat);
+  EXPECT_EQ(std::get<TokenizeRequest>(t).prompt, "hello");
+  EXPECT_FALSE(std::get<TokenizeRequest>(t).add_special_tokens);
+  t = ParseTokenizeRequest(R"({"messages": [{"role": "user", "content": "x"}]})", kLimits);
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t));
+  EXPECT_TRUE(std::get<TokenizeRequest>(t).is_chat);
+
+  for (const char* bad : {"{}", R"({"prompt": "a", "messages": []})", R"({"prompt": 1})",
+                          R"({"messages": []})", "nope"}) {
+    auto r = ParseTokenizeRequest(bad, kLimits);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad;
+    EXPECT_EQ(std::get<ApiError>(r).http_status, 400) << bad;
+  }
+  auto m = ParseTokenizeRequest(R"({"prompt": "a", "model": "x"})", kLimits);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(m));
+  EXPECT_EQ(std::get<ApiError>(m).http_status, 404);
+
+  auto d = ParseDetokenizeRequest(R"({"tokens": [1, 2, 999]})", kLimits);
+  ASSERT_TRUE(std::holds_alternative<std::vector<int32_t>>(d));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(d), (std::vector<int32_t>{1, 2, 999}));
+  for (const char* bad : {R"({})", R"({"tokens": [1000]})", R"({"tokens": [-1]})", R"({"tokens": "a"})"}) {
+    auto r = ParseDetokenizeRequest(bad, kLimits);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad;
+    EXPECT_EQ(std::get<ApiError>(r).http_status, 400) << bad;
+    EXPECT_EQ(std::get<ApiError>(r).param, "tokens") << bad;
+  }
+}
+
+}  // namespace
+}  // namespace headway

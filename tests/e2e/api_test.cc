@@ -1,0 +1,183 @@
+// End to end through the OpenAI API on the real SmolLM2 model: chat
+// completions through the GGUF chat template, streaming (SSE) against the
+// non-streamed greedy answer, stop strings and usage counts.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "coordinator/sse.h"
+#include "tests/support/deployment.h"
+#include "tests/support/test_env.h"
+
+namespace headway::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxTokens = 24;
+
+class ApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(SmolLm2Path())) return;
+    DeploymentOptions options;
+    options.model_path = SmolLm2Path();
+    std::string error;
+    deployment_ = Deployment::Start(options, &error).release();
+    if (!deployment_) start_error_ = error;
+  }
+  static void TearDownTestSuite() {
+    delete deployment_;
+    deployment_ = nullptr;
+  }
+  void SetUp() override {
+    HW_REQUIRE_MODEL(SmolLm2Path());
+    ASSERT_NE(deployment_, nullptr) << start_error_;
+  }
+
+  static json Messages(const std::string& question) {
+    return json::array({{{"role", "user"}, {"content", question}}});
+  }
+
+  // The events of a streamed request ("[DONE]" as a JSON string); fails the
+  // test unless the body is well-formed SSE ending with [DONE].
+  static std::vector<json> Stream(const std::string& path, const json& body) {
+    HttpReply r = deployment_->PostJson(path, body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    auto events = ParseSse(r.body);
+    EXPECT_TRUE(events.ok()) << events.status().ToString() << "\n" << r.body;
+    std::vector<json> out;
+    if (!events.ok()) return out;
+    for (const std::string& e : *events) {
+      if (e == "[DONE]") {
+        out.push_back("[DONE]");
+        continue;
+      }
+      json j = json::parse(e, nullptr, false);
+      EXPECT_TRUE(j.is_object()) << e;
+      out.push_back(j);
+    }
+    EXPECT_FALSE(out.empty());
+    if (!out.empty()) EXPECT_EQ(out.back(), "[DONE]");
+    for (size_t i = 0; i + 1 < out.size(); ++i) EXPECT_NE(out[i], "[DONE]") << "[DONE] before the end";
+    return out;
+  }
+
+  static std::string Text(const std::vector<json>& events) {
+    std::string text;
+    for (const json& e : events) {
+      if (!e.is_object() || e["choices"].empty()) continue;
+      const json& c = e["choices"][0];
+      if (c.contains("text")) text += c["text"].get<std::string>();
+      if (c.contains("delta") && c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    }
+    return text;
+  }
+
+  static Deployment* deployment_;
+  static std::string start_error_;
+};
+
+Deployment* ApiTest::deployment_ = nullptr;
+std::string ApiTest::start_error_;
+
+TEST_F(ApiTest, StreamedChatEqualsNonStreamedGreedyAnswer) {
+  json messages = Messages("What is the capital of France?");
+  json body = {{"model", "smollm2"}, {"messages", messages}, {"max_tokens", kMaxTokens}, {"temperature", 0}};
+  HttpReply whole = deployment_->PostJson("/v1/chat/completions", body);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json& choice = whole.json["choices"][0];
+  EXPECT_EQ(whole.json["object"], "chat.completion");
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  std::string answer = choice["message"]["content"];
+  EXPECT_NE(answer.find("Paris"), std::string::npos) << answer;
+
+  // Usage: the prompt is the chat template's rendering.
+  HttpReply tok = deployment_->PostJson("/tokenize", {{"messages", messages}});
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  const json& usage = whole.json["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], tok.json["count"]);
+  int completion_tokens = usage["completion_tokens"];
+  EXPECT_GE(completion_tokens, 1);
+  EXPECT_LE(completion_tokens, kMaxTokens);
+  EXPECT_EQ(usage["total_tokens"], tok.json["count"].get<int>() + completion_tokens);
+  if (choice["finish_reason"] == "length") EXPECT_EQ(completion_tokens, kMaxTokens);
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  std::vector<json> events = Stream("/v1/chat/completions", body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(Text(events), answer);
+  const json& finish = events[events.size() - 3];
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], choice["finish_reason"]);
+  const json& usage_chunk = events[events.size() - 2];
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens"], usage["prompt_tokens"]);
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], usage["completion_tokens"]);
+  // The same prompt a second time: its full blocks come from the prefix cache.
+  EXPECT_GE(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 16);
+  EXPECT_LT(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            usage["prompt_tokens"].get<int>());
+  for (const json& e : events) {
+    if (e.is_object()) EXPECT_EQ(e["object"], "chat.completion.chunk");
+  }
+}
+
+TEST_F(ApiTest, StopStringsCutTheTextExactly) {
+  const std::string prompt = "The first five days of the week are Monday,";
+  json body = {{"prompt", prompt}, {"max_tokens", kMaxTokens}, {"temperature", 0}};
+  HttpReply free_run = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(free_run.status, 200) << free_run.body;
+  std::string text = free_run.json["choices"][0]["text"];
+  ASSERT_GE(text.size(), 12u) << text;
+  // A stop string from the middle of the greedy answer: the answer is cut
+  // right before its first occurrence.
+  std::string stop = text.substr(text.size() / 2, 3);
+  std::string expected = text.substr(0, text.find(stop));
+  body["stop"] = json::array({stop, "never-appears-xyz"});
+  HttpReply cut = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(cut.status, 200) << cut.body;
+  EXPECT_EQ(cut.json["choices"][0]["text"], expected) << "stop " << json(stop).dump();
+  EXPECT_EQ(cut.json["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(cut.json["choices"][0]["stop_reason"], stop);
+  EXPECT_LT(cut.json["usage"]["completion_tokens"].get<int>(), kMaxTokens);
+
+  // Streamed: the same text, nothing of the stop string ever sent.
+  body["stream"] = true;
+  std::vector<json> events = Stream("/v1/completions", body);
+  EXPECT_EQ(Text(events), expected);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ApiTest, CompletionUsageAndLogprobs) {
+  json body = {{"prompt", "1, 2, 3, 4,"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
+               {"logprobs", 2}};
+  HttpReply r = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  HttpReply tok = deployment_->PostJson("/tokenize", {{"prompt", "1, 2, 3, 4,"}});
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], tok.json["count"]);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(r.json["choices"][0]["finish_reason"], "length");
+  const json& lp = r.json["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 8u);
+  std::string joined;
+  for (const json& t : lp["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, r.json["choices"][0]["text"]);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    // Greedy: the sampled token is the most likely one.
+    double best = -1e9;
+    for (auto& [k, v] : lp["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), best, 1e-4);
+  }
+  HttpReply d = deployment_->PostJson("/detokenize", {{"tokens", tok.json["tokens"]}});
+  EXPECT_EQ(d.json["prompt"], "1, 2, 3, 4,");
+}
+
+}  // namespace
+}  // namespace headway::testing
