@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "coordinator/chat_request.h"
+#include "coordinator/metrics.h"
 #include "coordinator/openai_response.h"
 #include "coordinator/tokenize_request.h"
 
@@ -94,6 +95,10 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     auto [status, body] = HandleHealth();
     Reply(res, status, body);
+  });
+  // Prometheus scrapes stay open without the API key, as on vLLM.
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(engine_->metrics().RenderPrometheus(), kPrometheusContentType);
   });
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;

@@ -25,6 +25,8 @@ uint64_t UnixMillis() {
                       .count());
 }
 
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 }  // namespace
 
 struct Engine::Impl {
@@ -48,6 +50,9 @@ struct Engine::Impl {
     uint64_t next_step_id = 1;
     std::optional<InFlight> in_flight;
     bool ready() const { return scheduler != nullptr; }
+    // Scheduler counters already reported to the metrics.
+    size_t reported_preemptions = 0;
+    PrefixCacheStats reported_prefix;
   };
   struct RequestState {
     int instance = 0;
@@ -59,6 +64,8 @@ struct Engine::Impl {
     std::vector<GeneratedToken> tokens;     // when logprobs
     std::shared_ptr<OutputStream> stream;   // streaming requests only
     size_t num_streamed = 0;                // bytes of `text` pushed to stream
+    bool scheduled = false;                 // queue time recorded
+    Clock::time_point last_token_time;      // for inter-token latency
   };
   // An ended request, answered after the health snapshot is published.
   struct Completed {
@@ -78,8 +85,18 @@ struct Engine::Impl {
       inst.ranks.resize(inst.tp_size);
       instances.push_back(std::move(inst));
       for (int r = 0; r < configs[i]->tp_size; ++r) peers[PeerName(int(i), r)] = {int(i), r};
+      tp_sizes.push_back(configs[i]->tp_size);
     }
+    Result<std::unique_ptr<ServingMetrics>> m =
+        ServingMetrics::Create(config.served_model_name, tp_sizes);
+    HW_CHECK(m.ok());  // the config has passed validation: at least one instance
+    metrics = std::move(*m);
   }
+
+  // Reports what the scheduler counted since the last call.
+  void ReportSchedulerCounters(InstanceState& inst);
+  // Publishes queue and KV-usage gauges from a health snapshot.
+  void ReportGauges(const std::vector<InstanceHealth>& health);
 
   // ---- messages -------------------------------------------------------
   void Handle(const Inbound& in);
@@ -110,6 +127,8 @@ struct Engine::Impl {
   const ModelSpec spec;
   const Tokenizer* const tokenizer;
   std::unique_ptr<ControlServer> server;
+  std::vector<int> tp_sizes;  // per instance
+  std::unique_ptr<ServingMetrics> metrics;
   std::vector<InstanceState> instances;
   std::map<std::string, std::pair<int, int>> peers;  // routing identity -> (instance, rank)
   std::unordered_map<uint64_t, RequestState> requests;
@@ -186,7 +205,10 @@ void Engine::Impl::HandleRegister(const std::string& peer, const proto::Register
   if (all && !inst.ready()) {
     std::vector<int> num_blocks;
     for (const RankState& r : inst.ranks) num_blocks.push_back(r.num_blocks);
-    auto kv = std::make_unique<KvCacheManager>(spec, inst.tp_size, config.block_size, num_blocks);
+    KvCacheOptions kv_options;
+    kv_options.enable_prefix_caching = config.enable_prefix_caching;
+    auto kv = std::make_unique<KvCacheManager>(spec, inst.tp_size, config.block_size, num_blocks,
+                                               kv_options);
     SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens};
     inst.scheduler = std::make_unique<Scheduler>(sc, std::move(kv));
     inst.in_flight.reset();
@@ -229,7 +251,16 @@ void Engine::Impl::HandleStepResult(InstanceState& inst, int rank,
 void Engine::Impl::Dispatch(InstanceState& inst) {
   if (!inst.ready() || inst.in_flight || !inst.scheduler->HasWork()) return;
   ScheduledBatch batch = inst.scheduler->Schedule();
+  ReportSchedulerCounters(inst);
   if (batch.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (const ScheduledSeq& s : batch.seqs) {
+    auto it = requests.find(s.seq_id);
+    if (it == requests.end() || it->second.scheduled) continue;
+    it->second.scheduled = true;
+    const Sequence& seq = *inst.scheduler->Find(s.seq_id);
+    metrics->OnScheduled(inst.id, Seconds(now - seq.arrival_time()));
+  }
   uint64_t step_id = inst.next_step_id++;
   for (int rank = 0; rank < inst.tp_size; ++rank) {
     proto::Envelope env;
@@ -308,6 +339,12 @@ void Engine::Impl::OnSampled(InstanceState& inst, Sequence& seq, const proto::Sa
   RequestState& rs = requests.at(seq.seq_id());
   const int32_t token_id = sampled.token_id();
   seq.AppendToken(token_id, now);
+  if (seq.num_output_tokens() == 1) {
+    metrics->OnFirstToken(inst.id, Seconds(now - seq.arrival_time()));
+  } else {
+    metrics->OnToken(inst.id, Seconds(now - rs.last_token_time));
+  }
+  rs.last_token_time = now;
   GeneratedToken token;
   token.token_id = token_id;
   if (rs.logprobs) {
@@ -397,6 +434,12 @@ void Engine::Impl::FinishRequest(InstanceState& inst, uint64_t id, std::optional
   RequestState& rs = it->second;
   CompletionOutcome out;
   std::string unstreamed;
+  const bool aborted = error && error->http_status == 499;  // the client went away
+  if (seq != nullptr && (!error || aborted)) {
+    metrics->OnFinished(inst.id, aborted ? FinishReason::kAbort : seq->finish_reason(),
+                        Seconds(Clock::now() - seq->arrival_time()), seq->num_prompt_tokens(),
+                        seq->num_output_tokens());
+  }
   if (error) {
     out.error = std::move(error);
   } else {
@@ -489,6 +532,31 @@ void Engine::Impl::Shutdown(const std::string& reason) {
       if (rs.instance == inst.id) ids.push_back(id);
     }
     for (uint64_t id : ids) FinishRequest(inst, id, ApiError::Unavailable(reason));
+  }
+}
+
+void Engine::Impl::ReportSchedulerCounters(InstanceState& inst) {
+  const size_t preemptions = inst.scheduler->num_preemptions();
+  if (preemptions > inst.reported_preemptions) {
+    metrics->OnPreemption(inst.id, int64_t(preemptions - inst.reported_preemptions));
+    inst.reported_preemptions = preemptions;
+  }
+  const PrefixCacheStats& stats = inst.scheduler->prefix_cache_stats();
+  if (stats.num_queried_tokens > inst.reported_prefix.num_queried_tokens) {
+    metrics->OnPrefixCacheQuery(
+        inst.id, int64_t(stats.num_queried_tokens - inst.reported_prefix.num_queried_tokens),
+        int64_t(stats.num_hit_tokens - inst.reported_prefix.num_hit_tokens));
+    inst.reported_prefix = stats;
+  }
+}
+
+void Engine::Impl::ReportGauges(const std::vector<InstanceHealth>& health) {
+  for (const InstanceHealth& h : health) {
+    metrics->SetQueueState(h.instance_id, int64_t(h.num_running), int64_t(h.num_waiting));
+    for (const RankHealth& r : h.ranks) {
+      metrics->SetKvUsage(h.instance_id, r.tp_rank, r.total_blocks - r.free_blocks,
+                          r.total_blocks);
+    }
   }
 }
 
@@ -588,6 +656,8 @@ std::vector<InstanceHealth> Engine::Health() const {
   return health_;
 }
 
+const ServingMetrics& Engine::metrics() const { return *impl_->metrics; }
+
 bool Engine::AllReady() const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::all_of(health_.begin(), health_.end(),
@@ -625,6 +695,7 @@ void Engine::Run() {
     impl.SendHeartbeats(now);
 
     std::vector<InstanceHealth> snapshot = impl.Snapshot();
+    impl.ReportGauges(snapshot);
     {
       std::lock_guard<std::mutex> lock(mu_);
       health_ = std::move(snapshot);

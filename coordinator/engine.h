@@ -38,6 +38,7 @@
 #include "coordinator/api_error.h"
 #include "coordinator/request_output.h"
 #include "coordinator/sequence.h"
+#include "coordinator/serving_metrics.h"
 #include "coordinator/tokenizer.h"
 
 namespace headway {
@@ -105,6 +106,9 @@ class Engine {
 
   // True when every instance of the config is ready. Thread-safe.
   bool AllReady() const;
+
+  // The serving metrics (thread-safe; GET /metrics renders them).
+  const ServingMetrics& metrics() const;
 
  private:
   struct Impl;
