@@ -7,8 +7,6 @@
 //
 //   headway-worker-step-bench --model PATH [--threads 2] [--runs 3]
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -114,11 +112,6 @@ int Run(const std::string& model_path, int threads, int runs, int prompt_tokens,
 }  // namespace headway
 
 int main(int argc, char** argv) {
-  // As in worker/main.cc: measure with the waiting policy the worker runs.
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-  }
   const char* home = std::getenv("HOME");
   const char* dir = std::getenv("HEADWAY_MODEL_DIR");
   std::string model = std::string(dir ? dir : std::string(home ? home : "") +

@@ -8,6 +8,13 @@ namespace headway::cpu {
 // same OpenMP team, so one thread pool serves every kernel. Two pools (GOMP's
 // and OpenBLAS's own) spinning for the same cores measured 3 tokens/s
 // instead of 17 on 2 cores. Call once from main, before any kernel runs.
+//
+// The team waits between kernels with libgomp's default policy (spin a
+// while, then sleep). A decode step runs ~300 short parallel regions, so
+// waking sleeping threads dominates: headway-worker-step-bench on an idle
+// 2-core host measured 77.9 decode tokens/s with the default policy, 89.0
+// with OMP_WAIT_POLICY=active and 21.4 with passive. On a host whose cores
+// are oversubscribed by other work, OMP_WAIT_POLICY=passive avoids spinning.
 void SetNumThreads(int num_threads);
 
 }  // namespace headway::cpu

@@ -54,16 +54,6 @@ int Fail(const std::string& what, const headway::Status& status) {
 
 int main(int argc, char** argv) {
   using namespace headway;
-  // libgomp reads OMP_WAIT_POLICY once, when it loads, before main. Its
-  // default spin-waiting threads starve everything else on a busy host:
-  // headway-worker-step-bench on 2 loaded cores measured 2.0 decode tokens/s
-  // spinning and 6.8 passive. Unless the caller chose a policy, start this
-  // same program again with passive waiting (execv keeps the pid).
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    // On failure carry on with the default policy.
-  }
   Flags flags;
   CLI::App app{"Headway worker: one TP rank of one instance"};
   app.add_option("--config", flags.config_path, "deployment YAML")->required();
