@@ -12,6 +12,8 @@
 // sum is at most 2*128*127 = 32512.
 #include "kernels/quant_matmul.h"
 
+#include "kernels/cpu/quant_blocks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -29,55 +31,16 @@
 namespace headway::cpu {
 namespace {
 
+using internal::BlockBytes;
+using internal::HalfToFloat;
+using internal::LoadU16;
+
 constexpr int kBlock = 32;    // values per block, weights and activations
 constexpr int kLanes = 8;     // f32 accumulator lanes per output
 constexpr int kRowTile = 4;   // activation rows sharing one unpacked weight block
 constexpr int kColGroup = 4;  // weight rows per unit of work shared out to threads
 // Below this many weights per call, starting threads costs more than it saves.
 constexpr int64_t kMinWeightsForThreads = int64_t{1} << 15;
-
-// Bytes of one 32-value block (F16: 32 values of 2 bytes).
-constexpr int BlockBytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ8_0: return 34;
-    case GgmlType::kQ4_0: return 18;
-    case GgmlType::kQ4_1: return 20;
-    case GgmlType::kQ5_0: return 22;
-    case GgmlType::kF16: return 64;
-    default: return 0;
-  }
-}
-
-inline uint16_t LoadU16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-// IEEE half to float, exact (kernels/ cannot use worker/dequant.h).
-float HalfToFloatPortable(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x03FF;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x0400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x03FF) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // Activation rows quantised to 8-bit blocks (ggml's block_q8_1, f32 scales).
 struct ActivationBlocks {
@@ -114,7 +77,7 @@ struct WeightBlockPortable {
 };
 
 void UnpackPortable(GgmlType type, const uint8_t* blk, WeightBlockPortable* w) {
-  w->scale = HalfToFloatPortable(LoadU16(blk));
+  w->scale = HalfToFloat(LoadU16(blk));
   w->offset = 0.0f;
   switch (type) {
     case GgmlType::kQ8_0: {
@@ -129,7 +92,7 @@ void UnpackPortable(GgmlType type, const uint8_t* blk, WeightBlockPortable* w) {
         w->q[j] = qs[j] & 0x0F;
         w->q[j + kBlock / 2] = qs[j] >> 4;
       }
-      w->offset = type == GgmlType::kQ4_0 ? -8.0f * w->scale : HalfToFloatPortable(LoadU16(blk + 2));
+      w->offset = type == GgmlType::kQ4_0 ? -8.0f * w->scale : HalfToFloat(LoadU16(blk + 2));
       break;
     }
     case GgmlType::kQ5_0: {
@@ -167,7 +130,7 @@ void RowPortable(GgmlType type, const float* x, const ActivationBlocks& a, const
         for (int t = 0; t < kBlock / kLanes; ++t) {
           for (int l = 0; l < kLanes; ++l) {
             const int j = t * kLanes + l;
-            acc[l] = std::fma(HalfToFloatPortable(LoadU16(blk + 2 * j)), xb[j], acc[l]);
+            acc[l] = std::fma(HalfToFloat(LoadU16(blk + 2 * j)), xb[j], acc[l]);
           }
         }
         continue;

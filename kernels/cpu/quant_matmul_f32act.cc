@@ -14,6 +14,8 @@
 // same lanes with std::fma, so it agrees bit for bit with the AVX2 path.
 #include "kernels/quant_matmul.h"
 
+#include "kernels/cpu/quant_blocks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -31,6 +33,10 @@
 namespace headway::cpu {
 namespace {
 
+using internal::BlockBytes;
+using internal::HalfToFloat;
+using internal::LoadU16;
+
 constexpr int kBlock = 32;     // values per weight block
 constexpr int kLanes = 8;      // f32 lanes per output accumulator
 constexpr int kColGroup = 4;   // weight rows per unit of work, register path
@@ -41,48 +47,6 @@ constexpr int kScratchFloats = 48 * 1024;
 constexpr int kMaxScratchRows = 30;
 // Below this many weights per call, starting threads costs more than it saves.
 constexpr int64_t kMinWeightsForThreads = int64_t{1} << 15;
-
-constexpr int BlockBytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ8_0: return 34;
-    case GgmlType::kQ4_0: return 18;
-    case GgmlType::kQ4_1: return 20;
-    case GgmlType::kQ5_0: return 22;
-    case GgmlType::kF16: return 64;
-    default: return 0;
-  }
-}
-
-inline uint16_t LoadU16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-// IEEE half to float, exact.
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x03FF;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x0400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x03FF) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // Weight rows dequantised per group in the prefill path: as many as fit the
 // scratch, a multiple of 3 (the tiles take 3 columns), at least 3.
