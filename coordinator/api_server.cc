@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <cstdio>
 
 #include "coordinator/chat_request.h"
@@ -60,6 +62,14 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
       id_rng_(std::random_device{}()) {
   int num_threads = options_.num_http_threads;
   server_->new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
+  // Remember the listening socket: Debian's cpp-httplib listens with a
+  // backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library), and
+  // 32 clients connecting at once overflowed it (netstat: "listen queue of a
+  // socket overflowed"), failing requests. Bind() widens it.
+  server_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   server_->set_read_timeout(std::chrono::seconds(30));
   server_->set_write_timeout(std::chrono::seconds(30));
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -132,6 +142,11 @@ Result<int> ApiServer::Bind() {
   } else if (!server_->bind_to_port(options_.http_host, port)) {
     return Status::Unavailable("cannot bind HTTP on " + options_.http_host + ":" +
                                std::to_string(port) + " (in use or not a local address)");
+  }
+  // Linux applies a new backlog when listen() is called again (capped by
+  // net.core.somaxconn).
+  if (listen_fd_ >= 0 && ::listen(listen_fd_, kListenBacklog) != 0) {
+    spdlog::warn("cannot raise the HTTP listen backlog to {}", kListenBacklog);
   }
   return port;
 }

@@ -121,6 +121,8 @@ class ApiServer {
   const CompletionLimits limits_;
   const int64_t created_unix_s_;
   std::unique_ptr<httplib::Server> server_;
+  static constexpr int kListenBacklog = 1024;
+  int listen_fd_ = -1;  // the HTTP listening socket, once bound
 
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;  // guarded by id_mu_
