@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/support/deployment.h"
+#include "tests/support/prometheus_parser.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -96,9 +97,16 @@ TEST(PreemptionE2eTest, SmallPoolPreemptsAndEveryRequestGetsItsAloneAnswer) {
   for (int i = 0; i < kNumRequests; ++i) {
     EXPECT_EQ(futures[i].get(), alone[i % Questions().size()]) << "request " << i;
   }
-  // The coordinator logs the first preemption and every 50th
-  // (num_preemptions_total counts them all in /metrics).
+  // The coordinator logs the first preemption and every 50th;
+  // num_preemptions_total counts them all.
   EXPECT_GT(CountOccurrences(d->Log(), "preempted sequence"), 0) << d->Log();
+  HttpReply metrics = d->Get("/metrics");
+  Result<PromExposition> parsed = ParsePrometheusText(metrics.body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  std::optional<double> preemptions = parsed->Value(
+      "headway:num_preemptions_total", {{"model_name", "smollm2"}, {"instance", "0"}});
+  ASSERT_TRUE(preemptions.has_value()) << metrics.body;
+  EXPECT_GT(*preemptions, 0);
   EXPECT_EQ(d->FreeBlocks(), free_at_start);
 }
 
