@@ -93,12 +93,11 @@ Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out) {
 }
 
 Status ReadBool(const YAML::Node& node, const std::string& key, bool& out) {
-  if (node.IsScalar()) {
-    const std::string& text = node.Scalar();
-    if (text == "true") return (out = true), Status::Ok();
-    if (text == "false") return (out = false), Status::Ok();
+  if (!node.IsScalar() || (node.Scalar() != "true" && node.Scalar() != "false")) {
+    return BadValue(key, Describe(node), "true or false");
   }
-  return BadValue(key, Describe(node), "true or false");
+  out = node.Scalar() == "true";
+  return Status::Ok();
 }
 
 Status ReadInt(const YAML::Node& node, const std::string& key, int& out) {
