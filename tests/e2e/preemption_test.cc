@@ -29,12 +29,6 @@ constexpr int kMaxPositions = 8 * 16;
 constexpr int kMaxTokens = 32;
 constexpr int kNumRequests = 8;
 
-std::string ChatPrompt(const std::string& question) {
-  return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-         "Hugging Face<|im_end|>\n<|im_start|>user\n" +
-         question + "<|im_end|>\n<|im_start|>assistant\n";
-}
-
 const std::vector<std::string>& Questions() {
   static const std::vector<std::string> q = {
       "What is the capital of France?", "Write one sentence about the sea.",
@@ -85,12 +79,12 @@ TEST(PreemptionE2eTest, SmallPoolPreemptsAndEveryRequestGetsItsAloneAnswer) {
   EXPECT_NE(too_big.body.find("kv_memory_mb"), std::string::npos) << too_big.body;
 
   std::vector<std::string> alone;
-  for (const std::string& q : Questions()) alone.push_back(Complete(*d, ChatPrompt(q)));
+  for (const std::string& q : Questions()) alone.push_back(Complete(*d, SmolLm2ChatPrompt(q)));
   EXPECT_EQ(CountOccurrences(d->Log(), "preempted sequence"), 0) << "one at a time fits";
 
   std::vector<std::future<std::string>> futures;
   for (int i = 0; i < kNumRequests; ++i) {
-    std::string prompt = ChatPrompt(Questions()[i % Questions().size()]);
+    std::string prompt = SmolLm2ChatPrompt(Questions()[i % Questions().size()]);
     futures.push_back(
         std::async(std::launch::async, [&d, prompt] { return Complete(*d, prompt); }));
   }

@@ -15,23 +15,17 @@ namespace {
 
 using nlohmann::json;
 
-std::string ChatPrompt(const std::string& question) {
-  return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-         "Hugging Face<|im_end|>\n<|im_start|>user\n" +
-         question + "<|im_end|>\n<|im_start|>assistant\n";
-}
-
 // Prompts of different lengths: shorter than a block, an exact multiple of
 // the block size (16) is not guaranteed by text, so lengths vary widely.
 const std::vector<std::string>& Prompts() {
   static const std::vector<std::string> prompts = {
-      ChatPrompt("What is the capital of France?"),
+      SmolLm2ChatPrompt("What is the capital of France?"),
       "The quick brown fox",
-      ChatPrompt("Write one sentence about the sea."),
+      SmolLm2ChatPrompt("Write one sentence about the sea."),
       "Once upon a time, in a small village at the edge of a great forest, there lived an "
       "old woodcutter and his three daughters. Every morning",
       "1, 2, 3, 4, 5,",
-      ChatPrompt("List three colours."),
+      SmolLm2ChatPrompt("List three colours."),
   };
   return prompts;
 }

@@ -11,6 +11,12 @@
 
 namespace headway::testing {
 
+std::string SmolLm2ChatPrompt(const std::string& question) {
+  return "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+         "Hugging Face<|im_end|>\n<|im_start|>user\n" +
+         question + "<|im_end|>\n<|im_start|>assistant\n";
+}
+
 std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int control_port) {
   std::ostringstream y;
   y << "model:\n"

@@ -59,6 +59,10 @@ class Deployment {
   std::unique_ptr<ChildProcess> launcher_;
 };
 
+// `question` as one user turn in SmolLM2's ChatML chat format, with the
+// default system turn of its chat template and the assistant turn opened.
+std::string SmolLm2ChatPrompt(const std::string& question);
+
 // The YAML text of a one-instance mixed deployment for `options` on the given
 // ports (used by Deployment and by tests that start binaries themselves).
 std::string DeploymentYaml(const DeploymentOptions& options, int http_port, int control_port);
