@@ -1,0 +1,327 @@
+// Collectives of every CPU backend among ranks that are threads of this
+// process (sharing NewInMemoryStore), plus a rank that is a forked process
+// for the peer-death case. The nccl case runs only where a GPU is present.
+#include "comm/communicator.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#if __has_include(<cuda_runtime.h>)
+#include <cuda_runtime.h>
+#define HEADWAY_TEST_HAVE_CUDA 1
+#endif
+
+namespace headway {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::milliseconds;
+
+// Store keys unique to the running test, so groups never meet old keys.
+std::string TestPrefix(const std::string& extra) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string(info->test_suite_name()) + "." + info->name() + "." + extra;
+}
+
+CommunicatorOptions Options(const std::string& backend, int rank, int size,
+                            const std::string& prefix, Millis timeout = Millis(20000)) {
+  CommunicatorOptions options;
+  options.backend = backend;
+  options.rank = rank;
+  options.size = size;
+  options.key_prefix = prefix;
+  options.timeout = timeout;
+  return options;
+}
+
+// Connects `size` ranks, one thread each, and runs body(rank, comm) on each;
+// returns each rank's first error (OK when all went well).
+std::vector<Status> RunRanks(const std::string& backend, int size, const std::string& prefix,
+                             const std::function<Status(int, Communicator&)>& body) {
+  auto store = NewInMemoryStore();
+  std::vector<Status> results(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm = CreateCommunicator(Options(backend, rank, size, prefix), *store);
+      if (!comm.ok()) {
+        results[rank] = comm.status();
+        return;
+      }
+      results[rank] = body(rank, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+void ExpectAllOk(const std::vector<Status>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].ToString();
+  }
+}
+
+std::vector<float> RankInput(int rank, size_t count) {
+  std::mt19937 gen(static_cast<uint32_t>(rank * 7919 + count));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+class CommunicatorTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CommunicatorTest, AllReduceSumMatchesNaiveSumBitIdenticalAcrossRanks) {
+  const std::string backend = GetParam();
+  const std::vector<size_t> counts = {1, 576, 3 * 576 + 7, 2'500'000};
+  for (int size = 1; size <= 4; ++size) {
+    // outputs[rank][count index]
+    std::vector<std::vector<std::vector<float>>> outputs(size);
+    auto results = RunRanks(backend, size, TestPrefix(std::to_string(size)),
+                            [&](int rank, Communicator& comm) -> Status {
+                              for (size_t count : counts) {
+                                std::vector<float> data = RankInput(rank, count);
+                                HW_RETURN_IF_ERROR(comm.AllReduceSum(data.data(), count));
+                                outputs[rank].push_back(std::move(data));
+                              }
+                              return Status::Ok();
+                            });
+    ExpectAllOk(results);
+    if (HasFailure()) return;
+    for (size_t c = 0; c < counts.size(); ++c) {
+      const size_t count = counts[c];
+      std::vector<float> naive = RankInput(0, count);
+      for (int r = 1; r < size; ++r) {
+        std::vector<float> in = RankInput(r, count);
+        for (size_t i = 0; i < count; ++i) naive[i] += in[i];
+      }
+      for (int r = 1; r < size; ++r) {
+        ASSERT_EQ(0, std::memcmp(outputs[0][c].data(), outputs[r][c].data(), count * sizeof(float)))
+            << backend << " size " << size << " count " << count << ": rank " << r
+            << " differs from rank 0";
+      }
+      for (size_t i = 0; i < count; ++i) {
+        if (backend == "shm") {
+          // shm promises the rank-ordered sum, exactly.
+          ASSERT_EQ(naive[i], outputs[0][c][i]) << "size " << size << " count " << count << " i " << i;
+        } else {
+          ASSERT_NEAR(naive[i], outputs[0][c][i], 1e-5f * size)
+              << "size " << size << " count " << count << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+// Many small collectives back to back: a rank that runs ahead must not
+// overwrite data a slower rank still reads.
+TEST_P(CommunicatorTest, BackToBackAllReduceKeepsEveryStepExact) {
+  const int size = 3;
+  const int kSteps = 300;
+  auto results = RunRanks(GetParam(), size, TestPrefix(""), [&](int rank, Communicator& comm) {
+    std::vector<float> data(576);
+    for (int step = 0; step < kSteps; ++step) {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = float((step + 1) * (rank + 1) + i);
+      HW_RETURN_IF_ERROR(comm.AllReduceSum(data.data(), data.size()));
+      for (size_t i = 0; i < data.size(); ++i) {
+        const float want = float((step + 1) * 6 + 3 * i);  // ranks 1+2+3 = 6
+        if (data[i] != want) {
+          return Status::Internal("step " + std::to_string(step) + " i " + std::to_string(i) +
+                                  ": got " + std::to_string(data[i]) + " want " +
+                                  std::to_string(want));
+        }
+      }
+      if (step % 50 == 0) HW_RETURN_IF_ERROR(comm.Barrier());
+    }
+    return Status::Ok();
+  });
+  ExpectAllOk(results);
+}
+
+TEST_P(CommunicatorTest, GatherConcatenatesInRankOrderOnRoot) {
+  const std::string backend = GetParam();
+  for (int size = 1; size <= 4; ++size) {
+    for (int root : {0, size - 1}) {
+      for (size_t count : {size_t{577}, size_t{1} << 20 | 3}) {
+        std::vector<float> out;
+        auto results = RunRanks(
+            backend, size,
+            TestPrefix(std::to_string(size) + "." + std::to_string(root) + "." +
+                       std::to_string(count)),
+            [&](int rank, Communicator& comm) {
+              std::vector<float> in = RankInput(rank, count);
+              std::vector<float> mine;
+              if (rank == root) mine.assign(size * count, -7.0f);
+              HW_RETURN_IF_ERROR(
+                  comm.Gather(in.data(), count, rank == root ? mine.data() : nullptr, root));
+              if (rank == root) out = std::move(mine);
+              return Status::Ok();
+            });
+        ExpectAllOk(results);
+        ASSERT_EQ(out.size(), size * count);
+        for (int r = 0; r < size; ++r) {
+          std::vector<float> want = RankInput(r, count);
+          ASSERT_EQ(0, std::memcmp(want.data(), out.data() + r * count, count * sizeof(float)))
+              << backend << " size " << size << " root " << root << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CommunicatorTest, BarrierWaitsForEveryRank) {
+  const int size = 3;
+  std::atomic<int> arrived{0};
+  auto results = RunRanks(GetParam(), size, TestPrefix(""), [&](int rank, Communicator& comm) {
+    if (rank == size - 1) std::this_thread::sleep_for(Millis(100));
+    arrived.fetch_add(1);
+    HW_RETURN_IF_ERROR(comm.Barrier());
+    if (arrived.load() != size) return Status::Internal("left the barrier before all arrived");
+    return Status::Ok();
+  });
+  ExpectAllOk(results);
+}
+
+TEST_P(CommunicatorTest, RankThatNeverJoinsFailsCreateWithinTimeout) {
+  const Millis timeout(500);
+  for (int missing : {2, 0}) {
+    auto store = NewInMemoryStore();
+    const std::string prefix = TestPrefix(std::to_string(missing));
+    std::vector<Status> results(3);
+    std::vector<double> elapsed_ms(3);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 3; ++rank) {
+      if (rank == missing) continue;
+      threads.emplace_back([&, rank] {
+        const auto start = Clock::now();
+        auto comm = CreateCommunicator(Options(GetParam(), rank, 3, prefix, timeout), *store);
+        elapsed_ms[rank] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+        results[rank] = comm.status();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int rank = 0; rank < 3; ++rank) {
+      if (rank == missing) continue;
+      EXPECT_EQ(results[rank].code(), StatusCode::kUnavailable)
+          << "rank " << rank << ": " << results[rank].ToString();
+      EXPECT_LT(elapsed_ms[rank], 2000.0) << "rank " << rank;
+    }
+  }
+}
+
+// The peer is a forked process (it has to die for real) that reaches the
+// store through a socketpair; it connects, passes one barrier, then exits
+// while this process waits inside AllReduceSum.
+TEST_P(CommunicatorTest, PeerDyingMidCollectiveIsUnavailable) {
+  // A write to the dead peer's socket must not kill the test (gloo).
+  signal(SIGPIPE, SIG_IGN);
+  const std::string backend = GetParam();
+  const std::string prefix = TestPrefix("");
+  const Millis timeout(10000);
+  int fds[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, fds));
+  // Fork before this test starts any thread.
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    auto store = NewSocketStoreClient(fds[1]);
+    auto comm = CreateCommunicator(Options(backend, 1, 2, prefix, timeout), *store);
+    if (!comm.ok() || !(*comm)->Barrier().ok()) _exit(2);
+    std::this_thread::sleep_for(Millis(200));
+    _exit(1);  // instead of calling AllReduceSum
+  }
+  close(fds[1]);
+  auto store = NewInMemoryStore();
+  std::thread server([&] { (void)ServeRendezvousStore(*store, fds[0]); });
+
+  auto comm = CreateCommunicator(Options(backend, 0, 2, prefix, timeout), *store);
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+  ASSERT_TRUE((*comm)->Barrier().ok());
+  std::vector<float> data(576, 1.0f);
+  const auto start = Clock::now();
+  Status status = (*comm)->AllReduceSum(data.data(), data.size());
+  const double elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  EXPECT_EQ(status.code(), StatusCode::kUnavailable) << status.ToString();
+  EXPECT_NE(status.message().find(backend), std::string::npos) << status.message();
+  EXPECT_LT(elapsed_ms, 3000.0) << status.ToString();
+  // Broken: the next call fails at once with the same error.
+  const auto again_start = Clock::now();
+  Status again = (*comm)->AllReduceSum(data.data(), data.size());
+  EXPECT_EQ(again.message(), status.message());
+  using MillisF = std::chrono::duration<double, std::milli>;
+  EXPECT_LT(MillisF(Clock::now() - again_start).count(), 10.0);
+  std::cout << backend << ": peer death reported after " << elapsed_ms << " ms: "
+            << status.ToString() << "\n";
+
+  int wstatus = 0;
+  ASSERT_EQ(child, waitpid(child, &wstatus, 0));
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 1) << "child status " << wstatus;
+  close(fds[0]);
+  server.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo", "shm"),
+                         [](const auto& info) { return info.param; });
+
+TEST(CommunicatorOptionsTest, BadOptionsAreInvalidArgument) {
+  auto store = NewInMemoryStore();
+  EXPECT_EQ(CreateCommunicator(Options("mpi", 0, 1, "p"), *store).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateCommunicator(Options("gloo", 2, 2, "p"), *store).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateCommunicator(Options("shm", 0, 0, "p"), *store).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(CommunicatorOptionsTest, SizeOneGatherCopies) {
+  auto store = NewInMemoryStore();
+  for (const char* backend : {"gloo", "shm"}) {
+    auto comm = CreateCommunicator(Options(backend, 0, 1, "one"), *store);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    std::vector<float> in = {1, 2, 3}, out(3);
+    ASSERT_TRUE((*comm)->Gather(in.data(), 3, out.data(), 0).ok());
+    EXPECT_EQ(in, out);
+    EXPECT_EQ((*comm)->Gather(in.data(), 3, out.data(), 1).code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(NcclCommunicatorTest, SingleRankAllReduce) {
+  auto store = NewInMemoryStore();
+  auto comm = CreateCommunicator(Options("nccl", 0, 1, TestPrefix("")), *store);
+  if (comm.status().code() == StatusCode::kUnimplemented) {
+    GTEST_SKIP() << comm.status().ToString();
+  }
+  if (comm.status().code() == StatusCode::kUnavailable &&
+      comm.status().message().find("no CUDA device") != std::string::npos) {
+    GTEST_SKIP() << comm.status().ToString();
+  }
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+#ifdef HEADWAY_TEST_HAVE_CUDA
+  std::vector<float> host = {1.5f, -2.0f, 3.25f}, back(3);
+  float* device = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaMalloc(&device, host.size() * sizeof(float)));
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(device, host.data(), host.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice));
+  Status status = (*comm)->AllReduceSum(device, host.size());
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_TRUE((*comm)->Barrier().ok());
+  ASSERT_EQ(cudaSuccess, cudaMemcpy(back.data(), device, host.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost));
+  cudaFree(device);
+  EXPECT_EQ(host, back);
+#endif
+}
+
+}  // namespace
+}  // namespace headway
