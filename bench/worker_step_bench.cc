@@ -1,11 +1,24 @@
 // Worker step micro-benchmark on the real model, in process (no ZeroMQ):
 // one sequence is prefilled with a --prompt-tokens prompt, then decoded for
-// --decode-tokens steps through StepExecutor (greedy). Each of --runs runs
-// uses a fresh executor; figures are medians over runs. Prints one JSON
-// object: decode tokens/s (1 / median step time), median and p90 decode step
-// milliseconds, prefill tokens/s.
+// --decode-tokens steps through StepExecutor (tokens fed are fixed, so every
+// rank sees the same ones). Each of --runs runs uses a fresh executor;
+// figures are medians over runs.
+//
+// With --tp 1,3 and --collective shm,gloo it measures every combination in
+// one invocation: each TP rank is a forked process with its own weights
+// shard, KV pool and communicator (rendezvous through this process), as in a
+// deployment. Rank 0 reports the time its collectives took per decode step
+// (all-reduces and the logits gather, waiting for slower ranks included) and
+// their share of the step. Prints one JSON object with one entry per
+// configuration and the decode-throughput ratios against TP 1.
 //
 //   headway-worker-step-bench --model PATH [--threads 2] [--runs 3]
+//       [--tp 1,3] [--collective shm,gloo]
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,10 +26,12 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "comm/communicator.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "kernels/threads.h"
@@ -58,53 +73,151 @@ void AddStep(const LlamaModel& model, proto::StepPlan* plan, const std::vector<i
   }
 }
 
-int Run(const std::string& model_path, int threads, int runs, int prompt_tokens,
-        int decode_tokens) {
-  cpu::SetNumThreads(threads);
-  auto file = GgufFile::Open(model_path);
-  if (!file.ok()) return std::fprintf(stderr, "%s\n", file.status().ToString().c_str()), 1;
-  auto spec = LoadModelSpec(**file);
-  if (!spec.ok()) return std::fprintf(stderr, "%s\n", spec.status().ToString().c_str()), 1;
-  auto weights = ModelWeights::Load(**file, *spec, ShardForRank(*spec, 1, 0));
-  if (!weights.ok()) return std::fprintf(stderr, "%s\n", weights.status().ToString().c_str()), 1;
-  auto model = LlamaModel::Create(*spec, std::move(*weights));
-  if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().ToString().c_str()), 1;
+struct BenchConfig {
+  std::string model_path;
+  int threads = 2;  // per rank
+  int runs = 3;
+  int prompt_tokens = 32;
+  int decode_tokens = 32;
+};
 
-  std::vector<double> step_seconds, prefill_seconds;
-  for (int r = 0; r < runs; ++r) {
-    auto pool = KvPool::Create({kBlockSize, spec->head_dim}, int64_t(64) << 20);
-    if (!pool.ok()) return std::fprintf(stderr, "%s\n", pool.status().ToString().c_str()), 1;
-    StepExecutor executor(model->get(), pool->get(), StepExecutorOptions{});
+struct RankFigures {
+  std::vector<double> step_seconds, prefill_seconds, collective_step_seconds;
+};
+
+Status RunRank(const BenchConfig& c, int tp, int rank, Communicator* comm, RankFigures* out) {
+  cpu::SetNumThreads(c.threads);
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(c.model_path));
+  HW_ASSIGN_OR_RETURN(ModelSpec spec, LoadModelSpec(*file));
+  HW_RETURN_IF_ERROR(ValidateTpSize(spec, tp));
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
+                      ModelWeights::Load(*file, spec, ShardForRank(spec, tp, rank)));
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                      LlamaModel::Create(spec, std::move(weights), comm));
+  for (int r = 0; r < c.runs; ++r) {
+    HW_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
+                        KvPool::Create({kBlockSize, spec.head_dim}, int64_t(64) << 20));
+    StepExecutorOptions options;
+    options.tp_rank = rank;
+    StepExecutor executor(model.get(), pool.get(), options);
     int have = 0, next = 0;
     uint64_t step_id = 0;
-    std::vector<int32_t> prompt(prompt_tokens);
-    for (int i = 0; i < prompt_tokens; ++i) prompt[i] = 100 + 37 * i % 4000;
+    std::vector<int32_t> prompt(c.prompt_tokens);
+    for (int i = 0; i < c.prompt_tokens; ++i) prompt[i] = 100 + 37 * i % 4000;
     proto::StepPlan plan;
     plan.set_step_id(++step_id);
-    AddStep(**model, &plan, prompt, 0, &have, &next);
+    AddStep(*model, &plan, prompt, 0, &have, &next);
     auto t0 = std::chrono::steady_clock::now();
     proto::StepResult res = executor.Execute(plan);
-    prefill_seconds.push_back(
+    out->prefill_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    uint32_t pos = uint32_t(prompt_tokens);
-    for (int i = 0; i < decode_tokens && res.error().empty(); ++i) {
+    uint32_t pos = uint32_t(c.prompt_tokens);
+    for (int i = 0; i < c.decode_tokens && res.error().empty(); ++i) {
       proto::StepPlan p;
       p.set_step_id(++step_id);
-      AddStep(**model, &p, {res.tokens(0).token_id()}, pos++, &have, &next);
+      AddStep(*model, &p, {int32_t(200 + 7 * i)}, pos++, &have, &next);
+      const double collective_before = model->collective_seconds();
       t0 = std::chrono::steady_clock::now();
       res = executor.Execute(p);
-      step_seconds.push_back(
+      out->step_seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      out->collective_step_seconds.push_back(model->collective_seconds() - collective_before);
     }
-    if (!res.error().empty()) return std::fprintf(stderr, "%s\n", res.error().c_str()), 1;
+    if (!res.error().empty()) return Status::Internal(res.error());
   }
-  const double step_ms = 1e3 * Median(step_seconds);
-  std::printf(
-      "{\"model\": \"%s\", \"threads\": %d, \"runs\": %d, \"prompt_tokens\": %d, "
-      "\"decode_tokens\": %d, \"decode_tokens_per_s\": %.2f, \"decode_step_ms_median\": %.2f, "
-      "\"decode_step_ms_p90\": %.2f, \"prefill_tokens_per_s\": %.1f}\n",
-      spec->name.c_str(), threads, runs, prompt_tokens, decode_tokens, 1e3 / step_ms, step_ms,
-      1e3 * Percentile(step_seconds, 0.9), prompt_tokens / Median(prefill_seconds));
+  return Status::Ok();
+}
+
+// Runs one configuration, every rank a forked process; returns rank 0's
+// figures as a JSON object (or an "error" member).
+std::string RunConfig(const BenchConfig& c, int tp, const std::string& collective) {
+  std::unique_ptr<RendezvousStore> store = NewInMemoryStore();
+  std::vector<pid_t> pids;
+  std::vector<std::thread> servers;
+  int result_pipe[2];
+  if (pipe(result_pipe) != 0) return "{\"error\": \"pipe failed\"}";
+  for (int rank = 0; rank < tp; ++rank) {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return "{\"error\": \"socketpair failed\"}";
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      close(result_pipe[0]);
+      std::unique_ptr<Communicator> comm;
+      if (tp > 1) {
+        std::unique_ptr<RendezvousStore> client = NewSocketStoreClient(fds[1]);
+        CommunicatorOptions o;
+        o.backend = collective;
+        o.rank = rank;
+        o.size = tp;
+        o.key_prefix = "bench";
+        Result<std::unique_ptr<Communicator>> created = CreateCommunicator(o, *client);
+        if (!created.ok()) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, created.status().ToString().c_str());
+          _exit(1);
+        }
+        comm = std::move(*created);
+      }
+      RankFigures f;
+      Status s = RunRank(c, tp, rank, comm.get(), &f);
+      if (rank == 0) {
+        std::string json;
+        if (!s.ok()) {
+          json = "{\"error\": \"" + s.message() + "\"}";
+        } else {
+          const double step = Median(f.step_seconds);
+          const double coll = Median(f.collective_step_seconds);
+          char buf[512];
+          std::snprintf(buf, sizeof buf,
+                        "{\"tp_size\": %d, \"collective\": \"%s\", \"threads_per_rank\": %d, "
+                        "\"decode_tokens_per_s\": %.2f, \"decode_step_ms_median\": %.3f, "
+                        "\"decode_step_ms_p90\": %.3f, \"collective_ms_per_step_median\": %.3f, "
+                        "\"collective_share_of_step\": %.3f, \"prefill_tokens_per_s\": %.1f}",
+                        tp, tp > 1 ? collective.c_str() : "none", c.threads, 1.0 / step,
+                        1e3 * step, 1e3 * Percentile(f.step_seconds, 0.9), 1e3 * coll,
+                        coll / step, c.prompt_tokens / Median(f.prefill_seconds));
+          json = buf;
+        }
+        if (write(result_pipe[1], json.data(), json.size()) < 0) _exit(1);
+      } else if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+      }
+      _exit(s.ok() ? 0 : 1);
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    servers.emplace_back([&store, fd = fds[0]] {
+      (void)ServeRendezvousStore(*store, fd);
+      close(fd);
+    });
+  }
+  close(result_pipe[1]);
+  std::string json;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(result_pipe[0], buf, sizeof buf)) > 0) json.append(buf, size_t(n));
+  close(result_pipe[0]);
+  for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+  for (std::thread& t : servers) t.join();
+  return json.empty() ? "{\"error\": \"rank 0 reported nothing\"}" : json;
+}
+
+int Run(const BenchConfig& base, int total_threads, const std::vector<int>& tp_sizes,
+        const std::vector<std::string>& collectives) {
+  signal(SIGPIPE, SIG_IGN);
+  std::string entries;
+  for (int tp : tp_sizes) {
+    for (const std::string& collective : collectives) {
+      BenchConfig c = base;
+      c.threads = std::max(1, total_threads / tp);
+      entries += (entries.empty() ? "" : ",\n  ") + RunConfig(c, tp, collective);
+      if (tp == 1) break;  // no collectives to vary
+    }
+  }
+  std::printf("{\"model\": \"%s\", \"total_threads\": %d, \"runs\": %d, \"prompt_tokens\": %d, "
+              "\"decode_tokens\": %d,\n \"configs\": [\n  %s]}\n",
+              base.model_path.c_str(), total_threads, base.runs, base.prompt_tokens,
+              base.decode_tokens, entries.c_str());
   return 0;
 }
 
@@ -114,16 +227,21 @@ int Run(const std::string& model_path, int threads, int runs, int prompt_tokens,
 int main(int argc, char** argv) {
   const char* home = std::getenv("HOME");
   const char* dir = std::getenv("HEADWAY_MODEL_DIR");
-  std::string model = std::string(dir ? dir : std::string(home ? home : "") +
-                                                  "/.cache/headway/models") +
-                      "/SmolLM2-135M-Instruct.Q4_1.gguf";
-  int threads = 2, runs = 3, prompt_tokens = 32, decode_tokens = 32;
-  CLI::App app{"Worker step benchmark (decode tokens/s of one sequence)"};
-  app.add_option("--model", model, "GGUF path");
-  app.add_option("--threads", threads, "OpenMP and OpenBLAS threads");
-  app.add_option("--runs", runs, "runs (fresh executor each)");
-  app.add_option("--prompt-tokens", prompt_tokens, "prompt length");
-  app.add_option("--decode-tokens", decode_tokens, "decode steps per run");
+  headway::BenchConfig c;
+  c.model_path = std::string(dir ? dir : std::string(home ? home : "") +
+                                             "/.cache/headway/models") +
+                 "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  int threads = 2;
+  std::vector<int> tp_sizes = {1};
+  std::vector<std::string> collectives = {"shm"};
+  CLI::App app{"Worker step benchmark (decode tokens/s of one sequence, TP 1 and TP N)"};
+  app.add_option("--model", c.model_path, "GGUF path");
+  app.add_option("--threads", threads, "OpenMP threads in all (split over the TP ranks)");
+  app.add_option("--runs", c.runs, "runs (fresh executor each)");
+  app.add_option("--prompt-tokens", c.prompt_tokens, "prompt length");
+  app.add_option("--decode-tokens", c.decode_tokens, "decode steps per run");
+  app.add_option("--tp", tp_sizes, "TP sizes to measure, e.g. 1,3")->delimiter(',');
+  app.add_option("--collective", collectives, "backends for TP > 1: shm, gloo")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
-  return headway::Run(model, threads, runs, prompt_tokens, decode_tokens);
+  return headway::Run(c, threads, tp_sizes, collectives);
 }

@@ -203,7 +203,8 @@ Status ParseScheduler(const YAML::Node& node, Config& config) {
 
 Status ParseInstance(const YAML::Node& node, const std::string& path, InstanceConfig& instance) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"tp_size", "device", "hosts", "num_threads"}));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"tp_size", "device", "hosts", "num_threads",
+                                             "collective", "collective_timeout_ms"}));
   if (node["tp_size"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["tp_size"], Child(path, "tp_size"), instance.tp_size));
   }
@@ -213,6 +214,14 @@ Status ParseInstance(const YAML::Node& node, const std::string& path, InstanceCo
   if (node["num_threads"]) {
     HW_RETURN_IF_ERROR(
         ReadInt(node["num_threads"], Child(path, "num_threads"), instance.num_threads));
+  }
+  if (node["collective"]) {
+    HW_RETURN_IF_ERROR(
+        ReadString(node["collective"], Child(path, "collective"), instance.collective));
+  }
+  if (node["collective_timeout_ms"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["collective_timeout_ms"], Child(path, "collective_timeout_ms"),
+                               instance.collective_timeout_ms));
   }
   if (node["hosts"]) {
     const YAML::Node hosts = node["hosts"];
@@ -303,6 +312,25 @@ Status ValidateInstance(const InstanceConfig& instance, const std::string& path)
                     "\"cpu\" or \"cuda:N\" (N = GPU index)");
   }
   HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "num_threads"), instance.num_threads, 0));
+  const std::string& c = instance.collective;
+  if (!c.empty() && c != "gloo" && c != "shm" && c != "nccl") {
+    return BadValue(Child(path, "collective"), "\"" + c + "\"", "\"gloo\", \"shm\" or \"nccl\"");
+  }
+  const bool cuda = instance.device != "cpu";
+  if (c == "nccl" && !cuda) {
+    return BadValue(Child(path, "collective"), "\"nccl\"",
+                    "\"gloo\" or \"shm\" for device \"cpu\" (NCCL needs CUDA devices)");
+  }
+  if (c == "shm" && instance.hosts.size() > 1) {
+    for (const std::string& host : instance.hosts) {
+      if (host != instance.hosts[0]) {
+        return BadValue(Child(path, "collective"), "\"shm\"",
+                        "\"gloo\" when the ranks are on different hosts (shm needs one host)");
+      }
+    }
+  }
+  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "collective_timeout_ms"),
+                                  instance.collective_timeout_ms, 1));
   const size_t num_hosts = instance.hosts.size();
   if (num_hosts != 1 && num_hosts != static_cast<size_t>(instance.tp_size)) {
     return BadValue(Child(path, "hosts"), "a list of " + std::to_string(num_hosts) + " hosts",
@@ -318,6 +346,15 @@ Status ValidateInstance(const InstanceConfig& instance, const std::string& path)
 }
 
 }  // namespace
+
+std::string InstanceConfig::CollectiveBackend() const {
+  if (!collective.empty()) return collective;
+  if (device != "cpu") return "nccl";
+  for (const std::string& host : hosts) {
+    if (host != hosts[0]) return "gloo";
+  }
+  return "shm";
+}
 
 const char* PoolRoleName(PoolRole role) {
   switch (role) {

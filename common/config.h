@@ -24,6 +24,8 @@
 //           device: cpu
 //           hosts: [127.0.0.1]
 //           num_threads: 2
+//           collective: gloo         # TP all-reduce backend: gloo | shm | nccl
+//           collective_timeout_ms: 30000
 //
 // Every error names the key (dotted path, e.g. `pools[0].instances[0].tp_size`),
 // the value found and what is allowed.
@@ -45,6 +47,17 @@ struct InstanceConfig {
   std::string device = "cpu";           // "cpu" (or "cuda:N" later)
   std::vector<std::string> hosts = {"127.0.0.1"};  // one per rank, or one for all
   int num_threads = 0;                  // compute threads per worker; 0 = all cores / tp_size
+  // TP collectives (comm/communicator.h): "gloo" (TCP), "shm" (shared
+  // memory, every rank on one host) or "nccl" (CUDA ranks); "" = "nccl" on
+  // cuda, else "shm" when every rank is on one host, else "gloo". Same-host
+  // CPU ranks default to shm because a Gloo all-reduce over loopback costs
+  // milliseconds and a decode step needs 2 per layer
+  // (headway-allreduce-bench).
+  std::string collective;
+  int collective_timeout_ms = 30000;    // a collective slower than this fails the step
+
+  // The backend in effect: `collective`, or the device's default.
+  std::string CollectiveBackend() const;
 };
 
 struct PoolConfig {

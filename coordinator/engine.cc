@@ -49,6 +49,8 @@ struct Engine::Impl {
     std::unique_ptr<Scheduler> scheduler;  // non-null while ready
     uint64_t next_step_id = 1;
     std::optional<InFlight> in_flight;
+    // Rendezvous store of this instance's ranks (proto StoreSet/StoreGet).
+    std::map<std::string, std::string> store;
     bool ready() const { return scheduler != nullptr; }
     // Scheduler counters already reported to the metrics.
     size_t reported_preemptions = 0;
@@ -101,6 +103,7 @@ struct Engine::Impl {
   // ---- messages -------------------------------------------------------
   void Handle(const Inbound& in);
   void HandleRegister(const std::string& peer, const proto::RegisterRequest& req);
+  void HandleStore(InstanceState& inst, const std::string& peer, const proto::Envelope& env);
   void HandleStepResult(InstanceState& inst, int rank, const proto::StepResult& result);
   void Send(InstanceState& inst, int rank, const proto::Envelope& env);
 
@@ -118,7 +121,11 @@ struct Engine::Impl {
   // ---- liveness -------------------------------------------------------
   void SendHeartbeats(Clock::time_point now);
   void CheckLiveness(Clock::time_point now);
+  // Fails every request of the instance and forgets its ranks; the instance
+  // is ready again once all its ranks register anew.
   void MarkDown(InstanceState& inst, const std::string& why);
+  // Tells the instance's registered ranks to exit (their TP group is broken).
+  void StopRanks(InstanceState& inst, const std::string& reason);
   void Shutdown(const std::string& reason);
 
   std::vector<InstanceHealth> Snapshot() const;
@@ -162,6 +169,11 @@ void Engine::Impl::Handle(const Inbound& in) {
   }
   InstanceState& inst = instances[it->second.first];
   int rank = it->second.second;
+  // Ranks meet through the store before they register.
+  if (env.has_store_set() || env.has_store_get()) {
+    HandleStore(inst, in.peer, env);
+    return;
+  }
   RankState& rs = inst.ranks[rank];
   if (!rs.registered) {
     spdlog::debug("control: message from unregistered peer `{}` ignored", in.peer);
@@ -172,6 +184,22 @@ void Engine::Impl::Handle(const Inbound& in) {
     HandleStepResult(inst, rank, env.step_result());
   }
   // Heartbeats only refresh last_heard.
+}
+
+void Engine::Impl::HandleStore(InstanceState& inst, const std::string& peer,
+                               const proto::Envelope& env) {
+  if (env.has_store_set()) {
+    inst.store[env.store_set().key()] = env.store_set().value();
+    return;
+  }
+  proto::Envelope reply;
+  proto::StoreValue* value = reply.mutable_store_value();
+  value->set_key(env.store_get().key());
+  auto it = inst.store.find(env.store_get().key());
+  value->set_found(it != inst.store.end());
+  if (it != inst.store.end()) value->set_value(it->second);
+  Status s = server->Send(peer, reply);
+  if (!s.ok()) spdlog::warn("cannot answer store get from `{}`: {}", peer, s.message());
 }
 
 void Engine::Impl::HandleRegister(const std::string& peer, const proto::RegisterRequest& req) {
@@ -224,6 +252,13 @@ void Engine::Impl::Send(InstanceState& inst, int rank, const proto::Envelope& en
 
 void Engine::Impl::HandleStepResult(InstanceState& inst, int rank,
                                     const proto::StepResult& result) {
+  if (result.fatal()) {
+    // A rank whose collectives broke cannot finish this or any later step;
+    // waiting for the others would only delay the errors.
+    StopRanks(inst, "rank " + std::to_string(rank) + " failed: " + result.error());
+    MarkDown(inst, "worker `" + PeerName(inst.id, rank) + "` failed: " + result.error());
+    return;
+  }
   if (!inst.in_flight || result.step_id() != inst.in_flight->step_id) {
     spdlog::warn("instance {} rank {}: step result for step {} rejected (in flight: {})", inst.id,
                  rank, result.step_id(),
@@ -499,9 +534,11 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
       if (!rs.registered || now - rs.last_heard <= timeout) continue;
       auto silent_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(now - rs.last_heard).count();
-      MarkDown(inst, "worker `" + PeerName(inst.id, r) + "` has been silent for " +
-                         std::to_string(silent_ms) + " ms (heartbeat_timeout_ms " +
-                         std::to_string(config.heartbeat_timeout_ms) + ")");
+      const std::string why = "worker `" + PeerName(inst.id, r) + "` has been silent for " +
+                              std::to_string(silent_ms) + " ms (heartbeat_timeout_ms " +
+                              std::to_string(config.heartbeat_timeout_ms) + ")";
+      StopRanks(inst, why);
+      MarkDown(inst, why);
       break;
     }
   }
@@ -517,7 +554,16 @@ void Engine::Impl::MarkDown(InstanceState& inst, const std::string& why) {
   for (uint64_t id : ids) FinishRequest(inst, id, error);
   inst.scheduler.reset();
   inst.in_flight.reset();
+  inst.store.clear();  // a restarted group must not read the old addresses
   for (RankState& r : inst.ranks) r.registered = false;
+}
+
+void Engine::Impl::StopRanks(InstanceState& inst, const std::string& reason) {
+  proto::Envelope env;
+  env.mutable_shutdown()->set_reason("instance " + std::to_string(inst.id) + " is down: " + reason);
+  for (int r = 0; r < inst.tp_size; ++r) {
+    if (inst.ranks[r].registered) Send(inst, r, env);
+  }
 }
 
 void Engine::Impl::Shutdown(const std::string& reason) {

@@ -21,6 +21,7 @@
 
 #include "comm/control_channel.h"
 #include "common/config.h"
+#include "common/deployment_check.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "coordinator/api_server.h"
@@ -83,17 +84,8 @@ int main(int argc, char** argv) {
   if (!gguf.ok()) return Fail(2, "model", gguf.status());
   Result<ModelSpec> spec = LoadModelSpec(**gguf);
   if (!spec.ok()) return Fail(2, "model " + config.model_path, spec.status());
-  std::vector<const InstanceConfig*> instances = config.Instances();
-  for (size_t i = 0; i < instances.size(); ++i) {
-    Status tp = ValidateTpSize(*spec, instances[i]->tp_size);
-    if (!tp.ok()) return Fail(2, "instance " + std::to_string(i), tp);
-  }
-  if (spec->context_length > 0 && config.max_model_len > spec->context_length) {
-    return Fail(2, "config " + config_path,
-                Status::InvalidArgument(
-                    "scheduler.max_model_len is " + std::to_string(config.max_model_len) +
-                    " but model " + spec->name + " was trained for " +
-                    std::to_string(spec->context_length) + " positions; use at most that"));
+  if (Status s = CheckConfigAgainstModel(config, *spec); !s.ok()) {
+    return Fail(2, "config " + config_path, s);
   }
   auto tokenizer = Tokenizer::FromGguf(**gguf);
   if (!tokenizer.ok()) return Fail(2, "tokenizer of " + config.model_path, tokenizer.status());

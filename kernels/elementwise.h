@@ -9,6 +9,13 @@ namespace headway::cpu {
 //   table: [vocab_size, dim] f32; ids: [n] with 0 <= id < vocab_size; out: [n, dim]
 void Embedding(const float* table, const int32_t* ids, int n, int dim, float* out);
 
+// Vocab-parallel embedding (Megatron-LM, Shoeybi et al. 2019, sec. 3): this
+// rank holds rows [row_begin, row_end) of the table; a token outside the range
+// gets a zero row, so the sum over ranks (an all-reduce) is the full lookup.
+//   table: [row_end - row_begin, dim] f32; ids: [n], each >= 0; out: [n, dim]
+void EmbeddingShard(const float* table, int row_begin, int row_end, const int32_t* ids, int n,
+                    int dim, float* out);
+
 // RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean(x^2) + eps) * weight.
 //   x, out: [n_rows, dim] f32 (may alias); weight: [dim]
 void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps, float* out);

@@ -1,6 +1,7 @@
 #include "worker/llama_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -11,7 +12,8 @@
 namespace headway {
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelSpec& spec,
-                                                       std::unique_ptr<ModelWeights> weights) {
+                                                       std::unique_ptr<ModelWeights> weights,
+                                                       Communicator* comm) {
   if (spec.architecture != "llama") {
     return Status::Unimplemented("model architecture '" + spec.architecture +
                                  "' is not supported (only llama)");
@@ -19,9 +21,16 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelSpec& spec,
   if (weights == nullptr || weights->num_layers() != spec.num_layers) {
     return Status::InvalidArgument("weights do not match model spec '" + spec.name + "'");
   }
-  if (weights->shard().tp_size > 1) {
-    return Status::Unimplemented("tensor parallelism not yet supported (tp_size " +
-                                 std::to_string(weights->shard().tp_size) + ")");
+  const TpShard& shard = weights->shard();
+  if (shard.tp_size > 1 && comm == nullptr) {
+    return Status::InvalidArgument("tp_size " + std::to_string(shard.tp_size) +
+                                   " needs a communicator");
+  }
+  if (comm != nullptr && (comm->size() != shard.tp_size || comm->rank() != shard.tp_rank)) {
+    return Status::InvalidArgument(
+        "communicator rank " + std::to_string(comm->rank()) + " of " +
+        std::to_string(comm->size()) + " does not match the weight shard (rank " +
+        std::to_string(shard.tp_rank) + " of " + std::to_string(shard.tp_size) + ")");
   }
   if (spec.head_dim % 2 != 0) {
     return Status::InvalidArgument("head_dim " + std::to_string(spec.head_dim) +
@@ -32,11 +41,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelSpec& spec,
                                    std::to_string(spec.slot_specs.size()) +
                                    " slot specs, expected num_layers * num_kv_heads");
   }
-  return std::unique_ptr<LlamaModel>(new LlamaModel(spec, std::move(weights)));
+  return std::unique_ptr<LlamaModel>(new LlamaModel(spec, std::move(weights), comm));
 }
 
-LlamaModel::LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights)
-    : spec_(spec), weights_(std::move(weights)) {
+LlamaModel::LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights,
+                       Communicator* comm)
+    : spec_(spec), weights_(std::move(weights)), comm_(comm) {
   const TpShard& s = weights_->shard();
   for (int l = 0; l < spec_.num_layers; ++l) {
     for (int h = s.kv_head_begin; h < s.kv_head_end; ++h) {
@@ -62,7 +72,15 @@ void LlamaModel::EnsureScratch(int n_tokens) {
   scratch_tokens_ = n_tokens;
 }
 
-void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) {
+Status LlamaModel::AllReduce(float* data, size_t count) {
+  if (comm_ == nullptr || comm_->size() == 1) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = comm_->AllReduceSum(data, count);
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+Status LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) {
   const TpShard& s = shard();
   const int n = batch.layout.num_tokens();
   const int hidden = spec_.hidden_size;
@@ -76,7 +94,10 @@ void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<fl
   HW_CHECK(layout.head_dim == hd);
   EnsureScratch(n);
 
-  cpu::Embedding(weights_->token_embd().f32.data(), batch.token_ids, n, hidden, x_.data());
+  const size_t hidden_floats = size_t(n) * hidden;
+  cpu::EmbeddingShard(weights_->token_embd().f32.data(), s.vocab_begin, s.vocab_end,
+                      batch.token_ids, n, hidden, x_.data());
+  HW_RETURN_IF_ERROR(AllReduce(x_.data(), hidden_floats).WithContext("embedding all-reduce"));
   for (int l = 0; l < spec_.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
     const LayerBlockTable& table = batch.tables[l];
@@ -93,6 +114,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<fl
     cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table,
                         &local_specs_[size_t(l) * n_kv], layout, n_heads, scale, attn_.data());
     ApplyLinear(w.wo, attn_.data(), n, proj_.data(), matmul_path_);
+    HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("attention all-reduce"));
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
     // MLP block.
     cpu::RmsNorm(x_.data(), w.ffn_norm.data(), n, hidden, eps, h_.data());
@@ -100,23 +122,53 @@ void LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<fl
     ApplyLinear(w.w_up, h_.data(), n, up_.data(), matmul_path_);
     cpu::SwiGlu(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
     ApplyLinear(w.w_down, gate_.data(), n, proj_.data(), matmul_path_);
+    HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("MLP all-reduce"));
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
   }
+  return ComputeLogits(batch, logits);
+}
+
+Status LlamaModel::ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits) {
+  const TpShard& s = shard();
+  const int hidden = spec_.hidden_size;
 
   // Final norm and LM head only for the rows that need logits.
   const int r = batch.num_logit_rows;
   const int vocab_rows = s.vocab_end - s.vocab_begin;
-  logits->resize(size_t(r) * spec_.vocab_size);
-  if (r == 0) return;
+  logits->resize(s.tp_rank == 0 ? size_t(r) * spec_.vocab_size : 0);
+  if (r == 0) return Status::Ok();
   last_.resize(size_t(r) * hidden);
   for (int i = 0; i < r; ++i) {
     std::copy_n(x_.data() + size_t(batch.logit_rows[i]) * hidden, hidden,
                 last_.data() + size_t(i) * hidden);
   }
-  cpu::RmsNorm(last_.data(), weights_->output_norm().data(), r, hidden, eps, last_.data());
-  // TP 1 only (Create): the local vocabulary range is the whole vocabulary.
-  HW_CHECK(vocab_rows == spec_.vocab_size);
-  ApplyLinear(weights_->lm_head(), last_.data(), r, logits->data(), matmul_path_);
+  cpu::RmsNorm(last_.data(), weights_->output_norm().data(), r, hidden, spec_.rms_norm_eps,
+               last_.data());
+  if (s.tp_size == 1) {
+    HW_CHECK(vocab_rows == spec_.vocab_size);
+    ApplyLinear(weights_->lm_head(), last_.data(), r, logits->data(), matmul_path_);
+    return Status::Ok();
+  }
+  local_logits_.resize(size_t(r) * vocab_rows);
+  ApplyLinear(weights_->lm_head(), last_.data(), r, local_logits_.data(), matmul_path_);
+  if (s.tp_rank == 0) gathered_logits_.resize(size_t(s.tp_size) * r * vocab_rows);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status gathered = comm_->Gather(local_logits_.data(), local_logits_.size(),
+                                  s.tp_rank == 0 ? gathered_logits_.data() : nullptr, 0);
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  HW_RETURN_IF_ERROR(gathered.WithContext("logits gather"));
+  if (s.tp_rank != 0) return Status::Ok();
+  // gathered: [rank, row, local vocab] -> logits: [row, vocab], padding dropped.
+  for (int rank = 0; rank < s.tp_size; ++rank) {
+    const int begin = rank * vocab_rows;
+    const int count = std::min(vocab_rows, spec_.vocab_size - begin);
+    if (count <= 0) continue;
+    for (int i = 0; i < r; ++i) {
+      std::copy_n(gathered_logits_.data() + (size_t(rank) * r + i) * vocab_rows, count,
+                  logits->data() + size_t(i) * spec_.vocab_size + begin);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace headway

@@ -10,6 +10,11 @@
 //     append_kv(k, v) ; a = paged_attention(q) ; x += a Wo^T
 //     h = rmsnorm(x) ; x += (silu(h Wgate^T) * h Wup^T) Wdown^T
 //   logits = rmsnorm(x[rows]) Wlm^T only for the requested rows.
+// With TP (Megatron-LM, Shoeybi et al. 2019): Wq/Wk/Wv and Wgate/Wup are
+// column-parallel (this rank's heads / MLP rows), Wo and Wdown row-parallel,
+// so `a Wo^T` and the MLP output are partial sums, completed by one
+// all-reduce each; the embedding and LM head are vocab-parallel (an all-reduce
+// after the lookup; the logits gathered to rank 0, which samples).
 // Reference: llama.cpp src/llama-model.cpp (llm_build_llama), Hugging Face
 // transformers LlamaModel.
 #pragma once
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "common/model_spec.h"
+#include "comm/communicator.h"
 #include "common/status.h"
 #include "kernels/kv_cache.h"
 #include "worker/kv_pool.h"
@@ -43,12 +49,14 @@ struct ForwardBatch {
 // Not thread-safe: a model owns scratch buffers reused across calls.
 class LlamaModel {
  public:
-  // Takes the rank's weights. Errors: Unimplemented "tensor parallelism not
-  // yet supported" when shard.tp_size > 1 (the forward pass has no
-  // all-reduce yet); Unimplemented for an architecture other than llama;
-  // InvalidArgument if the weights do not belong to `spec`.
+  // Takes the rank's weights. `comm` joins the ranks of the instance: it
+  // must outlive the model; nullptr is allowed only at tp_size 1. Errors:
+  // Unimplemented for an architecture other than llama; InvalidArgument if
+  // the weights do not belong to `spec`, or if `comm` is missing or its
+  // rank/size differ from the shard's.
   static Result<std::unique_ptr<LlamaModel>> Create(const ModelSpec& spec,
-                                                    std::unique_ptr<ModelWeights> weights);
+                                                    std::unique_ptr<ModelWeights> weights,
+                                                    Communicator* comm = nullptr);
 
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
@@ -62,23 +70,37 @@ class LlamaModel {
   // Attention spec of local slot `slot` (= layer * num_local_kv_heads + h).
   const SlotSpec& slot_spec(int slot) const { return local_specs_[slot]; }
 
-  // Runs the batch: writes this step's K/V into `pool` and fills
-  //   logits: [num_logit_rows, vocab_size] f32 (resized).
+  // Runs the batch: writes this step's K/V into `pool` and fills, on TP rank
+  // 0, logits: [num_logit_rows, vocab_size] f32 (resized; left empty on other
+  // ranks). Every rank of the instance must call Forward with the same batch
+  // (its own block tables). Errors: Unavailable from a collective (a peer
+  // died or timed out); the communicator is then broken and the KV written by
+  // this step is undefined.
   // REQUIRES: the batch satisfies the ForwardBatch comments (the step
   // executor validates plans before calling); pool->layout().head_dim ==
   // spec().head_dim.
-  void Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits);
+  Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits);
+
+  // Seconds spent in TP collectives (all-reduces and the logits gather) since
+  // construction, wall clock: the waiting for slower ranks included.
+  double collective_seconds() const { return collective_seconds_; }
 
   // Serving uses MatmulPath::kQuantisedF32Act (worker/linear.h); tests
   // switch paths to compare each with its reference.
   void TEST_set_matmul_path(MatmulPath path) { matmul_path_ = path; }
 
  private:
-  LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights);
+  LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights, Communicator* comm);
   void EnsureScratch(int n_tokens);
+  // Sums `data` over the ranks (no-op at TP 1).
+  Status AllReduce(float* data, size_t count);
+  // Final norm and LM head of the logit rows; gathers to rank 0.
+  Status ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits);
 
   const ModelSpec spec_;
   const std::unique_ptr<ModelWeights> weights_;
+  Communicator* const comm_;  // nullptr at TP 1
+  double collective_seconds_ = 0.0;
   std::vector<SlotSpec> local_specs_;  // [num_layers * num_local_kv_heads]
   MatmulPath matmul_path_ = MatmulPath::kQuantisedF32Act;
 
@@ -94,6 +116,8 @@ class LlamaModel {
   std::vector<float> gate_;  // [n, local_intermediate]
   std::vector<float> up_;    // [n, local_intermediate]
   std::vector<float> last_;  // [num_logit_rows, hidden]
+  std::vector<float> local_logits_;     // [num_logit_rows, local vocab rows]
+  std::vector<float> gathered_logits_;  // rank 0: [tp_size, num_logit_rows, local vocab rows]
 };
 
 }  // namespace headway

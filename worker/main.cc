@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <string>
@@ -18,7 +19,9 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "comm/communicator.h"
 #include "comm/control_channel.h"
+#include "comm/control_store.h"
 #include "common/config.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
@@ -44,6 +47,12 @@ struct Flags {
   int threads = 0;
   std::string control_address;
 };
+
+// "cuda:N" -> N; 0 for "cpu" (unused there).
+int CudaOrdinal(const std::string& device) {
+  const std::string prefix = "cuda:";
+  return device.rfind(prefix, 0) == 0 ? std::atoi(device.c_str() + prefix.size()) : 0;
+}
 
 int Fail(const std::string& what, const headway::Status& status) {
   spdlog::error("{}: {}", what, status.ToString());
@@ -74,6 +83,9 @@ int main(int argc, char** argv) {
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  // A TP peer that dies turns Gloo's next write into EPIPE (an error the step
+  // reports), not a SIGPIPE that would kill this rank too.
+  std::signal(SIGPIPE, SIG_IGN);
 
   Result<Config> config = LoadConfigFile(flags.config_path);
   if (!config.ok()) return Fail("config " + flags.config_path, config.status());
@@ -116,16 +128,36 @@ int main(int argc, char** argv) {
   if (!spec.ok()) return Fail("model", spec.status());
   if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return Fail("model", s);
   const TpShard shard = ShardForRank(*spec, instance.tp_size, flags.tp_rank);
-  if (shard.tp_size > 1) {
-    // Fail before spending time on the weights; LlamaModel::Create says the same.
-    return Fail("model", Status::Unimplemented("tensor parallelism not yet supported (tp_size " +
-                                               std::to_string(shard.tp_size) + ")"));
-  }
   Result<std::unique_ptr<ModelWeights>> weights = ModelWeights::Load(**file, *spec, shard);
   if (!weights.ok()) return Fail("model", weights.status());
-  Result<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(*spec, std::move(*weights));
-  if (!model.ok()) return Fail("model", model.status());
   file->reset();  // weights are dequantised copies; drop the mapping
+
+  Result<std::unique_ptr<ControlClient>> client =
+      ControlClient::Connect(config->control_address, PeerName(flags.instance_id, flags.tp_rank));
+  if (!client.ok()) return Fail("control channel", client.status());
+
+  // The TP group meets through the coordinator's store before registering,
+  // so the coordinator never plans a step for a rank without collectives.
+  std::unique_ptr<Communicator> comm;
+  if (instance.tp_size > 1) {
+    ControlStore store(client->get());
+    CommunicatorOptions comm_options;
+    comm_options.backend = instance.CollectiveBackend();
+    comm_options.rank = flags.tp_rank;
+    comm_options.size = instance.tp_size;
+    comm_options.timeout = std::chrono::milliseconds(instance.collective_timeout_ms);
+    comm_options.host = instance.hosts.size() == 1 ? instance.hosts[0]
+                                                   : instance.hosts[flags.tp_rank];
+    comm_options.device = CudaOrdinal(instance.device);
+    spdlog::info("worker i{}r{}: joining TP group of {} ({})", flags.instance_id, flags.tp_rank,
+                 instance.tp_size, comm_options.backend);
+    Result<std::unique_ptr<Communicator>> created = CreateCommunicator(comm_options, store);
+    if (!created.ok()) return Fail("TP group", created.status());
+    comm = std::move(*created);
+  }
+  Result<std::unique_ptr<LlamaModel>> model =
+      LlamaModel::Create(*spec, std::move(*weights), comm.get());
+  if (!model.ok()) return Fail("model", model.status());
 
   const KvCacheLayout layout{config->block_size, spec->head_dim};
   Result<std::unique_ptr<KvPool>> pool =
@@ -138,10 +170,6 @@ int main(int argc, char** argv) {
   exec_options.tp_rank = flags.tp_rank;
   exec_options.max_tokens_per_step = config->max_num_batched_tokens;
   StepExecutor executor(model->get(), pool->get(), exec_options);
-
-  Result<std::unique_ptr<ControlClient>> client =
-      ControlClient::Connect(config->control_address, PeerName(flags.instance_id, flags.tp_rank));
-  if (!client.ok()) return Fail("control channel", client.status());
 
   proto::RegisterRequest request;
   request.set_instance_id(uint32_t(flags.instance_id));
@@ -161,6 +189,7 @@ int main(int argc, char** argv) {
   loop_options.heartbeat_interval_ms = config->heartbeat_interval_ms;
   loop_options.heartbeat_timeout_ms = config->heartbeat_timeout_ms;
   loop_options.stop = &g_stop;
+  loop_options.num_threads = threads;
   if (Status s = Register(**client, request, loop_options); !s.ok()) {
     if (g_stop.load()) {
       spdlog::info("worker i{}r{}: stopped by signal before registering", flags.instance_id,

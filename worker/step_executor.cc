@@ -225,7 +225,13 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     batch.tables = tables_.data();
     batch.logit_rows = staged->logit_rows.data();
     batch.num_logit_rows = int(staged->logit_rows.size());
-    model_->Forward(batch, pool_, &logits_);
+    if (Status forward = model_->Forward(batch, pool_, &logits_); !forward.ok()) {
+      // Only the collectives fail inside Forward, and they leave the TP group
+      // broken: no later step can succeed on this rank.
+      result.set_error(forward.ToString());
+      result.set_fatal(true);
+      return result;
+    }
     if (options_.tp_rank == 0) Sample(plan, *staged, &result);
   }
   // Commit.

@@ -50,7 +50,9 @@ class StepExecutor {
   //   ApplySlotDelta); a position written or attended without a block (see
   //   CheckBlocksCover); bad sampling parameters.
   // Sequences in released_seq_ids are forgotten after the step (unknown ids
-  // are ignored: release is idempotent).
+  // are ignored: release is idempotent). A failed forward pass (a TP
+  // collective broke) sets `error` and `fatal`: the executor must not be
+  // used again.
   proto::StepResult Execute(const proto::StepPlan& plan);
 
   // The state of `seq_id`, or nullptr. Valid until the next Execute.

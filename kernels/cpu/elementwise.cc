@@ -14,6 +14,19 @@ void Embedding(const float* table, const int32_t* ids, int n, int dim, float* ou
   }
 }
 
+void EmbeddingShard(const float* table, int row_begin, int row_end, const int32_t* ids, int n,
+                    int dim, float* out) {
+#pragma omp parallel for schedule(static) if (int64_t(n) * dim >= (1 << 16))
+  for (int i = 0; i < n; ++i) {
+    float* row = out + size_t(i) * dim;
+    if (ids[i] >= row_begin && ids[i] < row_end) {
+      std::memcpy(row, table + size_t(ids[i] - row_begin) * dim, sizeof(float) * dim);
+    } else {
+      std::memset(row, 0, sizeof(float) * dim);
+    }
+  }
+}
+
 void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps, float* out) {
 #pragma omp parallel for schedule(static) if (int64_t(n_rows) * dim >= (1 << 16))
   for (int r = 0; r < n_rows; ++r) {

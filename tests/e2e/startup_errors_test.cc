@@ -108,5 +108,20 @@ TEST_F(StartupErrorTest, InvalidTensorParallelSizeIsRefusedBeforeAnyWorkerStarts
   EXPECT_NE(e.log.find("valid TP sizes: 1, 3"), std::string::npos) << e.log;
 }
 
+TEST_F(StartupErrorTest, LauncherRefusesAnInvalidTpSizeBeforeStartingProcesses) {
+  DeploymentOptions options;
+  options.model_path = SmolLm2Path();
+  options.tp_size = 2;
+  Exit e = RunToExit({BinaryPath("headway-launch"), WriteConfig(options)}, dir_ + "/launch.log");
+  ExpectFailedExit(e);
+  EXPECT_NE(e.log.find("pools[0].instances[0].tp_size"), std::string::npos) << e.log;
+  EXPECT_NE(e.log.find("Smollm2 135M"), std::string::npos) << e.log;  // general.name
+  EXPECT_NE(e.log.find("9 query heads"), std::string::npos) << e.log;
+  EXPECT_NE(e.log.find("valid TP sizes: 1, 3"), std::string::npos) << e.log;
+  // Nothing was started: no process wrote a log line.
+  EXPECT_EQ(e.log.find("worker i0r0"), std::string::npos) << e.log;
+  EXPECT_EQ(e.log.find("listening"), std::string::npos) << e.log;
+}
+
 }  // namespace
 }  // namespace headway::testing

@@ -24,6 +24,7 @@
 
 #include "common/config.h"
 #include "deploy/launcher/launch_plan.h"
+#include "tests/support/gguf_writer.h"
 #include "tests/support/test_env.h"
 
 namespace headway {
@@ -204,7 +205,9 @@ class LauncherTest : public ::testing::Test {
     std::string tmpl = ::testing::TempDir() + "/headway_launcher_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
-    WriteFile(dir_ / "model.gguf", "stand-in");
+    // The launcher reads the model's shape to check TP sizes before starting
+    // anything: a tiny llama (4 query heads, 2 KV heads: TP 1 and 2 valid).
+    ASSERT_TRUE(testing::WriteTinyLlama((dir_ / "model.gguf").string(), {}).ok());
   }
   void TearDown() override {
     if (health_) health_->stop();

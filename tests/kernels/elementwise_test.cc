@@ -42,6 +42,21 @@ TEST(EmbeddingTest, CopiesRows) {
   EXPECT_EQ(got, want);
 }
 
+TEST(EmbeddingTest, ShardsSumToTheFullLookup) {
+  const int vocab = 50, dim = 8, tp = 3, padded = 51, per_rank = padded / tp;
+  std::vector<float> table = RandomVector(padded * dim, 2);
+  std::fill(table.begin() + vocab * dim, table.end(), 0.0f);  // padding row
+  const std::vector<int32_t> ids = {0, 16, 17, 33, 34, 49};  // range edges
+  std::vector<float> want(ids.size() * dim), sum(want.size(), 0.0f), part(want.size());
+  reference::Embedding(table.data(), ids.data(), int(ids.size()), dim, want.data());
+  for (int r = 0; r < tp; ++r) {
+    cpu::EmbeddingShard(table.data() + size_t(r) * per_rank * dim, r * per_rank,
+                        (r + 1) * per_rank, ids.data(), int(ids.size()), dim, part.data());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  EXPECT_EQ(sum, want);  // exactly one rank contributes each row; the others add 0
+}
+
 TEST(RmsNormTest, MatchesReference) {
   for (int dim : {1, 7, 64, 576}) {
     const int n_rows = 5;

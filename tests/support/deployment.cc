@@ -38,8 +38,10 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "    role: mixed\n"
     << "    instances:\n"
     << "      - tp_size: " << o.tp_size << "\n"
-    << "        device: cpu\n"
-    << o.extra_yaml;
+    << "        device: cpu\n";
+  if (o.num_threads > 0) y << "        num_threads: " << o.num_threads << "\n";
+  if (!o.collective.empty()) y << "        collective: " << o.collective << "\n";
+  y << o.extra_yaml;
   return y.str();
 }
 
@@ -83,16 +85,22 @@ HttpReply ToReply(const httplib::Result& r) {
 }
 }  // namespace
 
-HttpReply Deployment::Get(const std::string& path) const {
-  httplib::Client client("127.0.0.1", http_port_);
-  client.set_read_timeout(300, 0);
+HttpReply HttpGet(int port, const std::string& path, int timeout_s) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(timeout_s, 0);
   return ToReply(client.Get(path));
 }
 
-HttpReply Deployment::Post(const std::string& path, const std::string& body) const {
-  httplib::Client client("127.0.0.1", http_port_);
-  client.set_read_timeout(300, 0);
+HttpReply HttpPost(int port, const std::string& path, const std::string& body, int timeout_s) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(timeout_s, 0);
   return ToReply(client.Post(path, body, "application/json"));
+}
+
+HttpReply Deployment::Get(const std::string& path) const { return HttpGet(http_port_, path); }
+
+HttpReply Deployment::Post(const std::string& path, const std::string& body) const {
+  return HttpPost(http_port_, path, body);
 }
 
 namespace {

@@ -19,6 +19,8 @@ struct DeploymentOptions {
   int max_num_batched_tokens = 512;
   int max_model_len = 1024;
   int tp_size = 1;
+  int num_threads = 0;                // per worker; 0 = the config default
+  std::string collective;             // "" = the config default (gloo on cpu)
   std::string extra_yaml;             // appended verbatim at top level
 };
 
@@ -28,6 +30,12 @@ struct HttpReply {
   std::string body;
   nlohmann::json json;                // null if the body is not JSON
 };
+
+// One request to 127.0.0.1:`port`; status 0 when there is no connection or no
+// answer within `timeout_s` seconds.
+HttpReply HttpGet(int port, const std::string& path, int timeout_s = 300);
+HttpReply HttpPost(int port, const std::string& path, const std::string& body,
+                   int timeout_s = 300);
 
 class Deployment {
  public:

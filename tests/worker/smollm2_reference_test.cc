@@ -361,7 +361,7 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   batch.logit_rows = rows.data();
   batch.num_logit_rows = n;
   std::vector<float> logits;
-  model_->Forward(batch, pool_.get(), &logits);
+  ASSERT_TRUE(model_->Forward(batch, pool_.get(), &logits).ok());
 
   const int vocab = model_->vocab_size();
   double nll = 0.0;

@@ -390,17 +390,6 @@ TEST(StepExecutorTest, SeededSamplingIsReproducible) {
   EXPECT_EQ(run(0, false), run(0, false));
 }
 
-TEST(StepExecutorTest, ModelRefusesTensorParallelism) {
-  const ModelSpec spec = TinySpec();
-  TpShard shard = FullShard(spec);
-  shard.tp_size = 2;
-  Result<std::unique_ptr<LlamaModel>> m =
-      LlamaModel::Create(spec, ModelWeights::TEST_Random(spec, shard, 1, 0.1f));
-  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(m.status().message().find("tensor parallelism not yet supported"),
-            std::string::npos);
-}
-
 TEST(KvPoolTest, SizesFromMemoryAndRejectsTooLittle) {
   const KvCacheLayout layout{16, 64};
   Result<std::unique_ptr<KvPool>> pool = KvPool::Create(layout, 10 * 8192 + 100);

@@ -1,0 +1,29 @@
+#include "common/deployment_check.h"
+
+#include <string>
+
+namespace headway {
+
+Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec) {
+  for (size_t p = 0; p < config.pools.size(); ++p) {
+    const PoolConfig& pool = config.pools[p];
+    for (size_t i = 0; i < pool.instances.size(); ++i) {
+      Status tp = ValidateTpSize(spec, pool.instances[i].tp_size);
+      if (!tp.ok()) {
+        return Status::InvalidArgument("`pools[" + std::to_string(p) + "].instances[" +
+                                       std::to_string(i) + "].tp_size` = " +
+                                       std::to_string(pool.instances[i].tp_size) + ": " +
+                                       tp.message());
+      }
+    }
+  }
+  if (spec.context_length > 0 && config.max_model_len > spec.context_length) {
+    return Status::InvalidArgument(
+        "`scheduler.max_model_len` = " + std::to_string(config.max_model_len) + ": model '" +
+        spec.name + "' was trained for " + std::to_string(spec.context_length) +
+        " positions; use at most that");
+  }
+  return Status::Ok();
+}
+
+}  // namespace headway

@@ -1,0 +1,267 @@
+// The sharded forward pass at TP 2, 3 and 4 against TP 1 on tiny random
+// llama models written as GGUF files: KV heads split (TP 2 over 2 KV heads),
+// replicated (TP 2 and 4 over 1 KV head) and the odd TP 3 (3 KV heads, vocab
+// padded). Every rank is a thread with its own weights shard, KV pool and
+// communicator, exactly as the worker process builds them.
+//
+// The batch mixes two prefills of different lengths, then decodes both for
+// several steps, teacher-forced with TP 1's greedy tokens so every TP size
+// sees the same inputs. Rank 0's logits must match TP 1's: the all-reduce
+// adds the ranks' partial sums in a different order than one rank's matmul
+// adds its terms, so the results differ by float rounding only. For these
+// models (weights uniform in +-0.1, logits of order 1) that is ~1e-6; 1e-4
+// leaves a wide margin while any wrong shard, head mapping or missing
+// all-reduce moves logits by order 1e-1.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/gguf.h"
+#include "common/model_spec.h"
+#include "tests/support/gguf_writer.h"
+#include "tests/support/process.h"
+#include "worker/kv_pool.h"
+#include "worker/llama_model.h"
+#include "worker/model_weights.h"
+
+namespace headway {
+namespace {
+
+constexpr int kBlockSize = 4;      // small, so sequences span several blocks
+constexpr int kMaxBlocks = 16;     // per slot: 64 positions
+constexpr int kDecodeSteps = 6;
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 2, 1, 40, 41, 42, 43, 44},
+    {1, 300, 17, 250, 9}};
+
+// Logits of rank 0 per step: [step][row * vocab + v].
+using StepLogits = std::vector<std::vector<float>>;
+
+// Runs the fixed workload on one rank. `decode_tokens[step][seq]` are the
+// tokens fed at decode step `step` (ignored at step 0, the prefill).
+Status RunRank(const std::string& path, int tp_size, int tp_rank, Communicator* comm,
+               const std::vector<std::vector<int32_t>>& decode_tokens, StepLogits* out) {
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  HW_ASSIGN_OR_RETURN(ModelSpec spec, LoadModelSpec(*file));
+  HW_RETURN_IF_ERROR(ValidateTpSize(spec, tp_size));
+  const TpShard shard = ShardForRank(spec, tp_size, tp_rank);
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
+                      ModelWeights::Load(*file, spec, shard));
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                      LlamaModel::Create(spec, std::move(weights), comm));
+  const int num_seqs = int(kPrompts.size());
+  const int n_kv = shard.num_local_kv_heads();
+  const KvCacheLayout layout{kBlockSize, spec.head_dim};
+  HW_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvPool> pool,
+      KvPool::Create(layout, int64_t(num_seqs) * spec.num_layers * n_kv * kMaxBlocks *
+                                 int64_t(layout.BlockBytes())));
+  // Block of (seq, layer, local head, logical i): a fixed disjoint map.
+  std::vector<std::vector<int32_t>> ids(spec.num_layers);
+  std::vector<LayerBlockTable> tables(spec.num_layers);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    ids[l].resize(size_t(num_seqs) * n_kv * kMaxBlocks);
+    for (int s = 0; s < num_seqs; ++s) {
+      for (int h = 0; h < n_kv; ++h) {
+        for (int i = 0; i < kMaxBlocks; ++i) {
+          ids[l][(size_t(s) * n_kv + h) * kMaxBlocks + i] =
+              ((s * spec.num_layers + l) * n_kv + h) * kMaxBlocks + i;
+        }
+      }
+    }
+    tables[l] = LayerBlockTable{ids[l].data(), n_kv, kMaxBlocks};
+  }
+
+  std::vector<int32_t> lengths(num_seqs, 0);
+  for (int step = 0; step <= kDecodeSteps; ++step) {
+    std::vector<int32_t> tokens, positions, query_start{0}, start_pos, rows;
+    for (int s = 0; s < num_seqs; ++s) {
+      const std::vector<int32_t> chunk =
+          step == 0 ? kPrompts[s] : std::vector<int32_t>{decode_tokens[step - 1][s]};
+      start_pos.push_back(lengths[s]);
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        tokens.push_back(chunk[i]);
+        positions.push_back(lengths[s] + int32_t(i));
+      }
+      lengths[s] += int32_t(chunk.size());
+      query_start.push_back(int32_t(tokens.size()));
+      rows.push_back(int32_t(tokens.size()) - 1);
+    }
+    ForwardBatch batch;
+    batch.token_ids = tokens.data();
+    batch.positions = positions.data();
+    batch.layout = BatchLayout{num_seqs, query_start.data(), start_pos.data()};
+    batch.tables = tables.data();
+    batch.logit_rows = rows.data();
+    batch.num_logit_rows = int(rows.size());
+    std::vector<float> logits;
+    HW_RETURN_IF_ERROR(model->Forward(batch, pool.get(), &logits));
+    if (tp_rank == 0) {
+      out->push_back(std::move(logits));
+    } else if (!logits.empty()) {
+      return Status::Internal("rank " + std::to_string(tp_rank) + " returned logits");
+    }
+  }
+  return Status::Ok();
+}
+
+// Runs every rank of `tp_size` as a thread; returns rank 0's logits.
+StepLogits RunTp(const std::string& path, int tp_size, const std::string& backend,
+                 const std::vector<std::vector<int32_t>>& decode_tokens) {
+  std::unique_ptr<RendezvousStore> store = NewInMemoryStore();
+  std::vector<Status> status(tp_size);
+  std::vector<StepLogits> logits(tp_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp_size; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm;
+      if (tp_size > 1) {
+        CommunicatorOptions options;
+        options.backend = backend;
+        options.rank = r;
+        options.size = tp_size;
+        options.timeout = std::chrono::milliseconds(20000);
+        options.key_prefix = "tp-test-" + backend + "-" + std::to_string(tp_size);
+        Result<std::unique_ptr<Communicator>> c = CreateCommunicator(options, *store);
+        if (!c.ok()) {
+          status[r] = c.status();
+          return;
+        }
+        comm = std::move(*c);
+      }
+      status[r] = RunRank(path, tp_size, r, comm.get(), decode_tokens, &logits[r]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < tp_size; ++r) {
+    EXPECT_TRUE(status[r].ok()) << "TP " << tp_size << " rank " << r << ": "
+                                << status[r].ToString();
+  }
+  return logits[0];
+}
+
+std::vector<std::vector<int32_t>> GreedyTokens(const StepLogits& logits, int vocab) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const std::vector<float>& step : logits) {
+    std::vector<int32_t> per_seq;
+    for (size_t row = 0; row * vocab < step.size(); ++row) {
+      auto begin = step.begin() + row * vocab;
+      per_seq.push_back(int32_t(std::max_element(begin, begin + vocab) - begin));
+    }
+    tokens.push_back(per_seq);
+  }
+  return tokens;
+}
+
+struct TpCase {
+  std::string name;
+  int num_heads;
+  int num_kv_heads;
+  int intermediate_size;
+  int vocab_size;
+  int tp_size;
+  std::string backend;
+};
+
+class TensorParallelTest : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelTest, MatchesTp1) {
+  const TpCase& c = GetParam();
+  testing::TinyLlamaOptions o;
+  o.name = "tiny-" + c.name;
+  o.num_heads = c.num_heads;
+  o.num_kv_heads = c.num_kv_heads;
+  o.hidden_size = 32 * c.num_heads;  // head_dim 32: Q4_1 rows stay whole blocks
+  o.intermediate_size = c.intermediate_size;
+  o.vocab_size = c.vocab_size;
+  o.num_layers = 2;
+  const std::string dir = testing::MakeTempDir("headway-tp");
+  const std::string path = dir + "/model.gguf";
+  ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
+
+  // TP 1 decides the tokens: prefill, then greedy decode fed back.
+  std::vector<std::vector<int32_t>> tokens(kDecodeSteps, std::vector<int32_t>(kPrompts.size(), 3));
+  StepLogits tp1 = RunTp(path, 1, c.backend, tokens);
+  ASSERT_EQ(tp1.size(), size_t(kDecodeSteps + 1));
+  tokens = GreedyTokens(tp1, c.vocab_size);
+  tokens.pop_back();  // the last step's choice is never fed
+  tp1 = RunTp(path, 1, c.backend, tokens);
+
+  StepLogits tp = RunTp(path, c.tp_size, c.backend, tokens);
+  ASSERT_EQ(tp.size(), tp1.size());
+  double max_diff = 0.0;
+  for (size_t step = 0; step < tp1.size(); ++step) {
+    ASSERT_EQ(tp[step].size(), tp1[step].size()) << "step " << step;
+    for (size_t i = 0; i < tp1[step].size(); ++i) {
+      max_diff = std::max(max_diff, double(std::fabs(tp[step][i] - tp1[step][i])));
+    }
+  }
+  EXPECT_LT(max_diff, 1e-4) << "TP " << c.tp_size << " vs TP 1, all steps";
+  EXPECT_EQ(GreedyTokens(tp, c.vocab_size), GreedyTokens(tp1, c.vocab_size));
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, TensorParallelTest,
+    ::testing::Values(
+        // 1 KV head replicated on 2 and on 4 ranks.
+        TpCase{"kv1_tp2", 4, 1, 128, 320, 2, "gloo"},
+        TpCase{"kv1_tp4", 4, 1, 128, 320, 4, "gloo"},
+        // 2 KV heads split one per rank.
+        TpCase{"kv2_tp2", 8, 2, 128, 320, 2, "gloo"},
+        // SmolLM2's shape in small: 9 heads, 3 KV heads, TP 3; vocab 322 is
+        // padded to 324 (two zero rows on rank 2).
+        TpCase{"kv3_tp3", 9, 3, 192, 322, 3, "gloo"},
+        TpCase{"kv3_tp3_shm", 9, 3, 192, 322, 3, "shm"},
+        TpCase{"kv1_tp4_shm", 4, 1, 128, 320, 4, "shm"}),
+    [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
+
+TEST(TensorParallelConfigTest, Tp3OverTwoKvHeadsIsRefused) {
+  testing::TinyLlamaOptions o;
+  o.name = "tiny-kv2";
+  o.num_heads = 6;  // divides by 3: the KV heads are what fail
+  o.num_kv_heads = 2;
+  o.hidden_size = 192;
+  o.intermediate_size = 192;
+  const std::string dir = testing::MakeTempDir("headway-tp");
+  const std::string path = dir + "/model.gguf";
+  ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  Result<ModelSpec> spec = LoadModelSpec(**file);
+  ASSERT_TRUE(spec.ok());
+  Status s = ValidateTpSize(*spec, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tiny-kv2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("2 KV heads"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("valid TP sizes: 1, 2, 6"), std::string::npos) << s.message();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TensorParallelConfigTest, ModelWithoutCommunicatorIsRefusedAboveTp1) {
+  testing::TinyLlamaOptions o;
+  const std::string dir = testing::MakeTempDir("headway-tp");
+  const std::string path = dir + "/model.gguf";
+  ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  Result<ModelSpec> spec = LoadModelSpec(**file);
+  ASSERT_TRUE(spec.ok());
+  Result<std::unique_ptr<ModelWeights>> w =
+      ModelWeights::Load(**file, *spec, ShardForRank(*spec, 2, 0));
+  ASSERT_TRUE(w.ok());
+  Result<std::unique_ptr<LlamaModel>> m = LlamaModel::Create(*spec, std::move(*w), nullptr);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("needs a communicator"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace headway
