@@ -15,7 +15,9 @@ using Clock = std::chrono::steady_clock;
 // EINTR counts as "nothing yet" so a signal does not turn into an error.
 bool WaitReadable(zmq::socket_t& socket, Clock::time_point deadline) {
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    // Rounded up: truncating would turn the last partial millisecond into
+    // poll(0) calls that spin until the deadline.
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() < 0) left = std::chrono::milliseconds(0);
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     try {

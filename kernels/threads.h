@@ -7,7 +7,9 @@ namespace headway::cpu {
 // and makes OpenBLAS single-threaded: MatmulTransB splits its work over the
 // same OpenMP team, so one thread pool serves every kernel. Two pools (GOMP's
 // and OpenBLAS's own) spinning for the same cores measured 3 tokens/s
-// instead of 17 on 2 cores. Call once from main, before any kernel runs.
+// instead of 17 on 2 cores. OpenMP keeps the team size per thread (the
+// nthreads-var ICV): call this on the thread that runs the kernels, before
+// the first one; a thread that never calls it gets one OpenMP thread per core.
 //
 // The team waits between kernels with libgomp's default policy (spin a
 // while, then sleep). A decode step runs ~300 short parallel regions, so

@@ -9,6 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kernels/threads.h"
+
 namespace headway {
 namespace {
 
@@ -34,8 +36,12 @@ uint64_t UnixMs() {
 // also keeps one OpenMP team alive instead of one per caller.
 class ComputeThread {
  public:
-  explicit ComputeThread(StepExecutor& executor)
-      : executor_(executor), thread_([this] { Run(); }) {}
+  ComputeThread(StepExecutor& executor, int num_threads)
+      : executor_(executor), thread_([this, num_threads] {
+          // The team size is per thread: set it where the kernels run.
+          if (num_threads > 0) cpu::SetNumThreads(num_threads);
+          Run();
+        }) {}
 
   ~ComputeThread() {
     {
@@ -128,7 +134,7 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 
 Status ServeSteps(ControlClient& client, StepExecutor& executor,
                   const WorkerLoopOptions& options) {
-  ComputeThread compute(executor);
+  ComputeThread compute(executor, options.num_threads);
   Clock::time_point last_received = Clock::now();
   Clock::time_point last_sent = Clock::now();
   const std::chrono::milliseconds poll(options.poll_interval_ms);
@@ -169,12 +175,16 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
     }
     if (result) {
       if (!result->error().empty()) {
-        spdlog::error("step {} rejected: {}", result->step_id(), result->error());
+        spdlog::error("step {} {}: {}", result->step_id(), result->fatal() ? "failed" : "rejected",
+                      result->error());
       }
+      const bool fatal = result->fatal();
+      const std::string error = result->error();
       proto::Envelope out;
       *out.mutable_step_result() = std::move(*result);
       HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
       last_sent = Clock::now();
+      if (fatal) return Status::Unavailable("the TP group is broken: " + error);
     }
     if (MsSince(last_sent) >= options.heartbeat_interval_ms) {
       proto::Envelope hb;

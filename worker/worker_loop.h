@@ -16,6 +16,7 @@ struct WorkerLoopOptions {
   int heartbeat_timeout_ms = 10000;  // give up after this long without hearing the coordinator
   int register_timeout_ms = 30000;   // wait this long for the RegisterResponse
   int poll_interval_ms = 50;         // how often the stop flag is looked at
+  int num_threads = 0;               // OpenMP threads of the compute thread; 0 = OpenMP's default
   // Set (e.g. by a SIGTERM handler) to stop cleanly; may be nullptr.
   const std::atomic<bool>* stop = nullptr;
 };
@@ -31,7 +32,9 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 // a Heartbeat goes out whenever nothing was sent for heartbeat_interval_ms.
 // Returns OK on a Shutdown message or when `stop` is set; Unavailable when
 // the coordinator stayed silent for heartbeat_timeout_ms (a dead
-// coordinator must not leave workers behind) or a send fails.
+// coordinator must not leave workers behind) or a send fails; Unavailable
+// after a step failed fatally (StepResult.fatal: a TP collective broke), once
+// that result is sent.
 Status ServeSteps(ControlClient& client, StepExecutor& executor,
                   const WorkerLoopOptions& options);
 
