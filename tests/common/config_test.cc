@@ -108,6 +108,40 @@ TEST(ConfigTest, ShippedLocalConfigIsValid) {
   EXPECT_EQ(config->Instances().size(), 1u);
 }
 
+TEST(ConfigTest, ShippedTp3ConfigIsValid) {
+  Result<Config> config = LoadConfigFile(testing::SourceDir() + "/deploy/configs/tp3.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->Instances().size(), 1u);
+  EXPECT_EQ(config->Instances()[0]->tp_size, 3);
+  EXPECT_EQ(config->Instances()[0]->CollectiveBackend(), "shm");
+}
+
+TEST(ConfigTest, CollectiveBackendAndItsDefaults) {
+  const std::string base = Edit(kFull, "num_threads: 2", "num_threads: 2\n        collective: gloo\n        collective_timeout_ms: 5000");
+  Result<Config> config = ParseConfig(base);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->Instances()[0]->CollectiveBackend(), "gloo");
+  EXPECT_EQ(config->Instances()[0]->collective_timeout_ms, 5000);
+
+  InstanceConfig instance;
+  EXPECT_EQ(instance.CollectiveBackend(), "shm");  // cpu, one host
+  instance.tp_size = 2;
+  instance.hosts = {"10.0.0.1", "10.0.0.2"};
+  EXPECT_EQ(instance.CollectiveBackend(), "gloo");
+  instance.device = "cuda:0";
+  EXPECT_EQ(instance.CollectiveBackend(), "nccl");
+
+  ExpectError(Edit(base, "collective: gloo", "collective: mpi"),
+              {"pools[0].instances[0].collective", "mpi", "gloo", "shm", "nccl"});
+  ExpectError(Edit(base, "collective: gloo", "collective: nccl"),
+              {"pools[0].instances[0].collective", "nccl", "CUDA"});
+  ExpectError(Edit(Edit(base, "collective: gloo", "collective: shm"), "tp_size: 1\n        device: cpu\n        hosts: [127.0.0.1]",
+                   "tp_size: 2\n        device: cpu\n        hosts: [10.0.0.1, 10.0.0.2]"),
+              {"pools[0].instances[0].collective", "shm", "one host"});
+  ExpectError(Edit(base, "collective_timeout_ms: 5000", "collective_timeout_ms: 0"),
+              {"pools[0].instances[0].collective_timeout_ms", "0"});
+}
+
 TEST(ConfigTest, InstancesAreInPoolThenInstanceOrder) {
   Result<Config> config = ParseConfig(R"(
 model: {path: m.gguf}

@@ -55,6 +55,16 @@ std::vector<Completion> RunPrompts(int tp_size, int num_threads) {
   EXPECT_NE(d, nullptr) << error;
   std::vector<Completion> out;
   if (d == nullptr) return out;
+  // Each rank has its own pool, reported by /health and /metrics.
+  HttpReply health = d->Get("/health");
+  EXPECT_EQ(health.json["instances"][0]["ranks"].size(), size_t(tp_size)) << health.body;
+  for (const json& rank : health.json["instances"][0]["ranks"]) {
+    EXPECT_GT(rank.value("total_blocks", 0), 0) << health.body;
+  }
+  const std::string metrics = d->Get("/metrics").body;
+  for (int r = 0; r < tp_size; ++r) {
+    EXPECT_NE(metrics.find("tp_rank=\"" + std::to_string(r) + "\""), std::string::npos) << metrics;
+  }
   for (const std::string& prompt : Prompts()) {
     HttpReply r = d->PostJson("/v1/completions", {{"model", "smollm2"},
                                                   {"prompt", prompt},
@@ -123,93 +133,138 @@ TEST(TensorParallelE2eTest, GreedyCompletionsAtTp3EqualTp1) {
   std::printf("max |logprob TP3 - TP1| over matching tokens: %.3g\n", max_logprob_diff);
 }
 
-// Killing rank 1 of a TP 3 instance mid-decode: every in-flight request fails
-// within 10 s, the other ranks exit, the coordinator stays up and reports the
-// instance down, and new requests are refused at once. The processes are
-// started directly (not through headway-launch, which stops the whole
-// deployment when any process dies).
-TEST(TensorParallelE2eTest, KillingOneRankFailsTheInstanceFast) {
+// A TP 3 instance started process by process (not through headway-launch,
+// which stops the whole deployment when any process dies), with three long
+// greedy generations decoding on it.
+class RankFailureTest : public ::testing::Test {
+ protected:
+  static constexpr int kRequests = 3;
+
+  void Start(const std::string& collective, int collective_timeout_ms) {
+    dir_ = MakeTempDir("headway-tp-fail");
+    http_port_ = FreePort();
+    DeploymentOptions options;
+    options.model_path = SmolLm2Path();
+    options.tp_size = 3;
+    options.num_threads = 1;
+    options.collective = collective;
+    options.extra_yaml = "";
+    std::string yaml = DeploymentYaml(options, http_port_, FreePort());
+    yaml += "        collective_timeout_ms: " + std::to_string(collective_timeout_ms) + "\n";
+    const std::string config = dir_ + "/deploy.yaml";
+    std::ofstream(config) << yaml;
+    coordinator_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{BinaryPath("headway-coordinator"), "--config", config},
+        dir_ + "/coordinator.log");
+    for (int r = 0; r < 3; ++r) {
+      workers_.push_back(std::make_unique<ChildProcess>(
+          std::vector<std::string>{BinaryPath("headway-worker"), "--config", config,
+                                   "--instance-id", "0", "--tp-rank", std::to_string(r)},
+          dir_ + "/worker" + std::to_string(r) + ".log"));
+    }
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);
+    while (HttpGet(http_port_, "/health", 5).status != 200 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    ASSERT_EQ(HttpGet(http_port_, "/health", 5).status, 200) << coordinator_->Log();
+
+    for (int i = 0; i < kRequests; ++i) {
+      replies_.push_back(std::async(std::launch::async, [this, i] {
+        json body = {{"model", "smollm2"},
+                     {"prompt", "Count slowly: " + std::to_string(i)},
+                     {"max_tokens", 1000},
+                     {"ignore_eos", true},
+                     {"temperature", 0}};
+        HttpReply r = HttpPost(http_port_, "/v1/completions", body.dump(), 60);
+        return std::make_pair(r, Clock::now());
+      }));
+    }
+    const Clock::time_point running_deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < running_deadline) {
+      HttpReply h = HttpGet(http_port_, "/health", 5);
+      if (h.json.is_object() && h.json["instances"][0].value("num_running", 0) == kRequests) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // decoding by now
+  }
+
+  void TearDown() override {
+    for (auto& w : workers_) w->Signal(SIGCONT);
+    workers_.clear();
+    coordinator_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Every request ended with an error within `limit_s` of `since`; returns
+  // the first error message.
+  std::string ExpectRequestsFailWithin(Clock::time_point since, double limit_s) {
+    std::string first;
+    for (auto& f : replies_) {
+      EXPECT_EQ(f.wait_for(std::chrono::seconds(int(limit_s) + 10)), std::future_status::ready)
+          << "a request is still waiting";
+      if (!f.valid()) continue;
+      auto [reply, ended] = f.get();
+      EXPECT_NE(reply.status, 200) << reply.body;
+      EXPECT_NE(reply.status, 0) << "no HTTP answer";
+      EXPECT_TRUE(reply.json.contains("error")) << reply.body;
+      const double seconds = std::chrono::duration<double>(ended - since).count();
+      EXPECT_LT(seconds, limit_s) << reply.body;
+      std::printf("request failed %.2f s after the fault: %s\n", seconds, reply.body.c_str());
+      if (first.empty() && reply.json.contains("error")) first = reply.json["error"].value("message", "");
+    }
+    return first;
+  }
+
+  // The surviving ranks exit, the coordinator stays up, reports the instance
+  // down and refuses new requests at once.
+  void ExpectInstanceDown(std::initializer_list<int> survivors) {
+    for (int r : survivors) {
+      EXPECT_NE(workers_[r]->WaitExit(std::chrono::seconds(10)), -1)
+          << "rank " << r << " still running 10 s after the fault\n" << workers_[r]->Log();
+    }
+    EXPECT_TRUE(coordinator_->Running()) << coordinator_->Log();
+    HttpReply health = HttpGet(http_port_, "/health", 5);
+    EXPECT_EQ(health.status, 503) << health.body;
+    ASSERT_TRUE(health.json.is_object()) << health.body;
+    EXPECT_EQ(health.json["instances"][0]["ready"], false) << health.body;
+    const Clock::time_point asked = Clock::now();
+    HttpReply refused = HttpPost(
+        http_port_, "/v1/completions",
+        json{{"model", "smollm2"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), 30);
+    EXPECT_EQ(refused.status, 503) << refused.body;
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - asked).count(), 5.0);
+  }
+
+  std::string dir_;
+  int http_port_ = 0;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<std::future<std::pair<HttpReply, Clock::time_point>>> replies_;
+};
+
+// Killing rank 1 mid-decode (Gloo: the peers see the connection close).
+TEST_F(RankFailureTest, KilledRankFailsTheInstanceWithinTenSeconds) {
   HW_REQUIRE_MODEL(SmolLm2Path());
-  const std::string dir = MakeTempDir("headway-tp-kill");
-  const int http_port = FreePort();
-  const int control_port = FreePort();
-  DeploymentOptions options;
-  options.model_path = SmolLm2Path();
-  options.tp_size = 3;
-  options.num_threads = 1;
-  options.collective = "gloo";  // the greedy test above runs the default, shm
-  const std::string config = dir + "/deploy.yaml";
-  std::ofstream(config) << DeploymentYaml(options, http_port, control_port);
-
-  ChildProcess coordinator({BinaryPath("headway-coordinator"), "--config", config},
-                           dir + "/coordinator.log");
-  std::vector<std::unique_ptr<ChildProcess>> workers;
-  for (int r = 0; r < 3; ++r) {
-    workers.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{BinaryPath("headway-worker"), "--config", config,
-                                 "--instance-id", "0", "--tp-rank", std::to_string(r)},
-        dir + "/worker" + std::to_string(r) + ".log"));
-  }
-  const Clock::time_point ready_deadline = Clock::now() + std::chrono::seconds(120);
-  while (HttpGet(http_port, "/health", 5).status != 200 && Clock::now() < ready_deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  ASSERT_EQ(HttpGet(http_port, "/health", 5).status, 200) << coordinator.Log();
-
-  // Long generations, so they are all decoding when the rank dies.
-  constexpr int kRequests = 3;
-  std::vector<std::future<std::pair<HttpReply, Clock::time_point>>> replies;
-  for (int i = 0; i < kRequests; ++i) {
-    replies.push_back(std::async(std::launch::async, [&, i] {
-      json body = {{"model", "smollm2"},
-                   {"prompt", "Count slowly: " + std::to_string(i)},
-                   {"max_tokens", 1000},
-                   {"ignore_eos", true},
-                   {"temperature", 0}};
-      HttpReply r = HttpPost(http_port, "/v1/completions", body.dump(), 60);
-      return std::make_pair(r, Clock::now());
-    }));
-  }
-  // Wait until all three are running and have produced tokens.
-  const Clock::time_point running_deadline = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < running_deadline) {
-    HttpReply h = HttpGet(http_port, "/health", 5);
-    if (h.json.is_object() && h.json["instances"][0].value("num_running", 0) == kRequests) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-
+  Start("gloo", 30000);
+  if (HasFatalFailure()) return;
   const Clock::time_point killed_at = Clock::now();
-  kill(workers[1]->pid(), SIGKILL);
+  kill(workers_[1]->pid(), SIGKILL);
+  const std::string error = ExpectRequestsFailWithin(killed_at, 10.0);
+  EXPECT_NE(error.find("instance 0 is down"), std::string::npos) << error;
+  ExpectInstanceDown({0, 2});
+}
 
-  for (auto& f : replies) {
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(15)), std::future_status::ready)
-        << "a request is still waiting 15 s after the kill";
-    auto [reply, ended] = f.get();
-    EXPECT_NE(reply.status, 200) << reply.body;
-    EXPECT_NE(reply.status, 0) << "no HTTP answer";
-    EXPECT_TRUE(reply.json.contains("error")) << reply.body;
-    const double seconds = std::chrono::duration<double>(ended - killed_at).count();
-    EXPECT_LT(seconds, 10.0) << reply.body;
-    std::printf("request failed %.2f s after the kill: %s\n", seconds, reply.body.c_str());
-  }
-  for (int r : {0, 2}) {
-    int status = workers[r]->WaitExit(std::chrono::seconds(10));
-    EXPECT_NE(status, -1) << "rank " << r << " still running 10 s after the kill\n"
-                          << workers[r]->Log();
-  }
-  EXPECT_TRUE(coordinator.Running()) << coordinator.Log();
-  HttpReply health = HttpGet(http_port, "/health", 5);
-  EXPECT_EQ(health.status, 503) << health.body;
-  ASSERT_TRUE(health.json.is_object()) << health.body;
-  EXPECT_EQ(health.json["instances"][0]["ready"], false) << health.body;
-  const Clock::time_point asked = Clock::now();
-  HttpReply refused = HttpPost(http_port, "/v1/completions",
-                               json{{"model", "smollm2"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(),
-                               30);
-  EXPECT_EQ(refused.status, 503) << refused.body;
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - asked).count(), 5.0);
-  std::filesystem::remove_all(dir);
+// A rank that stops responding but stays alive (SIGSTOP): its peers' shm
+// all-reduce gives up after collective_timeout_ms and the step fails.
+TEST_F(RankFailureTest, StalledRankFailsTheStepAfterTheCollectiveTimeout) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  Start("shm", 2000);
+  if (HasFatalFailure()) return;
+  const Clock::time_point stopped_at = Clock::now();
+  kill(workers_[1]->pid(), SIGSTOP);
+  const std::string error = ExpectRequestsFailWithin(stopped_at, 2.0 + 5.0);
+  EXPECT_NE(error.find("instance 0 is down"), std::string::npos) << error;
+  ExpectInstanceDown({0, 2});
 }
 
 }  // namespace
