@@ -17,18 +17,7 @@ using nlohmann::json;
 
 // Prompts of different lengths: shorter than a block, an exact multiple of
 // the block size (16) is not guaranteed by text, so lengths vary widely.
-const std::vector<std::string>& Prompts() {
-  static const std::vector<std::string> prompts = {
-      SmolLm2ChatPrompt("What is the capital of France?"),
-      "The quick brown fox",
-      SmolLm2ChatPrompt("Write one sentence about the sea."),
-      "Once upon a time, in a small village at the edge of a great forest, there lived an "
-      "old woodcutter and his three daughters. Every morning",
-      "1, 2, 3, 4, 5,",
-      SmolLm2ChatPrompt("List three colours."),
-  };
-  return prompts;
-}
+const std::vector<std::string>& Prompts() { return SmolLm2TestPrompts(); }
 
 json Greedy(const std::string& prompt, int max_tokens) {
   return json{{"model", "smollm2"},

@@ -129,4 +129,17 @@ long Deployment::FreeBlocks() const {
   return SumFreeBlocks(r.json);
 }
 
+const std::vector<std::string>& SmolLm2TestPrompts() {
+  static const std::vector<std::string> prompts = {
+      SmolLm2ChatPrompt("What is the capital of France?"),
+      "The quick brown fox",
+      SmolLm2ChatPrompt("Write one sentence about the sea."),
+      "Once upon a time, in a small village at the edge of a great forest, there lived an "
+      "old woodcutter and his three daughters. Every morning",
+      "1, 2, 3, 4, 5,",
+      SmolLm2ChatPrompt("List three colours."),
+  };
+  return prompts;
+}
+
 }  // namespace headway::testing

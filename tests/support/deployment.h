@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -66,6 +67,10 @@ class Deployment {
   std::string config_path_;
   std::unique_ptr<ChildProcess> launcher_;
 };
+
+// Six prompts of mixed kinds and lengths (chat turns, plain text, a list) for
+// comparing greedy outputs between deployments.
+const std::vector<std::string>& SmolLm2TestPrompts();
 
 // `question` as one user turn in SmolLM2's ChatML chat format, with the
 // default system turn of its chat template and the assistant turn opened.

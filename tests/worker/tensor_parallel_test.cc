@@ -222,6 +222,26 @@ INSTANTIATE_TEST_SUITE_P(
         TpCase{"kv1_tp4_shm", 4, 1, 128, 320, 4, "shm"}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
 
+// Writes a tiny model with `o` into a fresh directory and opens it.
+struct TinyModel {
+  std::string dir;
+  std::unique_ptr<GgufFile> file;
+  ModelSpec spec;
+  ~TinyModel() { std::filesystem::remove_all(dir); }
+};
+
+void OpenTinyModel(const testing::TinyLlamaOptions& o, TinyModel* m) {
+  m->dir = testing::MakeTempDir("headway-tp");
+  const std::string path = m->dir + "/model.gguf";
+  ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
+  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  m->file = std::move(*file);
+  Result<ModelSpec> spec = LoadModelSpec(*m->file);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  m->spec = *spec;
+}
+
 TEST(TensorParallelConfigTest, Tp3OverTwoKvHeadsIsRefused) {
   testing::TinyLlamaOptions o;
   o.name = "tiny-kv2";
@@ -229,38 +249,25 @@ TEST(TensorParallelConfigTest, Tp3OverTwoKvHeadsIsRefused) {
   o.num_kv_heads = 2;
   o.hidden_size = 192;
   o.intermediate_size = 192;
-  const std::string dir = testing::MakeTempDir("headway-tp");
-  const std::string path = dir + "/model.gguf";
-  ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
-  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-  ASSERT_TRUE(file.ok());
-  Result<ModelSpec> spec = LoadModelSpec(**file);
-  ASSERT_TRUE(spec.ok());
-  Status s = ValidateTpSize(*spec, 3);
+  TinyModel m;
+  ASSERT_NO_FATAL_FAILURE(OpenTinyModel(o, &m));
+  Status s = ValidateTpSize(m.spec, 3);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("tiny-kv2"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("2 KV heads"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("valid TP sizes: 1, 2, 6"), std::string::npos) << s.message();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TensorParallelConfigTest, ModelWithoutCommunicatorIsRefusedAboveTp1) {
-  testing::TinyLlamaOptions o;
-  const std::string dir = testing::MakeTempDir("headway-tp");
-  const std::string path = dir + "/model.gguf";
-  ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
-  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(path);
-  ASSERT_TRUE(file.ok());
-  Result<ModelSpec> spec = LoadModelSpec(**file);
-  ASSERT_TRUE(spec.ok());
+  TinyModel tiny;
+  ASSERT_NO_FATAL_FAILURE(OpenTinyModel({}, &tiny));
   Result<std::unique_ptr<ModelWeights>> w =
-      ModelWeights::Load(**file, *spec, ShardForRank(*spec, 2, 0));
+      ModelWeights::Load(*tiny.file, tiny.spec, ShardForRank(tiny.spec, 2, 0));
   ASSERT_TRUE(w.ok());
-  Result<std::unique_ptr<LlamaModel>> m = LlamaModel::Create(*spec, std::move(*w), nullptr);
+  Result<std::unique_ptr<LlamaModel>> m = LlamaModel::Create(tiny.spec, std::move(*w), nullptr);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("needs a communicator"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
