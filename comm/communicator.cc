@@ -193,8 +193,8 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptio
     return Status::InvalidArgument("communicator: rank " + std::to_string(options.rank) +
                                    " outside [0, " + std::to_string(options.size) + ")");
   }
-  if (options.timeout.count() <= 0) {
-    return Status::InvalidArgument("communicator: timeout must be positive");
+  if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status::InvalidArgument("communicator: timeout and connect_timeout must be positive");
   }
   if (options.backend == "gloo") return CreateGlooCommunicator(options, store);
   if (options.backend == "shm") return CreateShmCommunicator(options, store);

@@ -59,8 +59,11 @@ struct CommunicatorOptions {
   std::string backend = "gloo";  // "gloo", "shm" or "nccl"
   int rank = 0;                  // in [0, size)
   int size = 1;
-  // A collective (and the initial connection) that takes longer fails.
+  // A collective that takes longer fails.
   std::chrono::milliseconds timeout{30000};
+  // Joining the group (every rank must have started and loaded its weights)
+  // fails after this long.
+  std::chrono::milliseconds connect_timeout{120000};
   // gloo: the local address other ranks connect to (an IP or hostname of
   // this host; "127.0.0.1" for a single host).
   std::string host = "127.0.0.1";

@@ -51,9 +51,10 @@ class ZmqControlServer final : public ControlServer {
     try {
       // Unknown peers must be an error, not a silent drop.
       socket_.set(zmq::sockopt::router_mandatory, 1);
-      // A restarted worker reconnects with the same identity; let the new
-      // connection take the name over rather than be refused.
-      socket_.set(zmq::sockopt::router_handover, 1);
+      // No ROUTER_HANDOVER: a second live process using a worker's identity
+      // (the same rank started twice) is refused instead of stealing the
+      // rank's route. A restarted worker gets the identity once its dead
+      // predecessor's connection has closed.
       socket_.set(zmq::sockopt::linger, 0);
       socket_.bind(address);
     } catch (const zmq::error_t& e) {

@@ -165,12 +165,13 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommunicatorO
   }
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
-  GlooStoreAdapter adapter(store, options.key_prefix + "/gloo/", options.timeout);
+  GlooStoreAdapter adapter(store, options.key_prefix + "/gloo/", options.connect_timeout);
   Status status = RunGloo("connect", [&] {
     gloo::transport::tcp::attr attr(options.host.c_str());
     device = gloo::transport::tcp::CreateDevice(attr);
     context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(options.timeout);
+    // Bounds the mesh setup; each collective passes options.timeout itself.
+    context->setTimeout(options.connect_timeout);
     context->connectFullMesh(adapter, device);
   });
   if (!status.ok()) {

@@ -170,7 +170,7 @@ class NcclCommunicator final : public Communicator {
 
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const CommunicatorOptions& options,
                                                              RendezvousStore& store) {
-  const auto deadline = Clock::now() + options.timeout;
+  const auto deadline = Clock::now() + options.connect_timeout;
   int num_devices = 0;
   cudaError_t err = cudaGetDeviceCount(&num_devices);
   if (err != cudaSuccess || num_devices == 0) {
@@ -191,7 +191,7 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const CommunicatorO
     if (res != ncclSuccess) return NcclError("connect: ncclGetUniqueId", res, nullptr);
     HW_RETURN_IF_ERROR(store.Set(key, std::string(id.internal, sizeof(id.internal))));
   } else {
-    HW_ASSIGN_OR_RETURN(std::string bytes, store.Get(key, options.timeout));
+    HW_ASSIGN_OR_RETURN(std::string bytes, store.Get(key, options.connect_timeout));
     if (bytes.size() != sizeof(id.internal)) {
       return Status::Unavailable("nccl connect: unique id under " + key + " has " +
                                  std::to_string(bytes.size()) + " bytes, expected " +

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -180,7 +181,14 @@ class ShmCommunicator final : public Communicator {
   // Connection: publishes this rank's pid, counts it as attached and waits
   // until all ranks are.
   Status Attach(Clock::time_point deadline) {
-    Atomic(ranks_[rank()].pid).store(self_pid_, std::memory_order_release);
+    // Claim this rank's place: a second process started with the same rank
+    // must not count as a member (the group would form without the real one).
+    int32_t unclaimed = 0;
+    if (!Atomic(ranks_[rank()].pid).compare_exchange_strong(unclaimed, self_pid_,
+                                                             std::memory_order_acq_rel)) {
+      return Status::Unavailable("shm connect: rank " + std::to_string(rank()) +
+                                 " is already taken by pid " + std::to_string(unclaimed));
+    }
     Atomic(header_->attached).fetch_add(1, std::memory_order_seq_cst);
     Wake(&header_->attached);
     return Fail(WaitUntil(&header_->attached, static_cast<uint32_t>(size()), deadline, "connect"));
@@ -328,18 +336,62 @@ Result<void*> MapSegment(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// Unlinks /dev/shm segments of this prefix whose creating rank 0 (the pid in
+// the name) is gone: a rank 0 killed before every rank attached leaves its
+// segment behind, and no one else knows to remove it.
+void RemoveStaleSegments(const std::string& key_prefix) {
+  const std::string prefix = SegmentName(key_prefix).substr(1);  // "headway-<clean>-<pid>-<rand>"
+  const std::string stem = prefix.substr(0, prefix.rfind('-', prefix.rfind('-') - 1) + 1);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(stem, 0) != 0) continue;
+    // The rest must be exactly "<pid>-<8 hex digits>" (another prefix may
+    // share the stem).
+    const std::string rest = file.substr(stem.size());
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || rest.size() != dash + 9) continue;
+    if (!std::all_of(rest.begin(), rest.begin() + long(dash), ::isdigit)) continue;
+    if (!std::all_of(rest.begin() + long(dash) + 1, rest.end(), ::isxdigit)) continue;
+    const int pid = std::atoi(rest.c_str());
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + file).c_str());
+  }
+}
+
+// A non-zero rank opens the segment rank 0 published. The key may still name
+// the segment of an earlier rank 0 that died (the store outlives it), so a
+// missing segment means "ask again" until the deadline.
+Result<int> OpenPublishedSegment(RendezvousStore& store, const std::string& key,
+                                 Clock::time_point deadline, std::string* name) {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    HW_ASSIGN_OR_RETURN(*name, store.Get(key, std::max(left, std::chrono::milliseconds(1))));
+    const int fd = shm_open(name->c_str(), O_RDWR, 0);
+    if (fd >= 0) return fd;
+    if (errno != ENOENT || Clock::now() >= deadline) {
+      return Status::Unavailable("shm connect: shm_open " + *name + ": " + strerror(errno));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Communicator>> CreateShmCommunicator(const CommunicatorOptions& options,
                                                             RendezvousStore& store) {
   if (options.size == 1) {
     return std::unique_ptr<Communicator>(
         new ShmCommunicator(0, 1, options.timeout, nullptr, 0, kShmSlotFloats));
   }
-  const auto deadline = Clock::now() + options.timeout;
+  const auto deadline = Clock::now() + options.connect_timeout;
   const size_t bytes = SegmentBytes(options.size, kShmSlotFloats);
   const std::string key = options.key_prefix + "/shm/segment";
   std::string name;
   int fd = -1;
   if (options.rank == 0) {
+    RemoveStaleSegments(options.key_prefix);
     name = SegmentName(options.key_prefix);
     fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) return Status::Unavailable("shm connect: shm_open " + name + ": " + strerror(errno));
@@ -351,9 +403,7 @@ Result<std::unique_ptr<Communicator>> CreateShmCommunicator(const CommunicatorOp
       return status;
     }
   } else {
-    HW_ASSIGN_OR_RETURN(name, store.Get(key, options.timeout));
-    fd = shm_open(name.c_str(), O_RDWR, 0);
-    if (fd < 0) return Status::Unavailable("shm connect: shm_open " + name + ": " + strerror(errno));
+    HW_ASSIGN_OR_RETURN(fd, OpenPublishedSegment(store, key, deadline, &name));
     struct stat st;
     if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
       close(fd);

@@ -39,6 +39,24 @@ std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
 
+// Once a stop is requested, the worker has this long to exit cleanly. A rank
+// blocked in rendezvous, or in a collective with a stalled peer, would
+// otherwise wait out its timeout (tens of seconds) while the launcher waits
+// to SIGKILL it.
+constexpr std::chrono::seconds kExitGrace(3);
+
+void StartExitWatchdog() {
+  std::thread([] {
+    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(kExitGrace);
+    spdlog::warn("still busy {} s after the stop request (a collective or rendezvous is "
+                 "blocked); exiting now",
+                 kExitGrace.count());
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }).detach();
+}
+
 struct Flags {
   std::string config_path;
   int instance_id = 0;
@@ -86,6 +104,7 @@ int main(int argc, char** argv) {
   // A TP peer that dies turns Gloo's next write into EPIPE (an error the step
   // reports), not a SIGPIPE that would kill this rank too.
   std::signal(SIGPIPE, SIG_IGN);
+  StartExitWatchdog();
 
   Result<Config> config = LoadConfigFile(flags.config_path);
   if (!config.ok()) return Fail("config " + flags.config_path, config.status());
@@ -190,6 +209,7 @@ int main(int argc, char** argv) {
   loop_options.heartbeat_timeout_ms = config->heartbeat_timeout_ms;
   loop_options.stop = &g_stop;
   loop_options.num_threads = threads;
+  loop_options.on_shutdown = [] { g_stop.store(true); };
   if (Status s = Register(**client, request, loop_options); !s.ok()) {
     if (g_stop.load()) {
       spdlog::info("worker i{}r{}: stopped by signal before registering", flags.instance_id,

@@ -165,6 +165,7 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
         }
       } else if (in->has_shutdown()) {
         spdlog::info("coordinator asked to shut down: {}", in->shutdown().reason());
+        if (options.on_shutdown) options.on_shutdown();
         return Status::Ok();
       }
       // Heartbeats only refresh last_received; anything else is ignored.

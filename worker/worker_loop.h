@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 
 #include "comm/control_channel.h"
 #include "common/status.h"
@@ -19,6 +20,10 @@ struct WorkerLoopOptions {
   int num_threads = 0;               // OpenMP threads of the compute thread; 0 = OpenMP's default
   // Set (e.g. by a SIGTERM handler) to stop cleanly; may be nullptr.
   const std::atomic<bool>* stop = nullptr;
+  // Called when the coordinator sends Shutdown, before ServeSteps waits for a
+  // running step to end (which a stalled TP peer can delay until the
+  // collective timeout); may be empty.
+  std::function<void()> on_shutdown;
 };
 
 // Sends `request` and waits for the coordinator's RegisterResponse; other

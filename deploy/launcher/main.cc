@@ -210,8 +210,8 @@ int main(int argc, char** argv) {
     if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
   }
   const double ready_s = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("headway: ready at http://%s:%d (%d workers) in %.2f s\n", host.c_str(),
-              config.http_port, num_workers, ready_s);
+  std::printf("headway: ready at http://%s:%d (%d worker%s) in %.2f s\n", host.c_str(),
+              config.http_port, num_workers, num_workers == 1 ? "" : "s", ready_s);
   std::fflush(stdout);
 
   for (;;) {

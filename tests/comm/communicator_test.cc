@@ -41,6 +41,7 @@ CommunicatorOptions Options(const std::string& backend, int rank, int size,
   options.size = size;
   options.key_prefix = prefix;
   options.timeout = timeout;
+  options.connect_timeout = timeout;
   return options;
 }
 
@@ -273,6 +274,47 @@ TEST_P(CommunicatorTest, PeerDyingMidCollectiveIsUnavailable) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo", "shm"),
                          [](const auto& info) { return info.param; });
+
+// A second process started with an already used rank must not join in place
+// of the real one.
+TEST(ShmCommunicatorTest, DuplicateRankIsRefused) {
+  auto store = NewInMemoryStore();
+  const std::string prefix = TestPrefix("dup");
+  const Millis timeout(3000);
+  std::vector<Status> results(4);
+  std::vector<std::thread> threads;
+  const int ranks[4] = {0, 1, 1, 2};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = CreateCommunicator(Options("shm", ranks[i], 3, prefix, timeout), *store).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Exactly one of the two rank-1 claimants is refused; the group forms.
+  const int refused = !results[1].ok() + !results[2].ok();
+  EXPECT_EQ(refused, 1) << results[1].ToString() << " / " << results[2].ToString();
+  const Status& refusal = results[1].ok() ? results[2] : results[1];
+  EXPECT_NE(refusal.message().find("already taken"), std::string::npos) << refusal.ToString();
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_TRUE(results[3].ok()) << results[3].ToString();
+}
+
+// The store still names the segment of a rank 0 that died; a new rank 0
+// replaces it and the others find the new one instead of failing.
+TEST(ShmCommunicatorTest, StaleSegmentKeyIsReplacedByTheNewRankZero) {
+  auto store = NewInMemoryStore();
+  const std::string prefix = TestPrefix("stale");
+  ASSERT_TRUE(store->Set(prefix + "/shm/segment", "/headway-gone-1-00000000").ok());
+  std::vector<Status> results(2);
+  std::thread late_rank0([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    results[0] = CreateCommunicator(Options("shm", 0, 2, prefix, Millis(5000)), *store).status();
+  });
+  results[1] = CreateCommunicator(Options("shm", 1, 2, prefix, Millis(5000)), *store).status();
+  late_rank0.join();
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_TRUE(results[1].ok()) << results[1].ToString();
+}
 
 TEST(CommunicatorOptionsTest, BadOptionsAreInvalidArgument) {
   auto store = NewInMemoryStore();

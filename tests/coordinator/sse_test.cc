@@ -78,8 +78,8 @@ TEST(SseTest, StreamedTextIsAlwaysAPrefixOfTheAnswer) {
 TEST(SseTest, OutputStreamHandsOverWithoutBlockingTheProducer) {
   OutputStream stream;
   EXPECT_TRUE(stream.Take(std::chrono::milliseconds(1)).text.empty());
-  stream.Push("ab", GeneratedToken{1});
-  stream.Push("c", GeneratedToken{2});
+  stream.Push("ab", GeneratedToken{1, 0.0f, {}});
+  stream.Push("c", GeneratedToken{2, 0.0f, {}});
   OutputStream::Update u = stream.Take(std::chrono::milliseconds(1));
   EXPECT_EQ(u.text, "abc");  // coalesced for a slow reader
   EXPECT_EQ(u.tokens.size(), 2u);
@@ -89,7 +89,7 @@ TEST(SseTest, OutputStreamHandsOverWithoutBlockingTheProducer) {
     CompletionOutcome done;
     done.finish_reason = FinishReason::kLength;
     stream.Close("end", done);
-    stream.Push("ignored", GeneratedToken{3});
+    stream.Push("ignored", GeneratedToken{3, 0.0f, {}});
   });
   u = stream.Take(std::chrono::seconds(5));
   producer.join();

@@ -60,7 +60,9 @@ class ApiTest : public ::testing::Test {
       out.push_back(j);
     }
     EXPECT_FALSE(out.empty());
-    if (!out.empty()) EXPECT_EQ(out.back(), "[DONE]");
+    if (!out.empty()) {
+      EXPECT_EQ(out.back(), "[DONE]");
+    }
     for (size_t i = 0; i + 1 < out.size(); ++i) EXPECT_NE(out[i], "[DONE]") << "[DONE] before the end";
     return out;
   }
@@ -103,7 +105,9 @@ TEST_F(ApiTest, StreamedChatEqualsNonStreamedGreedyAnswer) {
   EXPECT_GE(completion_tokens, 1);
   EXPECT_LE(completion_tokens, kMaxTokens);
   EXPECT_EQ(usage["total_tokens"], tok.json["count"].get<int>() + completion_tokens);
-  if (choice["finish_reason"] == "length") EXPECT_EQ(completion_tokens, kMaxTokens);
+  if (choice["finish_reason"] == "length") {
+    EXPECT_EQ(completion_tokens, kMaxTokens);
+  }
 
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
@@ -122,7 +126,9 @@ TEST_F(ApiTest, StreamedChatEqualsNonStreamedGreedyAnswer) {
   EXPECT_LT(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
             usage["prompt_tokens"].get<int>());
   for (const json& e : events) {
-    if (e.is_object()) EXPECT_EQ(e["object"], "chat.completion.chunk");
+    if (e.is_object()) {
+      EXPECT_EQ(e["object"], "chat.completion.chunk");
+    }
   }
 }
 

@@ -318,7 +318,7 @@ TEST_F(LauncherTest, ChildDeathStopsEverything) {
   const int port = ServeHealth();
   fs::path config = WriteConfig(port, 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
-  ASSERT_TRUE(run.WaitForStdout("(1 workers)", 30s)) << run.Out() << run.Err();
+  ASSERT_TRUE(run.WaitForStdout("(1 worker)", 30s)) << run.Out() << run.Err();
   pid_t coordinator = run.ChildPid("coordinator");
   pid_t worker = run.ChildPid("worker i0r0");
   ASSERT_GT(worker, 0);
@@ -375,7 +375,7 @@ TEST_F(LauncherTest, StartsRealDeploymentAndStops) {
   fs::path config = WriteConfig(port, 1, model);
   LauncherRun run(dir_, {config.string(), "--bin-dir", fs::path(coordinator).parent_path().string()});
   ASSERT_TRUE(run.WaitForStdout("headway: ready at http://127.0.0.1:" + std::to_string(port) +
-                                    " (1 workers) in",
+                                    " (1 worker) in",
                                 130s))
       << run.Out() << run.Err();
   httplib::Client client("127.0.0.1", port);
