@@ -15,7 +15,7 @@ PACKAGES=(
   python3-pip unzip curl
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
-  libopenblas-dev libpcre2-dev libucx-dev libgloo-dev
+  libopenblas-dev libpcre2-dev libucx-dev ucx-utils libgloo-dev
   libgtest-dev libgmock-dev
 )
 

@@ -316,3 +316,62 @@ TEST(KvTransferCrossProcessTest, SharedMemoryReceiverInChildGetsBlocks) {
 
 }  // namespace
 }  // namespace headway
+
+namespace headway {
+namespace {
+
+// A receiver process that dies (no clean shutdown) after a first good
+// write: later writes fail or time out, and neither they nor the sender's
+// destructor hang.
+void RunDyingChildPeer(const std::string& tls) {
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    std::vector<uint8_t> dst = MakePool(2);
+    KvTransferOptions options;
+    options.transports = tls;
+    auto agent = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
+    if (!agent.ok() || !SendInfo(up[1], (*agent)->local_info())) _exit(2);
+    char die = 0;
+    ReadAll(down[0], &die, 1);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  KvPeerInfo info;
+  ASSERT_TRUE(ReceiveInfo(up[0], &info));
+  std::vector<uint8_t> src = MakePool(1);
+  auto sender = MakeAgent(src, tls);
+  ASSERT_TRUE(sender);
+  auto peer = sender->Connect(info);
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  ASSERT_TRUE(sender->WriteBlocks(*peer, ScatteredCopies(), kTimeout).ok());
+  char die = 1;
+  ASSERT_TRUE(WriteAll(down[1], &die, 1));
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  close(up[0]);
+  close(down[1]);
+  const Millis timeout(2000);
+  const auto start = std::chrono::steady_clock::now();
+  Status st = Status::Ok();
+  // Until the transport notices, a write may still be taken by socket buffers.
+  for (int i = 0; i < 5 && st.ok(); ++i) st = sender->WriteBlocks(*peer, ScatteredCopies(), timeout);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5 * timeout + Millis(1000));
+  sender.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5 * timeout + Millis(4000));
+}
+
+TEST(KvTransferCrossProcessTest, TcpDyingPeerFailsWithinTimeout) { RunDyingChildPeer("tcp"); }
+TEST(KvTransferCrossProcessTest, SharedMemoryDyingPeerFailsWithinTimeout) {
+  RunDyingChildPeer("sm,self");
+}
+
+}  // namespace
+}  // namespace headway

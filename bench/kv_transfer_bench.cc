@@ -1,0 +1,338 @@
+// KV block transfer bandwidth (KvTransferAgent::WriteBlocks) between two
+// processes on this host, next to UCX's own ucx_perftest (ucp_put_bw) with
+// the same transports and message size, printed as one JSON object.
+//
+// Per transport set (UCX_TLS syntax): this process forks a receiver (maps
+// its pool, publishes KvPeerInfo over a pipe, checks the bytes at the end)
+// and a sender (the same info by fork), so neither shares UCX state with the
+// parent. The sender writes all --blocks blocks (ids 0..n-1 -> 0..n-1) in
+// one WriteBlocks call, --runs times after one warm-up, twice: with runs
+// coalesced into one put ("coalesced") and with one put per block
+// ("per_block", the same message size as ucx_perftest -s block_bytes).
+// GB/s = blocks * block_bytes / 1e9 / median seconds of one call.
+//
+// ucx_perftest runs twice: -s block_bytes (the per_block message size; its
+// 8 KiB buffer stays in cache and, with shared memory, lives in a UCX-made
+// shm segment that the peer maps directly) and -s blocks*block_bytes (the
+// coalesced size).
+//
+// ucx_perftest prints "bandwidth (MB/s)" where MB = 2^20 bytes (UCX's
+// UCS_MBYTE); the JSON gives its raw overall MiB/s and the same in GB/s.
+// Default block: SmolLM2-135M, 16 positions x 64 head_dim x (K, V) x f32.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "comm/kv_transfer.h"
+
+namespace headway {
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> transports = {"tcp", "sm"};
+  uint64_t block_bytes = 8192;
+  uint32_t blocks = 4096;
+  int runs = 7;
+  int perftest_iters = 20000;
+  int perftest_whole_iters = 20;
+  int timeout_ms = 60000;
+};
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Pipe layout: u32 len, worker_address; u32 len, rkey; u64 base_address;
+// u64 block_bytes; u32 num_blocks (host byte order: both ends on this host).
+bool SendInfo(int fd, const KvPeerInfo& info) {
+  for (const std::string* s : {&info.worker_address, &info.rkey}) {
+    uint32_t n = static_cast<uint32_t>(s->size());
+    if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, s->data(), n)) return false;
+  }
+  return WriteAll(fd, &info.base_address, 8) && WriteAll(fd, &info.block_bytes, 8) &&
+         WriteAll(fd, &info.num_blocks, 4);
+}
+
+bool ReceiveInfo(int fd, KvPeerInfo* info) {
+  for (std::string* s : {&info->worker_address, &info->rkey}) {
+    uint32_t n = 0;
+    if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
+    s->resize(n);
+    if (!ReadAll(fd, s->data(), n)) return false;
+  }
+  return ReadAll(fd, &info->base_address, 8) && ReadAll(fd, &info->block_bytes, 8) &&
+         ReadAll(fd, &info->num_blocks, 4);
+}
+
+uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>(i * 7 + i / 4099); }
+
+// Receiver child: publishes, waits for the parent's "done", then answers
+// whether its pool holds the sender's pattern.
+[[noreturn]] void RunReceiver(const BenchOptions& opts, const std::string& tls, int up,
+                              int down) {
+  std::vector<uint8_t> pool(opts.block_bytes * opts.blocks, 0);
+  KvTransferOptions options;
+  options.transports = tls;
+  auto agent = KvTransferAgent::Create(pool.data(), opts.block_bytes, opts.blocks, options);
+  if (!agent.ok()) {
+    std::cerr << "receiver: " << agent.status().ToString() << "\n";
+    _exit(2);
+  }
+  if (!SendInfo(up, (*agent)->local_info())) _exit(3);
+  char done = 0;
+  ReadAll(down, &done, 1);
+  char good = 1;
+  for (uint64_t i = 0; i < pool.size(); ++i) {
+    if (pool[i] != PatternByte(i)) {
+      good = 0;
+      break;
+    }
+  }
+  WriteAll(up, &good, 1);
+  agent->reset();
+  _exit(0);
+}
+
+// Sender child: times WriteBlocks, writes "<coalesced_s> <per_block_s>\n"
+// (median seconds) or "error <message>\n" to `up`.
+[[noreturn]] void RunSender(const BenchOptions& opts, const std::string& tls,
+                            const KvPeerInfo& peer_info, int up) {
+  std::vector<uint8_t> pool(opts.block_bytes * opts.blocks);
+  for (uint64_t i = 0; i < pool.size(); ++i) pool[i] = PatternByte(i);
+  std::vector<BlockCopy> copies(opts.blocks);
+  for (uint32_t b = 0; b < opts.blocks; ++b) copies[b] = {b, b};
+  std::ostringstream out;
+  for (bool coalesce : {true, false}) {
+    KvTransferOptions options;
+    options.transports = tls;
+    options.coalesce_runs = coalesce;
+    auto agent = KvTransferAgent::Create(pool.data(), opts.block_bytes, opts.blocks, options);
+    if (!agent.ok()) {
+      out.str("error " + agent.status().ToString());
+      break;
+    }
+    auto peer = (*agent)->Connect(peer_info);
+    if (!peer.ok()) {
+      out.str("error " + peer.status().ToString());
+      break;
+    }
+    std::vector<double> seconds;
+    Status failure = Status::Ok();
+    for (int run = 0; run <= opts.runs && failure.ok(); ++run) {
+      auto start = std::chrono::steady_clock::now();
+      failure = (*agent)->WriteBlocks(*peer, copies, std::chrono::milliseconds(opts.timeout_ms));
+      std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      if (run > 0) seconds.push_back(took.count());  // run 0 warms up
+    }
+    if (!failure.ok()) {
+      out.str("error " + failure.ToString());
+      break;
+    }
+    std::sort(seconds.begin(), seconds.end());
+    out << seconds[seconds.size() / 2] << " ";
+  }
+  std::string line = out.str() + "\n";
+  WriteAll(up, line.data(), line.size());
+  _exit(0);
+}
+
+// One transport set: {"coalesced_gbps", "per_block_gbps", "verified"} or
+// {"error"}.
+nlohmann::json MeasureAgent(const BenchOptions& opts, const std::string& tls) {
+  int r_up[2], r_down[2], s_up[2];
+  if (pipe(r_up) != 0 || pipe(r_down) != 0 || pipe(s_up) != 0) return {{"error", "pipe"}};
+  pid_t receiver = fork();
+  if (receiver == 0) {
+    close(r_up[0]);
+    close(r_down[1]);
+    dup2(STDERR_FILENO, STDOUT_FILENO);  // UCX logs to stdout: keep it for the JSON
+    RunReceiver(opts, tls, r_up[1], r_down[0]);
+  }
+  close(r_up[1]);
+  close(r_down[0]);
+  nlohmann::json result;
+  KvPeerInfo info;
+  if (!ReceiveInfo(r_up[0], &info)) {
+    result["error"] = "receiver did not start";
+  } else {
+    pid_t sender = fork();
+    if (sender == 0) {
+      close(s_up[0]);
+      dup2(STDERR_FILENO, STDOUT_FILENO);  // UCX logs to stdout: keep it for the JSON
+    RunSender(opts, tls, info, s_up[1]);
+    }
+    close(s_up[1]);
+    std::string line;
+    char c;
+    while (read(s_up[0], &c, 1) == 1 && c != '\n') line += c;
+    waitpid(sender, nullptr, 0);
+    std::istringstream in(line);
+    double coalesced_s = 0, per_block_s = 0;
+    const double bytes = static_cast<double>(opts.block_bytes) * opts.blocks;
+    if (line.rfind("error", 0) == 0 || !(in >> coalesced_s >> per_block_s)) {
+      result["error"] = line.empty() ? "sender died" : line;
+    } else {
+      result["coalesced_gbps"] = bytes / 1e9 / coalesced_s;
+      result["per_block_gbps"] = bytes / 1e9 / per_block_s;
+      result["coalesced_ms"] = coalesced_s * 1e3;
+      result["per_block_ms"] = per_block_s * 1e3;
+    }
+  }
+  char done = 1, good = 0;
+  WriteAll(r_down[1], &done, 1);
+  result["verified"] = ReadAll(r_up[0], &good, 1) && good == 1;
+  waitpid(receiver, nullptr, 0);
+  close(r_up[0]);
+  close(r_down[1]);
+  close(s_up[0]);
+  return result;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+bool OnPath(const std::string& program) {
+  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// ucx_perftest -t ucp_put_bw as a server + client pair on 127.0.0.1:
+// {"overall_mib_per_s", "gbps"} from the client's "Final:" row, or {"error"}.
+nlohmann::json MeasurePerftest(const std::string& tls, uint64_t message_bytes, int iters) {
+  if (!OnPath("ucx_perftest")) return {{"error", "ucx_perftest not on PATH"}};
+  const int port = FreePort();
+  const std::string args = " -t ucp_put_bw -s " + std::to_string(message_bytes) + " -n " +
+                           std::to_string(iters) + " -p " + std::to_string(port);
+  pid_t server = fork();
+  if (server == 0) {
+    setenv("UCX_TLS", tls.c_str(), 1);
+    std::string cmd = "exec ucx_perftest" + args + " >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  nlohmann::json result;
+  const std::string client = "UCX_TLS='" + tls + "' ucx_perftest" + args + " 127.0.0.1 2>&1";
+  std::string final_row;
+  // The server may not listen yet: retry the client a few times.
+  for (int attempt = 0; attempt < 20 && final_row.empty(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    FILE* pipe = popen(client.c_str(), "r");
+    if (pipe == nullptr) break;
+    char buf[1024];
+    while (fgets(buf, sizeof buf, pipe) != nullptr) {
+      if (std::strncmp(buf, "Final:", 6) == 0) final_row = buf;
+    }
+    pclose(pipe);
+  }
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  // Final: iterations, overhead p50/avg/overall (us), bandwidth avg/overall
+  // (MiB/s), message rate avg/overall (msg/s).
+  std::istringstream in(final_row);
+  std::string label;
+  double row_iters, p50_us, avg_us, overall_us, bw_avg, bw_overall;
+  if (final_row.empty() ||
+      !(in >> label >> row_iters >> p50_us >> avg_us >> overall_us >> bw_avg >> bw_overall)) {
+    return {{"error", "no Final row from ucx_perftest client"}};
+  }
+  result["overall_mib_per_s"] = bw_overall;
+  result["gbps"] = bw_overall * 1048576.0 / 1e9;
+  result["iters"] = iters;
+  result["message_bytes"] = message_bytes;
+  return result;
+}
+
+int Main(int argc, char** argv) {
+  BenchOptions opts;
+  CLI::App app{"KV block transfer bandwidth vs ucx_perftest"};
+  app.add_option("--transports", opts.transports,
+                 "UCX transport sets, one per measurement (UCX_TLS syntax)");
+  app.add_option("--block-bytes", opts.block_bytes, "bytes per KV block")->check(CLI::PositiveNumber);
+  app.add_option("--blocks", opts.blocks, "blocks per WriteBlocks call")->check(CLI::PositiveNumber);
+  app.add_option("--runs", opts.runs, "timed calls per mode (median)")->check(CLI::PositiveNumber);
+  app.add_option("--perftest-iters", opts.perftest_iters, "ucx_perftest -n")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--perftest-whole-iters", opts.perftest_whole_iters,
+                 "ucx_perftest -n with -s blocks*block_bytes")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--timeout-ms", opts.timeout_ms, "WriteBlocks timeout")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  nlohmann::json report;
+  report["block_bytes"] = opts.block_bytes;
+  report["blocks"] = opts.blocks;
+  report["runs"] = opts.runs;
+  report["units"] = "GB/s = 1e9 bytes/s; ucx_perftest MB/s = MiB/s (2^20 bytes)";
+  for (const std::string& tls : opts.transports) {
+    nlohmann::json entry;
+    entry["write_blocks"] = MeasureAgent(opts, tls);
+    entry["ucx_perftest"] = MeasurePerftest(tls, opts.block_bytes, opts.perftest_iters);
+    // The same bytes as one message: what "coalesced" sends in one put.
+    entry["ucx_perftest_whole"] =
+        MeasurePerftest(tls, opts.block_bytes * opts.blocks, opts.perftest_whole_iters);
+    const auto& wb = entry["write_blocks"];
+    const auto& pt = entry["ucx_perftest"];
+    if (wb.contains("per_block_gbps") && pt.contains("gbps")) {
+      entry["ratio_per_block_to_perftest"] = wb["per_block_gbps"].get<double>() / pt["gbps"].get<double>();
+      entry["ratio_coalesced_to_perftest"] = wb["coalesced_gbps"].get<double>() / pt["gbps"].get<double>();
+    }
+    const auto& whole = entry["ucx_perftest_whole"];
+    if (wb.contains("coalesced_gbps") && whole.contains("gbps")) {
+      entry["ratio_coalesced_to_perftest_whole"] =
+          wb["coalesced_gbps"].get<double>() / whole["gbps"].get<double>();
+    }
+    report["transports"][tls] = entry;
+  }
+  std::cout << report.dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace headway
+
+int main(int argc, char** argv) { return headway::Main(argc, argv); }

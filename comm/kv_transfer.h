@@ -1,0 +1,88 @@
+// The transport layer of KV transfer (DESIGN.md "A request, end to end"):
+// moves whole KV blocks from this worker's block pool into a peer worker's
+// pool with one-sided UCX puts. It knows bytes and block ids only; which
+// blocks go where (per slot, across TP sizes) is the coordinator's transfer
+// plan, as in TensorRT-LLM's split of block manager / formatter / transport.
+//
+// Each agent maps its whole pool once (ucp_mem_map) and publishes a
+// KvPeerInfo (its UCX worker address, the packed rkey, the pool's base
+// address and block geometry) through the coordinator. A sender connects to
+// a receiver's KvPeerInfo and writes block lists with batched ucp_put_nbx,
+// then ucp_ep_flush_nbx: when WriteBlocks returns OK the bytes are in the
+// receiver's memory. A progress thread in every agent drives UCX for both
+// roles (transports without hardware RMA, such as TCP, need the target to
+// progress). Transports come from KvTransferOptions::transports (UCX_TLS
+// syntax), e.g. "sm,self" on one host, "tcp" across hosts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace headway {
+
+// What a receiver publishes so that senders can write into its pool.
+struct KvPeerInfo {
+  std::string worker_address;  // ucp_worker_get_address bytes
+  std::string rkey;            // ucp_rkey_pack bytes of the mapped pool
+  uint64_t base_address = 0;   // pool start in the receiver's address space
+  uint64_t block_bytes = 0;    // bytes of one block (K and V)
+  uint32_t num_blocks = 0;     // blocks in the pool
+};
+
+struct KvTransferOptions {
+  // UCX transports (the UCX_TLS variable's syntax); "" = UCX's default.
+  std::string transports;
+  // Puts in flight per WriteBlocks call before waiting for some to complete.
+  int max_outstanding_puts = 256;
+  // Sends a run of copies whose src and dst ids both step by one as a single
+  // put of run_length * block_bytes (fewer, larger puts; measured by
+  // bench/kv_transfer_bench.cc). false = one put per block.
+  bool coalesce_runs = true;
+};
+
+// One copy: local block `src` -> the peer's block `dst`.
+struct BlockCopy {
+  uint32_t src = 0;
+  uint32_t dst = 0;
+};
+
+// Thread-safety: all methods may be called from several threads at once.
+class KvTransferAgent {
+ public:
+  // Maps `pool` ([num_blocks, block_bytes] bytes, owned by the caller and
+  // alive longer than the agent) for remote access and starts the progress
+  // thread. Errors: InvalidArgument for a null pool, zero sizes or
+  // max_outstanding_puts < 1;
+  // Unavailable when UCX cannot start with the requested transports (the
+  // message names them and UCX's status).
+  static Result<std::unique_ptr<KvTransferAgent>> Create(void* pool, uint64_t block_bytes,
+                                                         uint32_t num_blocks,
+                                                         const KvTransferOptions& options);
+  virtual ~KvTransferAgent() = default;
+
+  // This agent's description for peers.
+  virtual const KvPeerInfo& local_info() const = 0;
+
+  // Connects to a receiver (once per receiver; cheap to repeat with the same
+  // info: the endpoint is reused). Returns a peer handle for WriteBlocks.
+  // Errors: InvalidArgument when the peer's block_bytes differs from ours
+  // (layouts must match: a mismatch is refused here, not mid-transfer) or
+  // its worker_address or rkey is empty;
+  // Unavailable when UCX cannot create the endpoint or unpack the rkey.
+  virtual Result<int> Connect(const KvPeerInfo& peer) = 0;
+
+  // Writes every copy's block_bytes bytes from the local pool into the
+  // peer's pool and returns once the peer's memory holds them (remote
+  // completion via flush). Errors: OutOfRange for a block id outside either
+  // pool (nothing is sent); Unavailable when a put or the flush fails or
+  // `timeout` passes (the peer's blocks are then undefined).
+  virtual Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,
+                             std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace headway

@@ -1,0 +1,109 @@
+// The UCX (ucp) implementation of KvTransferAgent; internal to comm/ so that
+// ucp.h stays out of kv_transfer.h. Callers use KvTransferAgent::Create.
+//
+// One ucp_context (UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP) and one worker in
+// UCS_THREAD_MODE_MULTI: the progress thread and WriteBlocks callers both
+// call ucp_worker_progress. The progress thread sleeps on the worker's event
+// fd (ucp_worker_arm + epoll) so an idle agent uses no CPU; where the
+// transports give no event fd it falls back to a short sleep.
+//
+// Endpoints use UCP_ERR_HANDLING_MODE_PEER so that a dead peer fails the
+// puts and the flush (then WriteBlocks returns Unavailable) instead of
+// aborting the process; a failed endpoint is rebuilt by the next Connect.
+// Transports that cannot detect peer failure (UCX 1.13 shared memory) refuse
+// that mode; their endpoints use UCP_ERR_HANDLING_MODE_NONE and a write to a
+// dead peer ends by WriteBlocks' timeout.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/kv_transfer.h"
+
+namespace headway {
+
+class UcxTransferAgent final : public KvTransferAgent {
+ public:
+  // As KvTransferAgent::Create.
+  static Result<std::unique_ptr<KvTransferAgent>> Create(void* pool, uint64_t block_bytes,
+                                                         uint32_t num_blocks,
+                                                         const KvTransferOptions& options);
+  ~UcxTransferAgent() override;
+
+  UcxTransferAgent(const UcxTransferAgent&) = delete;
+  UcxTransferAgent& operator=(const UcxTransferAgent&) = delete;
+
+  const KvPeerInfo& local_info() const override { return local_info_; }
+  Result<int> Connect(const KvPeerInfo& peer) override;
+  Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,
+                     std::chrono::milliseconds timeout) override;
+
+ private:
+  // One receiver: the endpoint to its worker and its unpacked rkey.
+  struct Peer {
+    KvPeerInfo info;
+    ucp_ep_h ep = nullptr;
+    ucp_rkey_h rkey = nullptr;
+    // Set by UCX's endpoint error callback (from whichever thread progresses).
+    std::atomic<bool> failed{false};
+    // Held by WriteBlocks and by Connect while it rebuilds ep and rkey, so a
+    // rebuild never pulls them from under a transfer.
+    std::mutex mu;
+  };
+
+  // One put: `bytes` from local offset `src_offset` to peer offset `dst_offset`.
+  struct PutRange {
+    uint64_t src_offset;
+    uint64_t dst_offset;
+    uint64_t bytes;
+  };
+
+  UcxTransferAgent(void* pool, uint64_t block_bytes, uint32_t num_blocks,
+                   const KvTransferOptions& options);
+
+  Status Init();
+  void ProgressLoop();
+  // Creates the endpoint and rkey of `peer` (fields ep, rkey). REQUIRES: mu_ held.
+  Status OpenPeer(Peer* peer);
+  // Releases the rkey and force-closes the endpoint. REQUIRES: mu_ held or
+  // no other thread uses `peer`.
+  void ClosePeer(Peer* peer);
+  // Drives the worker until `request` completes or `deadline` passes; frees
+  // the request either way. Returns UCX's status, or UCS_ERR_TIMED_OUT.
+  ucs_status_t Wait(void* request, std::chrono::steady_clock::time_point deadline);
+  // Splits `copies` into puts, merging runs when options_.coalesce_runs.
+  std::vector<PutRange> PlanPuts(const std::vector<BlockCopy>& copies) const;
+
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  // Constant after Init().
+  uint8_t* const pool_;
+  const uint64_t block_bytes_;
+  const uint32_t num_blocks_;
+  const KvTransferOptions options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_mem_h memh_ = nullptr;
+  int epoll_fd_ = -1;  // watches the worker's event fd; -1 = sleep instead
+  KvPeerInfo local_info_;
+  std::thread progress_thread_;
+  std::atomic<bool> stop_{false};
+
+  // Guarded by mu_. Peers live until the agent dies (handles index peers_).
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::map<std::string, int> peer_by_key_;  // worker_address + rkey -> handle
+  // Set once an endpoint in UCP_ERR_HANDLING_MODE_PEER was refused (the
+  // transports cannot detect peer failure): later endpoints skip the try.
+  bool peer_error_mode_refused_ = false;
+};
+
+}  // namespace headway
