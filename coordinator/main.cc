@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   if (!gguf.ok()) return Fail(2, "model", gguf.status());
   Result<ModelSpec> spec = LoadModelSpec(**gguf);
   if (!spec.ok()) return Fail(2, "model " + config.model_path, spec.status());
+  if (Status s = CheckSupported(config); !s.ok()) return Fail(2, "config " + config_path, s);
   if (Status s = CheckConfigAgainstModel(config, *spec); !s.ok()) {
     return Fail(2, "config " + config_path, s);
   }

@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
                  resolved.model_path.c_str());
     return kExitUsage;
   }
+  if (Status status = CheckSupported(config); !status.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
+    return kExitUsage;
+  }
   // Refuse a TP size the model cannot shard before any process starts.
   Result<std::unique_ptr<GgufFile>> gguf = GgufFile::Open(resolved.model_path);
   Result<ModelSpec> model_spec =

@@ -1,0 +1,64 @@
+// Checks of a deployment config against the model and against what this
+// build serves (common/deployment_check.h).
+#include "common/deployment_check.h"
+
+#include <gtest/gtest.h>
+
+namespace headway {
+namespace {
+
+Config OneInstance(int tp_size) {
+  Config config;
+  config.pools.resize(1);
+  config.pools[0].instances.resize(1);
+  config.pools[0].instances[0].tp_size = tp_size;
+  return config;
+}
+
+ModelSpec SmolLm2Shape() {
+  ModelSpec spec;
+  spec.name = "smollm2-shape";
+  spec.architecture = "llama";
+  spec.num_heads = 9;
+  spec.num_kv_heads = 3;
+  spec.intermediate_size = 1536;
+  spec.context_length = 8192;
+  return spec;
+}
+
+TEST(DeploymentCheckTest, TpSizeIsCheckedPerInstanceWithItsKey) {
+  EXPECT_TRUE(CheckConfigAgainstModel(OneInstance(3), SmolLm2Shape()).ok());
+  Config config = OneInstance(1);
+  config.pools[0].instances.push_back(config.pools[0].instances[0]);
+  config.pools[0].instances[1].tp_size = 2;
+  Status s = CheckConfigAgainstModel(config, SmolLm2Shape());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("`pools[0].instances[1].tp_size` = 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("valid TP sizes: 1, 3"), std::string::npos) << s.message();
+}
+
+TEST(DeploymentCheckTest, MaxModelLenBeyondTheModelsContextIsRefused) {
+  Config config = OneInstance(1);
+  config.max_model_len = 9000;
+  Status s = CheckConfigAgainstModel(config, SmolLm2Shape());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("scheduler.max_model_len"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("8192"), std::string::npos) << s.message();
+}
+
+TEST(DeploymentCheckTest, WhatIsNotBuiltYetIsRefusedNotServedAsSomethingElse) {
+  EXPECT_TRUE(CheckSupported(OneInstance(1)).ok());
+  Config pd = OneInstance(1);
+  pd.pools[0].role = PoolRole::kPrefill;
+  Status s = CheckSupported(pd);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("`pools[0].role` = prefill"), std::string::npos) << s.message();
+  Config gpu = OneInstance(1);
+  gpu.pools[0].instances[0].device = "cuda:0";
+  s = CheckSupported(gpu);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("cuda:0"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace headway
