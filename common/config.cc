@@ -181,6 +181,26 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   return Status::Ok();
 }
 
+Status ParseKvTransfer(const YAML::Node& node, Config& config) {
+  const std::string path = "kv_transfer";
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"enabled", "transports", "timeout_ms"}));
+  config.kv_transfer_enabled = true;  // the section asks for it unless it says otherwise
+  if (node["enabled"]) {
+    HW_RETURN_IF_ERROR(
+        ReadBool(node["enabled"], "kv_transfer.enabled", config.kv_transfer_enabled));
+  }
+  if (node["transports"]) {
+    HW_RETURN_IF_ERROR(ReadString(node["transports"], "kv_transfer.transports",
+                                  config.kv_transfer_transports));
+  }
+  if (node["timeout_ms"]) {
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["timeout_ms"], "kv_transfer.timeout_ms", config.kv_transfer_timeout_ms));
+  }
+  return Status::Ok();
+}
+
 Status ParseScheduler(const YAML::Node& node, Config& config) {
   const std::string path = "scheduler";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
@@ -266,7 +286,7 @@ Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& po
 Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "pools"}));
+      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -275,6 +295,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   if (root["coordinator"]) HW_RETURN_IF_ERROR(ParseCoordinator(root["coordinator"], config));
   if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
   if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
+  if (root["kv_transfer"]) HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
   const YAML::Node pools = root["pools"];
   if (pools) {
     if (!pools.IsSequence()) return BadValue("pools", Describe(pools), "a list of pools");
@@ -347,6 +368,14 @@ Status ValidateInstance(const InstanceConfig& instance, const std::string& path)
 
 }  // namespace
 
+bool Config::KvTransferEnabled() const {
+  if (kv_transfer_enabled) return true;
+  for (const PoolConfig& pool : pools) {
+    if (pool.role != PoolRole::kMixed) return true;
+  }
+  return false;
+}
+
 std::string InstanceConfig::CollectiveBackend() const {
   if (!collective.empty()) return collective;
   if (device != "cpu") return "nccl";
@@ -403,6 +432,7 @@ Status ValidateConfig(const Config& config) {
                     "a power of two in [1, 256]");
   }
   HW_RETURN_IF_ERROR(CheckAtLeast("cache.kv_memory_mb", config.kv_memory_mb, 1));
+  HW_RETURN_IF_ERROR(CheckAtLeast("kv_transfer.timeout_ms", config.kv_transfer_timeout_ms, 1));
   HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_num_seqs", config.max_num_seqs, 1));
   HW_RETURN_IF_ERROR(
       CheckAtLeast("scheduler.max_num_batched_tokens", config.max_num_batched_tokens, 1));

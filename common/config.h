@@ -16,6 +16,9 @@
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512
 //     max_model_len: 2048
+//   kv_transfer:                   # optional: KV block transfer between instances
+//     transports: tcp              # UCX_TLS syntax; "" = UCX's choice
+//     timeout_ms: 5000
 //   pools:
 //     - name: main
 //       role: mixed
@@ -80,6 +83,14 @@ struct Config {
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per worker, MiB
   bool enable_prefix_caching = true;    // reuse full blocks of shared prompt prefixes
+  // kv_transfer: UCX block transfer between instances (comm/kv_transfer.h).
+  // Workers map their pool and publish a KV endpoint at registration when
+  // enabled (the section is present, or a pool has role prefill/decode).
+  bool kv_transfer_enabled = false;
+  std::string kv_transfer_transports;   // UCX_TLS syntax, e.g. "tcp" or "sm,self"; "" = UCX default
+  int kv_transfer_timeout_ms = 5000;    // one TransferPlan; slower fails
+  // The resolved switch: kv_transfer_enabled, or any prefill/decode pool.
+  bool KvTransferEnabled() const;
   // scheduler
   int max_num_seqs = 32;                // running sequences per instance
   int max_num_batched_tokens = 512;     // tokens per step per instance

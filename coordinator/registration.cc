@@ -1,6 +1,7 @@
 #include "coordinator/registration.h"
 
 #include "comm/control_channel.h"
+#include "kernels/kv_cache.h"
 
 namespace headway {
 namespace {
@@ -55,6 +56,39 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
   if (request.vocab_size() != uint32_t(spec.vocab_size) &&
       request.vocab_size() != uint32_t(shard.padded_vocab_size)) {
     return Mismatch("vocab_size", request.vocab_size(), spec.vocab_size);
+  }
+  if (config.KvTransferEnabled()) {
+    if (!request.has_kv_endpoint()) {
+      return Status::InvalidArgument("kv_transfer is enabled but the worker sent no KV endpoint");
+    }
+    const proto::KvEndpoint& e = request.kv_endpoint();
+    if (e.layout_version() != kKvBlockLayoutVersion) {
+      return Mismatch("kv_endpoint.layout_version", e.layout_version(), kKvBlockLayoutVersion);
+    }
+    if (e.dtype() != "f32") {
+      return Status::InvalidArgument("kv_endpoint.dtype is `" + e.dtype() +
+                                     "` but the coordinator expects `f32`");
+    }
+    const uint64_t block_bytes = KvCacheLayout{config.block_size, spec.head_dim}.BlockBytes();
+    if (e.block_bytes() != block_bytes) {
+      return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), block_bytes);
+    }
+    if (e.num_blocks() != request.num_blocks()) {
+      return Mismatch("kv_endpoint.num_blocks", e.num_blocks(), request.num_blocks());
+    }
+    if (e.kv_heads_size() != shard.num_local_kv_heads()) {
+      return Mismatch("kv_endpoint.kv_heads count", uint64_t(e.kv_heads_size()),
+                      uint64_t(shard.num_local_kv_heads()));
+    }
+    for (int h = 0; h < e.kv_heads_size(); ++h) {
+      if (e.kv_heads(h) != uint32_t(shard.kv_head_begin + h)) {
+        return Mismatch(("kv_endpoint.kv_heads[" + std::to_string(h) + "]").c_str(),
+                        e.kv_heads(h), uint64_t(shard.kv_head_begin + h));
+      }
+    }
+    if (e.worker_address().empty() || e.rkey().empty()) {
+      return Status::InvalidArgument("kv_endpoint has no UCX worker address or rkey");
+    }
   }
   if (request.num_blocks() == 0) {
     return Status::InvalidArgument("num_blocks is 0: the worker has no KV pool (raise cache.kv_memory_mb)");

@@ -14,6 +14,11 @@
 
 namespace headway {
 
+// Version of the block byte layout below. KV transfer refuses to pair ranks
+// whose versions differ (their blocks would be misread): bump it whenever the
+// layout of a block changes.
+constexpr uint32_t kKvBlockLayoutVersion = 1;
+
 struct KvCacheLayout {
   int block_size = 16;  // positions per block
   int head_dim = 64;    // values per head vector

@@ -27,6 +27,7 @@
 #include "common/model_spec.h"
 #include "kernels/threads.h"
 #include "worker/kv_pool.h"
+#include "worker/kv_sender.h"
 #include "worker/llama_model.h"
 #include "worker/model_weights.h"
 #include "worker/step_executor.h"
@@ -185,6 +186,14 @@ int main(int argc, char** argv) {
   spdlog::info("worker i{}r{}: {} KV blocks of {} bytes", flags.instance_id, flags.tp_rank,
                (*pool)->num_blocks(), layout.BlockBytes());
 
+  std::unique_ptr<KvSender> kv_sender;
+  if (config->KvTransferEnabled()) {
+    Result<std::unique_ptr<KvSender>> created =
+        KvSender::Create(pool->get(), shard, config->kv_transfer_transports);
+    if (!created.ok()) return Fail("KV transfer", created.status());
+    kv_sender = std::move(*created);
+  }
+
   StepExecutorOptions exec_options;
   exec_options.tp_rank = flags.tp_rank;
   exec_options.max_tokens_per_step = config->max_num_batched_tokens;
@@ -203,6 +212,7 @@ int main(int argc, char** argv) {
   request.set_num_blocks(uint32_t((*pool)->num_blocks()));
   request.set_vocab_size(uint32_t(spec->vocab_size));
   request.set_pid(uint32_t(getpid()));
+  if (kv_sender) *request.mutable_kv_endpoint() = kv_sender->endpoint();
 
   WorkerLoopOptions loop_options;
   loop_options.heartbeat_interval_ms = config->heartbeat_interval_ms;
@@ -210,6 +220,7 @@ int main(int argc, char** argv) {
   loop_options.stop = &g_stop;
   loop_options.num_threads = threads;
   loop_options.on_shutdown = [] { g_stop.store(true); };
+  loop_options.kv_sender = kv_sender.get();
   if (Status s = Register(**client, request, loop_options); !s.ok()) {
     if (g_stop.load()) {
       spdlog::info("worker i{}r{}: stopped by signal before registering", flags.instance_id,

@@ -163,6 +163,21 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
         } else {
           compute.Start(std::move(*in->mutable_step_plan()));
         }
+      } else if (in->has_transfer_plan()) {
+        proto::Envelope out;
+        if (options.kv_sender != nullptr) {
+          *out.mutable_transfer_result() =
+              options.kv_sender->Execute(in->transfer_plan(), executor.tp_rank());
+        } else {
+          out.mutable_transfer_result()->set_transfer_id(in->transfer_plan().transfer_id());
+          out.mutable_transfer_result()->set_tp_rank(uint32_t(executor.tp_rank()));
+          out.mutable_transfer_result()->set_error("KV transfer is not enabled on this worker");
+        }
+        if (!out.transfer_result().error().empty()) {
+          spdlog::error("{}", out.transfer_result().error());
+        }
+        HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending TransferResult"));
+        last_sent = Clock::now();
       } else if (in->has_shutdown()) {
         spdlog::info("coordinator asked to shut down: {}", in->shutdown().reason());
         if (options.on_shutdown) options.on_shutdown();

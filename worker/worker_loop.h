@@ -8,6 +8,7 @@
 #include "comm/control_channel.h"
 #include "common/status.h"
 #include "proto/control.pb.h"
+#include "worker/kv_sender.h"
 #include "worker/step_executor.h"
 
 namespace headway {
@@ -24,6 +25,10 @@ struct WorkerLoopOptions {
   // running step to end (which a stalled TP peer can delay until the
   // collective timeout); may be empty.
   std::function<void()> on_shutdown;
+  // Executes TransferPlans (kv_transfer enabled); nullptr = answer them with
+  // an error. Transfers run on the control thread, between heartbeats: a
+  // plan's timeout_ms must stay below the coordinator's heartbeat timeout.
+  KvSender* kv_sender = nullptr;
 };
 
 // Sends `request` and waits for the coordinator's RegisterResponse; other

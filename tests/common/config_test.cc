@@ -142,6 +142,21 @@ TEST(ConfigTest, CollectiveBackendAndItsDefaults) {
               {"pools[0].instances[0].collective_timeout_ms", "0"});
 }
 
+TEST(ConfigTest, KvTransferSection) {
+  Result<Config> plain = ParseConfig(kFull);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->KvTransferEnabled());
+  const std::string yaml =
+      std::string(kMinimal) + "kv_transfer:\n  transports: tcp\n  timeout_ms: 2000\n";
+  Result<Config> config = ParseConfig(yaml);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_TRUE(config->KvTransferEnabled());
+  EXPECT_EQ(config->kv_transfer_transports, "tcp");
+  EXPECT_EQ(config->kv_transfer_timeout_ms, 2000);
+  ExpectError(Edit(yaml, "timeout_ms: 2000", "timeout_ms: 0"), {"kv_transfer.timeout_ms", "0"});
+  ExpectError(Edit(yaml, "transports:", "tls:"), {"kv_transfer", "tls", "transports"});
+}
+
 TEST(ConfigTest, InstancesAreInPoolThenInstanceOrder) {
   Result<Config> config = ParseConfig(R"(
 model: {path: m.gguf}

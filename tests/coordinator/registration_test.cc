@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/kv_cache.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {
@@ -73,6 +74,48 @@ TEST(RegistrationTest, RejectsMismatchesNamingTheField) {
   r = Good(spec, 0, 0, 1);
   r.set_num_blocks(0);
   expect(r, "i0r0", "num_blocks");
+}
+
+// With kv_transfer on, a worker whose block layout could not be read by its
+// transfer peers is refused at registration, not in the middle of a transfer.
+TEST(RegistrationTest, KvEndpointLayoutMustMatch) {
+  ModelSpec spec = testing::FakeLlamaSpec();
+  Config config = TwoInstances();
+  config.kv_transfer_enabled = true;
+  auto with_endpoint = [&](int instance, int rank, int tp) {
+    proto::RegisterRequest r = Good(spec, instance, rank, tp);
+    proto::KvEndpoint* e = r.mutable_kv_endpoint();
+    e->set_worker_address("ucx-address");
+    e->set_rkey("rkey");
+    e->set_block_bytes(KvCacheLayout{16, spec.head_dim}.BlockBytes());
+    e->set_num_blocks(100);
+    e->set_layout_version(kKvBlockLayoutVersion);
+    e->set_dtype("f32");
+    const TpShard shard = ShardForRank(spec, tp, rank);
+    for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) e->add_kv_heads(h);
+    return r;
+  };
+  EXPECT_TRUE(ValidateRegisterRequest(with_endpoint(0, 0, 1), "i0r0", config, spec).ok());
+  EXPECT_TRUE(ValidateRegisterRequest(with_endpoint(1, 2, 3), "i1r2", config, spec).ok());
+  auto expect = [&](const proto::RegisterRequest& r, const std::string& peer,
+                    const std::string& frag) {
+    Status s = ValidateRegisterRequest(r, peer, config, spec);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << frag;
+    EXPECT_NE(s.message().find(frag), std::string::npos) << s.message();
+  };
+  expect(Good(spec, 0, 0, 1), "i0r0", "no KV endpoint");
+  proto::RegisterRequest r = with_endpoint(0, 0, 1);
+  r.mutable_kv_endpoint()->set_layout_version(kKvBlockLayoutVersion + 1);
+  expect(r, "i0r0", "kv_endpoint.layout_version");
+  r = with_endpoint(0, 0, 1);
+  r.mutable_kv_endpoint()->set_block_bytes(4096);
+  expect(r, "i0r0", "kv_endpoint.block_bytes is 4096");
+  r = with_endpoint(0, 0, 1);
+  r.mutable_kv_endpoint()->set_dtype("bf16");
+  expect(r, "i0r0", "kv_endpoint.dtype");
+  r = with_endpoint(1, 1, 3);
+  r.mutable_kv_endpoint()->set_kv_heads(0, 2);
+  expect(r, "i1r1", "kv_endpoint.kv_heads[0]");
 }
 
 }  // namespace
