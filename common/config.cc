@@ -368,6 +368,15 @@ Status ValidateInstance(const InstanceConfig& instance, const std::string& path)
 
 }  // namespace
 
+PoolRole Config::RoleOf(int instance_id) const {
+  for (const PoolConfig& pool : pools) {
+    if (instance_id < int(pool.instances.size())) return pool.role;
+    instance_id -= int(pool.instances.size());
+  }
+  HW_CHECK(false);
+  return PoolRole::kMixed;
+}
+
 bool Config::KvTransferEnabled() const {
   if (kv_transfer_enabled) return true;
   for (const PoolConfig& pool : pools) {

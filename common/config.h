@@ -101,6 +101,9 @@ struct Config {
   // Instances in a fixed order (pool order, then instance order); the index
   // here is the instance id used on the wire.
   std::vector<const InstanceConfig*> Instances() const;
+  // Role of the pool holding instance `instance_id` (Instances() order).
+  // REQUIRES: 0 <= instance_id < Instances().size().
+  PoolRole RoleOf(int instance_id) const;
 };
 
 // Parses YAML text. Unknown keys are errors (a typo must not pass silently).

@@ -29,12 +29,6 @@ Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec) {
 Status CheckSupported(const Config& config) {
   for (size_t p = 0; p < config.pools.size(); ++p) {
     const PoolConfig& pool = config.pools[p];
-    if (pool.role != PoolRole::kMixed) {
-      return Status::Unimplemented("`pools[" + std::to_string(p) + "].role` = " +
-                                   PoolRoleName(pool.role) +
-                                   ": disaggregated prefill/decode serving is not implemented "
-                                   "yet; use role: mixed");
-    }
     for (size_t i = 0; i < pool.instances.size(); ++i) {
       if (pool.instances[i].device != "cpu") {
         return Status::Unimplemented("`pools[" + std::to_string(p) + "].instances[" +

@@ -15,8 +15,7 @@ namespace headway {
 Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec);
 
 // OK if this build can serve the config. Errors: Unimplemented naming the
-// key and value for what is described but not built yet: pools with role
-// `prefill` or `decode` (disaggregated serving) and `device: cuda:N`.
+// key and value for what is described but not built yet: `device: cuda:N`.
 // Refusing them beats serving them as something else.
 Status CheckSupported(const Config& config);
 

@@ -34,6 +34,7 @@ struct Engine::Impl {
     bool registered = false;
     int num_blocks = 0;
     Clock::time_point last_heard;
+    proto::KvEndpoint kv_endpoint;  // where senders write this rank's blocks
   };
   struct InFlight {
     uint64_t step_id = 0;
@@ -45,6 +46,7 @@ struct Engine::Impl {
   struct InstanceState {
     int id = 0;
     int tp_size = 1;
+    PoolRole role = PoolRole::kMixed;
     std::vector<RankState> ranks;
     std::unique_ptr<Scheduler> scheduler;  // non-null while ready
     uint64_t next_step_id = 1;
@@ -84,6 +86,7 @@ struct Engine::Impl {
       InstanceState inst;
       inst.id = int(i);
       inst.tp_size = configs[i]->tp_size;
+      inst.role = config.RoleOf(int(i));
       inst.ranks.resize(inst.tp_size);
       instances.push_back(std::move(inst));
       for (int r = 0; r < configs[i]->tp_size; ++r) peers[PeerName(int(i), r)] = {int(i), r};
@@ -111,6 +114,47 @@ struct Engine::Impl {
   void Dispatch(InstanceState& inst);
   void Complete(InstanceState& inst);
   void OnSampled(InstanceState& inst, Sequence& seq, const proto::SampledToken& sampled);
+
+  // ---- disaggregation: prefill -> KV transfer -> decode ------------------
+  // A request of a deployment with prefill and decode pools first runs as a
+  // prefill job: its prompt's whole blocks (all but the last position's
+  // block) are computed on a prefill instance by an internal sequence. The
+  // job's blocks are then pinned there, the decode instance allocates only
+  // the blocks its prefix cache lacks, the prefill ranks write them over UCX
+  // (TransferPlan), and the received blocks enter the decode instance's
+  // prefix cache. The request then joins the decode instance like any other:
+  // its prefix lookup hits the transferred blocks and it computes only the
+  // rest of its prompt. A failed or late transfer falls back to that
+  // instance computing the whole prompt.
+  struct PdJob {
+    uint64_t request_id = 0;
+    EngineRequest request;          // admitted to the decode instance at the end
+    int prefill = -1;               // instance ids
+    int decode = -1;
+    int64_t full_positions = 0;     // positions moved: whole blocks of the prompt
+    bool transferring = false;
+    bool cancelled = false;         // the client went away meanwhile
+    uint64_t transfer_id = 0;
+    int pending_results = 0;
+    std::string error;
+    uint64_t bytes = 0, blocks = 0;
+    Clock::time_point started, deadline;
+  };
+  static constexpr uint64_t kJobBit = uint64_t(1) << 62;    // the prefill job's sequence
+  static constexpr uint64_t kPinBit = uint64_t(1) << 61;    // its pinned blocks on the prefill side
+  static constexpr uint64_t kRecvBit = uint64_t(1) << 60;   // the receiving blocks on the decode side
+  bool Disaggregated() const;
+  InstanceState* LeastLoaded(PoolRole role);
+  Status AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request);
+  void OnPrefillDone(InstanceState& prefill, uint64_t job_id);
+  void HandleTransferResult(const proto::TransferResult& result);
+  void EndTransfer(uint64_t job_id, bool ok);
+  void JoinDecode(PdJob& job, bool transferred);
+  void DropJob(uint64_t request_id);
+  void CheckTransferDeadlines(Clock::time_point now);
+  std::unordered_map<uint64_t, PdJob> jobs;              // by job sequence id
+  std::unordered_map<uint64_t, uint64_t> transfers;      // transfer id -> job sequence id
+  uint64_t next_transfer_id = 1;
 
   // ---- requests -------------------------------------------------------
   void Admit(uint64_t id, EngineRequest request, std::promise<CompletionOutcome> promise);
@@ -182,6 +226,8 @@ void Engine::Impl::Handle(const Inbound& in) {
   rs.last_heard = Clock::now();
   if (env.has_step_result()) {
     HandleStepResult(inst, rank, env.step_result());
+  } else if (env.has_transfer_result()) {
+    HandleTransferResult(env.transfer_result());
   }
   // Heartbeats only refresh last_heard.
 }
@@ -223,6 +269,7 @@ void Engine::Impl::HandleRegister(const std::string& peer, const proto::Register
   rs.registered = true;
   rs.num_blocks = int(req.num_blocks());
   rs.last_heard = Clock::now();
+  rs.kv_endpoint = req.kv_endpoint();
   Status s = server->Send(peer, reply);
   if (!s.ok()) spdlog::warn("cannot answer `{}`: {}", peer, s.message());
   spdlog::info("worker `{}` registered (pid {}, {} blocks of {} positions)", peer, req.pid(),
@@ -342,7 +389,8 @@ void Engine::Impl::Complete(InstanceState& inst) {
   if (!f.error.empty()) {
     spdlog::error("{}", f.error);
     for (const ScheduledSeq& s : f.batch.seqs) {
-      if (requests.count(s.seq_id)) FinishRequest(inst, s.seq_id, ApiError::Internal(f.error));
+      const uint64_t id = s.seq_id & ~kJobBit;  // a prefill job fails its request
+      if (requests.count(id)) FinishRequest(inst, id, ApiError::Internal(f.error));
     }
     return;
   }
@@ -353,6 +401,10 @@ void Engine::Impl::Complete(InstanceState& inst) {
     if (!s.sample) continue;
     Sequence* seq = inst.scheduler->Find(s.seq_id);
     if (seq == nullptr) continue;  // cancelled while the step ran
+    if (s.seq_id & kJobBit) {      // a prefill job's prompt is computed
+      OnPrefillDone(inst, s.seq_id);
+      continue;
+    }
     auto it = sampled.find(s.seq_id);
     int32_t token_id = it == sampled.end() ? -1 : it->second->token_id();
     if (token_id < 0 || token_id >= tokenizer->vocab_size()) {
@@ -423,37 +475,44 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
     out.error = std::move(e);
     completed.push_back(Completed{std::move(promise), std::move(out), request.stream, ""});
   };
-  // The least loaded ready instance.
-  InstanceState* best = nullptr;
-  size_t best_load = 0;
-  int num_ready = 0;
-  for (InstanceState& inst : instances) {
-    if (!inst.ready()) continue;
-    ++num_ready;
-    size_t load = inst.scheduler->num_waiting() + inst.scheduler->num_running();
-    if (best == nullptr || load < best_load) {
-      best = &inst;
-      best_load = load;
-    }
+  const bool pd = Disaggregated();
+  // Prompts of at least one whole block (besides the last position) go
+  // through a prefill instance; shorter ones have nothing to transfer.
+  const int64_t full = (int64_t(request.prompt_ids.size()) - 1) / config.block_size *
+                       config.block_size;
+  InstanceState* prefill = pd && full > 0 ? LeastLoaded(PoolRole::kPrefill) : nullptr;
+  InstanceState* target =
+      prefill != nullptr ? prefill : LeastLoaded(pd ? PoolRole::kDecode : PoolRole::kMixed);
+  if (target == nullptr) {
+    int num_ready = 0;
+    for (const InstanceState& inst : instances) num_ready += inst.ready();
+    return fail(ApiError::Unavailable(
+        "no instance is ready to serve (" + std::to_string(num_ready) + " of " +
+        std::to_string(instances.size()) + " instances have all their workers registered" +
+        (pd ? ", and both a prefill and a decode instance are needed)" : ")")));
   }
-  if (best == nullptr) {
-    return fail(ApiError::Unavailable("no instance is ready to serve (0 of " +
-                                      std::to_string(instances.size()) +
-                                      " instances have all their workers registered)"));
+  if (prefill != nullptr) {
+    // The job computes the prompt's whole blocks and samples one token that
+    // is dropped; the decode instance samples the first real token.
+    EngineRequest job_request;
+    job_request.prompt_ids.assign(request.prompt_ids.begin(), request.prompt_ids.begin() + full);
+    job_request.max_tokens = 1;
+    job_request.ignore_eos = true;
+    Status added = AddSequence(*prefill, id | kJobBit, job_request);
+    if (!added.ok()) return fail(ApiError::BadRequest(added.message()));
+    PdJob job;
+    job.request_id = id;
+    job.prefill = prefill->id;
+    job.full_positions = full;
+    job.started = Clock::now();
+    job.request = request;
+    jobs.emplace(id | kJobBit, std::move(job));
+  } else {
+    Status added = AddSequence(*target, id, request);
+    if (!added.ok()) return fail(ApiError::BadRequest(added.message()));
   }
-  StopConditions stop;
-  stop.max_tokens = request.max_tokens;
-  stop.max_model_len = config.max_model_len;
-  stop.ignore_eos = request.ignore_eos;
-  stop.eos_id = tokenizer->eos_id();
-  stop.stop_strings = request.stop;
-  stop.stop_token_ids = request.stop_token_ids;
-  auto seq = std::make_unique<Sequence>(id, std::move(request.prompt_ids), request.sampling,
-                                        std::move(stop), Clock::now());
-  Status added = best->scheduler->Add(std::move(seq));
-  if (!added.ok()) return fail(ApiError::BadRequest(added.message()));
   RequestState rs;
-  rs.instance = best->id;
+  rs.instance = target->id;
   rs.deadline = request.deadline;
   rs.promise = std::move(promise);
   rs.decoder = std::make_unique<StreamDecoder>(*tokenizer);
@@ -462,9 +521,235 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   requests.emplace(id, std::move(rs));
 }
 
+Status Engine::Impl::AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request) {
+  StopConditions stop;
+  stop.max_tokens = request.max_tokens;
+  stop.max_model_len = config.max_model_len;
+  stop.ignore_eos = request.ignore_eos;
+  stop.eos_id = tokenizer->eos_id();
+  stop.stop_strings = request.stop;
+  stop.stop_token_ids = request.stop_token_ids;
+  auto seq = std::make_unique<Sequence>(id, request.prompt_ids, request.sampling,
+                                        std::move(stop), Clock::now());
+  return inst.scheduler->Add(std::move(seq));
+}
+
+// ======================================================================
+// disaggregation
+
+bool Engine::Impl::Disaggregated() const {
+  return std::any_of(instances.begin(), instances.end(),
+                     [](const InstanceState& i) { return i.role == PoolRole::kPrefill; });
+}
+
+Engine::Impl::InstanceState* Engine::Impl::LeastLoaded(PoolRole role) {
+  InstanceState* best = nullptr;
+  size_t best_load = 0;
+  for (InstanceState& inst : instances) {
+    if (!inst.ready() || inst.role != role) continue;
+    size_t load = inst.scheduler->num_waiting() + inst.scheduler->num_running();
+    if (best == nullptr || load < best_load) {
+      best = &inst;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// The first rank of an instance of `tp_size` that holds global KV head
+// `kv_head` (DESIGN.md TP sharding rule).
+int OwnerRank(const ModelSpec& spec, int tp_size, int kv_head) {
+  if (spec.num_kv_heads >= tp_size) return kv_head / (spec.num_kv_heads / tp_size);
+  return kv_head * (tp_size / spec.num_kv_heads);
+}
+
+}  // namespace
+
+void Engine::Impl::OnPrefillDone(InstanceState& prefill, uint64_t job_id) {
+  // The job's blocks stay cached (prefix caching) once its sequence ends;
+  // a sequence of our own pins them for the transfer.
+  prefill.scheduler->Remove(job_id);
+  auto it = jobs.find(job_id);
+  if (it == jobs.end()) return;
+  PdJob& job = it->second;
+  const TokenIds prompt{job.request.prompt_ids, {}};
+  const int64_t full = job.full_positions;
+  KvCacheManager& pkv = prefill.scheduler->mutable_kv();
+  PrefixMatch pinned = pkv.MatchPrefix(prompt, full);
+  // The decode instance that already holds the longest prefix, then the
+  // least loaded.
+  InstanceState* decode = nullptr;
+  int64_t best_hit = -1;
+  size_t best_load = 0;
+  for (InstanceState& inst : instances) {
+    if (!inst.ready() || inst.role != PoolRole::kDecode) continue;
+    const int64_t hit = inst.scheduler->kv().MatchPrefix(prompt, full).num_positions;
+    const size_t load = inst.scheduler->num_waiting() + inst.scheduler->num_running();
+    if (decode == nullptr || hit > best_hit || (hit == best_hit && load < best_load)) {
+      decode = &inst;
+      best_hit = hit;
+      best_load = load;
+    }
+  }
+  if (decode == nullptr) {
+    const uint64_t request_id = job.request_id;
+    jobs.erase(it);
+    FinishRequest(prefill, request_id, ApiError::Unavailable("no decode instance is ready"));
+    return;
+  }
+  job.decode = decode->id;
+  KvCacheManager& dkv = decode->scheduler->mutable_kv();
+  PrefixMatch have = dkv.MatchPrefix(prompt, full);
+  if (pinned.num_positions < full || !pkv.CanStart(pinned, full) || !dkv.CanStart(have, full)) {
+    // Not cached (prefix caching off) or no room: the decode side computes it.
+    job.error = "the prefill blocks are not cached or the decode instance has no room";
+    JoinDecode(job, false);
+    jobs.erase(job_id);
+    return;
+  }
+  const std::vector<std::vector<SlotBlockDelta>> src = pkv.Start(job.request_id | kPinBit, pinned, full);
+  const std::vector<std::vector<SlotBlockDelta>> dst = dkv.Start(job.request_id | kRecvBit, have, full);
+  const size_t first_new = have.entries.size();
+  // One plan per prefill rank; one target per decode rank it feeds. Each KV
+  // head comes from the first prefill rank that holds it and goes to every
+  // decode rank that holds it.
+  std::map<int, proto::TransferPlan> plans;
+  std::map<std::pair<int, int>, proto::TransferTarget*> targets;
+  const int p_kv = ShardForRank(spec, prefill.tp_size, 0).num_local_kv_heads();
+  for (int rd = 0; rd < decode->tp_size; ++rd) {
+    const TpShard d_shard = ShardForRank(spec, decode->tp_size, rd);
+    const int d_kv = d_shard.num_local_kv_heads();
+    for (const SlotBlockDelta& d : dst[size_t(rd)]) {
+      const int layer = d.slot / d_kv;
+      const int head = d_shard.kv_head_begin + d.slot % d_kv;
+      const int rp = OwnerRank(spec, prefill.tp_size, head);
+      const TpShard p_shard = ShardForRank(spec, prefill.tp_size, rp);
+      const int p_slot = layer * p_kv + (head - p_shard.kv_head_begin);
+      const SlotBlockDelta* from = nullptr;
+      for (const SlotBlockDelta& c : src[size_t(rp)]) {
+        if (c.slot == p_slot) from = &c;
+      }
+      HW_CHECK(from != nullptr && from->first_logical == 0 && d.first_logical == 0);
+      for (size_t i = first_new; i < d.appended.size(); ++i) {
+        proto::TransferTarget*& t = targets[{rp, rd}];
+        if (t == nullptr) {
+          t = plans[rp].add_targets();
+          *t->mutable_endpoint() = decode->ranks[size_t(rd)].kv_endpoint;
+        }
+        t->add_src_blocks(uint32_t(from->appended[i]));
+        t->add_dst_blocks(uint32_t(d.appended[i]));
+        ++job.blocks;
+      }
+    }
+  }
+  job.transferring = true;
+  job.transfer_id = next_transfer_id++;
+  job.started = Clock::now();
+  job.deadline = job.started + std::chrono::milliseconds(config.kv_transfer_timeout_ms + 2000);
+  transfers[job.transfer_id] = job_id;
+  if (plans.empty()) {  // the decode instance had every block
+    EndTransfer(job_id, true);
+    return;
+  }
+  job.pending_results = int(plans.size());
+  for (auto& [rank, plan] : plans) {
+    plan.set_transfer_id(job.transfer_id);
+    plan.set_timeout_ms(uint32_t(config.kv_transfer_timeout_ms));
+    proto::Envelope env;
+    *env.mutable_transfer_plan() = std::move(plan);
+    Send(prefill, rank, env);
+  }
+}
+
+void Engine::Impl::HandleTransferResult(const proto::TransferResult& result) {
+  auto t = transfers.find(result.transfer_id());
+  if (t == transfers.end()) return;  // ended already (deadline)
+  auto it = jobs.find(t->second);
+  if (it == jobs.end()) return;
+  PdJob& job = it->second;
+  if (!result.error().empty() && job.error.empty()) job.error = result.error();
+  job.bytes += result.bytes();
+  if (--job.pending_results == 0) EndTransfer(t->second, job.error.empty());
+}
+
+void Engine::Impl::EndTransfer(uint64_t job_id, bool ok) {
+  auto it = jobs.find(job_id);
+  if (it == jobs.end()) return;
+  PdJob& job = it->second;
+  transfers.erase(job.transfer_id);
+  const TokenIds prompt{job.request.prompt_ids, {}};
+  InstanceState& prefill = instances[size_t(job.prefill)];
+  InstanceState& decode = instances[size_t(job.decode)];
+  if (decode.ready()) {
+    KvCacheManager& dkv = decode.scheduler->mutable_kv();
+    if (ok) dkv.CacheComputedBlocks(job.request_id | kRecvBit, prompt, job.full_positions);
+    dkv.Release(job.request_id | kRecvBit);
+  }
+  if (prefill.ready()) prefill.scheduler->mutable_kv().Release(job.request_id | kPinBit);
+  if (ok) {
+    metrics->OnKvTransfer(job.bytes, job.blocks, Seconds(Clock::now() - job.started));
+  } else {
+    spdlog::warn("KV transfer {} for request {} failed ({}); the decode instance prefills it",
+                 job.transfer_id, job.request_id, job.error);
+  }
+  if (!job.cancelled) JoinDecode(job, ok);
+  jobs.erase(it);
+}
+
+void Engine::Impl::JoinDecode(PdJob& job, bool transferred) {
+  if (!transferred) metrics->OnKvTransferFallback();
+  InstanceState* decode = job.decode >= 0 && instances[size_t(job.decode)].ready()
+                              ? &instances[size_t(job.decode)]
+                              : LeastLoaded(PoolRole::kDecode);
+  auto rs = requests.find(job.request_id);
+  if (rs == requests.end()) return;
+  if (decode == nullptr) {
+    FinishRequest(instances[size_t(rs->second.instance)], job.request_id,
+                  ApiError::Unavailable("no decode instance is ready"));
+    return;
+  }
+  Status added = AddSequence(*decode, job.request_id, job.request);
+  if (!added.ok()) {
+    FinishRequest(*decode, job.request_id, ApiError::BadRequest(added.message()));
+    return;
+  }
+  rs->second.instance = decode->id;
+}
+
+void Engine::Impl::DropJob(uint64_t request_id) {
+  auto it = jobs.find(request_id | kJobBit);
+  if (it == jobs.end()) return;
+  if (it->second.transferring) {
+    it->second.cancelled = true;  // the pins go when the transfer ends
+    return;
+  }
+  InstanceState& prefill = instances[size_t(it->second.prefill)];
+  if (prefill.ready()) prefill.scheduler->Remove(request_id | kJobBit);
+  jobs.erase(it);
+}
+
+void Engine::Impl::CheckTransferDeadlines(Clock::time_point now) {
+  std::vector<uint64_t> late;
+  for (const auto& [job_id, job] : jobs) {
+    const bool side_down = !instances[size_t(job.prefill)].ready() ||
+                           (job.decode >= 0 && !instances[size_t(job.decode)].ready());
+    if (job.transferring && (now >= job.deadline || side_down)) late.push_back(job_id);
+  }
+  for (uint64_t job_id : late) {
+    PdJob& job = jobs.at(job_id);
+    if (job.error.empty()) {
+      job.error = now >= job.deadline ? "timed out" : "an instance of the transfer went down";
+    }
+    EndTransfer(job_id, false);
+  }
+}
+
 void Engine::Impl::FinishRequest(InstanceState& inst, uint64_t id, std::optional<ApiError> error) {
   auto it = requests.find(id);
   if (it == requests.end()) return;
+  DropJob(id);
   std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
   RequestState& rs = it->second;
   CompletionOutcome out;
@@ -735,6 +1020,7 @@ void Engine::Run() {
     Clock::time_point now = Clock::now();
     impl.CheckDeadlines(now);
     impl.CheckLiveness(now);
+    impl.CheckTransferDeadlines(now);
 
     // Schedule and dispatch every idle instance.
     for (Impl::InstanceState& inst : impl.instances) impl.Dispatch(inst);

@@ -108,6 +108,9 @@ class Scheduler {
   const PrefixCacheStats& prefix_cache_stats() const { return prefix_stats_; }
 
   const KvCacheManager& kv() const { return *kv_; }
+  // For KV transfer, which pins and fills blocks through sequences of its
+  // own (ids the scheduler never sees) between steps.
+  KvCacheManager& mutable_kv() { return *kv_; }
 
  private:
   // Releases `seq`'s blocks and puts it back at the head of the queue.

@@ -150,6 +150,27 @@ Status ServingMetrics::Register() {
   }
   HW_ASSIGN_OR_RETURN(rejected_unknown_instance_,
                       rejected->WithLabels({model_name_, kUnknownInstance}));
+
+  const std::vector<std::string> model_only = {"model_name"};
+  HW_ASSIGN_OR_RETURN(CounterFamily * kv_bytes,
+                      r.AddCounter("headway:kv_transfer_bytes_total",
+                                   "KV bytes moved from prefill to decode instances.", model_only));
+  HW_ASSIGN_OR_RETURN(CounterFamily * kv_blocks,
+                      r.AddCounter("headway:kv_transfer_blocks_total",
+                                   "KV blocks moved from prefill to decode instances.", model_only));
+  HW_ASSIGN_OR_RETURN(CounterFamily * kv_fallbacks,
+                      r.AddCounter("headway:kv_transfer_fallbacks_total",
+                                   "Requests prefilled by their decode instance after a KV "
+                                   "transfer failed or could not start.",
+                                   model_only));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * kv_seconds,
+                      r.AddHistogram("headway:kv_transfer_seconds",
+                                     "Seconds from a KV transfer plan to its last result.",
+                                     model_only, InterTokenLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(kv_transfer_bytes_, kv_bytes->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(kv_transfer_blocks_, kv_blocks->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_, kv_fallbacks->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(kv_transfer_seconds_, kv_seconds->WithLabels({model_name_}));
   return Status::Ok();
 }
 
@@ -214,6 +235,14 @@ void ServingMetrics::OnPreemption(int instance_id, int64_t num_sequences) {
   if (num_sequences < 0) return Reject(instance_id);
   (void)s->preemptions->Increment(static_cast<double>(num_sequences));
 }
+
+void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds) {
+  (void)kv_transfer_bytes_->Increment(static_cast<double>(bytes));
+  (void)kv_transfer_blocks_->Increment(static_cast<double>(blocks));
+  (void)kv_transfer_seconds_->Observe(seconds);
+}
+
+void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
 
 void ServingMetrics::OnPrefixCacheQuery(int instance_id, int64_t queried_tokens,
                                         int64_t hit_tokens) {

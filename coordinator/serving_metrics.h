@@ -93,6 +93,15 @@ class ServingMetrics {
   // <= queried_tokens. Call once per lookup that decides a prefill.
   void OnPrefixCacheQuery(int instance_id, int64_t queried_tokens, int64_t hit_tokens);
 
+  // A KV transfer between instances finished: `bytes` and `blocks` moved in
+  // `seconds` (plan sent to last result). Deployment-wide series:
+  // headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total,
+  // headway:kv_transfer_seconds (histogram).
+  void OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds);
+  // A request was prefilled by its decode instance after its transfer could
+  // not be done (headway:kv_transfer_fallbacks_total).
+  void OnKvTransferFallback();
+
   // The instance's scheduler now runs `num_running` sequences and holds
   // `num_waiting` in its queue. Call after each schedule.
   void SetQueueState(int instance_id, int64_t num_running, int64_t num_waiting);
@@ -146,6 +155,10 @@ class ServingMetrics {
   MetricRegistry registry_;
   std::vector<InstanceSeries> instances_;  // [num_instances]
   Counter* rejected_unknown_instance_ = nullptr;
+  Counter* kv_transfer_bytes_ = nullptr;
+  Counter* kv_transfer_blocks_ = nullptr;
+  Counter* kv_transfer_fallbacks_ = nullptr;
+  Histogram* kv_transfer_seconds_ = nullptr;
 
   std::mutex kv_mu_;
   std::vector<std::vector<double>> rank_usage_;  // guarded by kv_mu_; [instance][tp_rank] 0..1

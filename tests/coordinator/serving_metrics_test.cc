@@ -69,6 +69,10 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:num_preemptions_total", "counter"},
       {"headway:request_success_total", "counter"},
       {"headway:metrics_rejected_observations_total", "counter"},
+      {"headway:kv_transfer_bytes_total", "counter"},
+      {"headway:kv_transfer_blocks_total", "counter"},
+      {"headway:kv_transfer_fallbacks_total", "counter"},
+      {"headway:kv_transfer_seconds", "histogram"},
   };
   ASSERT_EQ(e.families.size(), expected.size());
   for (const auto& [name, type] : expected) {
@@ -78,8 +82,11 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
     EXPECT_FALSE(f->samples.empty()) << name;
     for (const testing::PromSample& s : f->samples) {
       EXPECT_EQ(s.labels.at("model_name"), kModel);
-      const std::string& inst = s.labels.at("instance");
-      EXPECT_TRUE(inst == "0" || inst == "1" || inst == "unknown") << inst;
+      // KV transfer series are deployment-wide: no instance label.
+      if (name.rfind("headway:kv_transfer", 0) != 0) {
+        const std::string& inst = s.labels.at("instance");
+        EXPECT_TRUE(inst == "0" || inst == "1" || inst == "unknown") << inst;
+      }
       EXPECT_EQ(s.value, 0.0) << s.name;
     }
   }

@@ -33,14 +33,21 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  max_num_seqs: " << o.max_num_seqs << "\n"
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"
     << "  max_model_len: " << o.max_model_len << "\n"
-    << "pools:\n"
-    << "  - name: main\n"
-    << "    role: mixed\n"
-    << "    instances:\n"
-    << "      - tp_size: " << o.tp_size << "\n"
-    << "        device: cpu\n";
-  if (o.num_threads > 0) y << "        num_threads: " << o.num_threads << "\n";
-  if (!o.collective.empty()) y << "        collective: " << o.collective << "\n";
+    << "pools:\n";
+  if (o.pd_decode_tp_size > 0) {
+    y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1}]}\n"
+      << "  - {name: decode, role: decode, instances: [{tp_size: " << o.pd_decode_tp_size
+      << ", num_threads: 1}]}\n"
+      << "kv_transfer: {transports: tcp, timeout_ms: 5000}\n";
+  } else {
+    y << "  - name: main\n"
+      << "    role: mixed\n"
+      << "    instances:\n"
+      << "      - tp_size: " << o.tp_size << "\n"
+      << "        device: cpu\n";
+    if (o.num_threads > 0) y << "        num_threads: " << o.num_threads << "\n";
+    if (!o.collective.empty()) y << "        collective: " << o.collective << "\n";
+  }
   y << o.extra_yaml;
   return y.str();
 }

@@ -22,6 +22,10 @@ struct DeploymentOptions {
   int tp_size = 1;
   int num_threads = 0;                // per worker; 0 = the config default
   std::string collective;             // "" = the config default (gloo on cpu)
+  // > 0: disaggregated: a prefill pool (one TP 1 instance) and a decode pool
+  // (one instance of this TP size), with kv_transfer over UCX TCP; the
+  // instance options above are ignored.
+  int pd_decode_tp_size = 0;
   std::string extra_yaml;             // appended verbatim at top level
 };
 

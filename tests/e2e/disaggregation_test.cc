@@ -1,0 +1,132 @@
+// Disaggregated prefill and decode with SmolLM2: prompts computed on a
+// prefill instance (TP 1), their KV blocks moved over UCX TCP to a decode
+// instance (TP 1, or TP 3 with one KV head per rank) whose prefix cache keeps
+// them. Greedy outputs must equal a colocated deployment's, token for token:
+// the decode instance reads bits the same kernels wrote, so nothing may
+// differ.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include "tests/support/deployment.h"
+#include "tests/support/prometheus_parser.h"
+#include "tests/support/test_env.h"
+
+namespace headway::testing {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxTokens = 24;
+
+// Prompts as text, plus two as token ids of exact lengths: shorter than one
+// block (nothing to transfer) and exactly two blocks (the last block is
+// computed by the decode side: it holds the position whose logits it needs).
+std::vector<json> Prompts() {
+  std::vector<json> prompts;
+  for (const std::string& p : SmolLm2TestPrompts()) prompts.push_back(p);
+  prompts.push_back(json::array({504, 2365, 6354}));
+  json exact = json::array();
+  for (int i = 0; i < 32; ++i) exact.push_back(100 + (i * 37) % 4000);
+  prompts.push_back(exact);
+  return prompts;
+}
+
+std::string Complete(const Deployment& d, const json& prompt) {
+  HttpReply r = d.PostJson("/v1/completions", {{"model", "smollm2"},
+                                               {"prompt", prompt},
+                                               {"max_tokens", kMaxTokens},
+                                               {"temperature", 0}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? r.json["choices"][0]["text"].get<std::string>() : "";
+}
+
+// Each prompt alone, then all of them four times over, concurrently.
+std::vector<std::string> RunAll(const Deployment& d) {
+  std::vector<std::string> out;
+  const std::vector<json> prompts = Prompts();
+  for (const json& p : prompts) out.push_back(Complete(d, p));
+  std::vector<std::future<std::string>> futures;
+  for (int round = 0; round < 4; ++round) {
+    for (const json& p : prompts) {
+      futures.push_back(std::async(std::launch::async, [&d, p] { return Complete(d, p); }));
+    }
+  }
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+double Metric(const Deployment& d, const std::string& name) {
+  Result<PromExposition> metrics = ParsePrometheusText(d.Get("/metrics").body);
+  if (!metrics.ok()) return -1;
+  std::vector<const PromSample*> samples = metrics->Samples(name);
+  return samples.empty() ? -1 : samples[0]->value;
+}
+
+std::unique_ptr<Deployment> Start(int pd_decode_tp) {
+  DeploymentOptions options;
+  options.model_path = SmolLm2Path();
+  options.pd_decode_tp_size = pd_decode_tp;
+  std::string error;
+  std::unique_ptr<Deployment> d = Deployment::Start(options, &error);
+  EXPECT_NE(d, nullptr) << error;
+  return d;
+}
+
+TEST(DisaggregationTest, OutputsEqualColocatedAtDecodeTp1AndTp3) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  std::vector<std::string> colocated;
+  {
+    std::unique_ptr<Deployment> local = Start(0);
+    ASSERT_NE(local, nullptr);
+    colocated = RunAll(*local);
+  }
+  for (int decode_tp : {1, 3}) {
+    std::unique_ptr<Deployment> pd = Start(decode_tp);
+    ASSERT_NE(pd, nullptr);
+    const long free_at_start = pd->FreeBlocks();
+    const std::vector<std::string> out = RunAll(*pd);
+    ASSERT_EQ(out.size(), colocated.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(out[i], colocated[i]) << "decode TP " << decode_tp << ", request " << i;
+    }
+    EXPECT_GT(Metric(*pd, "headway:kv_transfer_blocks_total"), 0) << "decode TP " << decode_tp;
+    EXPECT_EQ(Metric(*pd, "headway:kv_transfer_fallbacks_total"), 0) << "decode TP " << decode_tp;
+    // Every block is back (prefix-cached blocks nobody holds count as free).
+    EXPECT_EQ(pd->FreeBlocks(), free_at_start) << "decode TP " << decode_tp;
+  }
+}
+
+// Three turns of one conversation: each turn's prompt extends the last, so
+// the decode instance's prefix cache already holds every whole block of the
+// previous prompt (moved to it, or computed by it after the move) and only
+// the new whole blocks move: 90 blocks per 16 positions (30 layers x 3 KV
+// heads).
+TEST(DisaggregationTest, LaterTurnsMoveOnlyTheirNewBlocks) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  std::unique_ptr<Deployment> pd = Start(1);
+  ASSERT_NE(pd, nullptr);
+  json prompt = json::array();
+  double moved = 0;
+  const int kBlocksPerPosition16 = 30 * 3;
+  int decode_has = 0;  // whole blocks of the last prompt, cached on the decode side
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int i = 0; i < 40; ++i) prompt.push_back(200 + (turn * 40 + i) * 13 % 3000);
+    HttpReply r = pd->PostJson("/v1/completions", {{"model", "smollm2"},
+                                                   {"prompt", prompt},
+                                                   {"max_tokens", 4},
+                                                   {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const int full = (int(prompt.size()) - 1) / 16 * 16;
+    const double now = Metric(*pd, "headway:kv_transfer_blocks_total");
+    EXPECT_EQ(now - moved, (full / 16 - decode_has) * kBlocksPerPosition16)
+        << "turn " << turn << " (" << prompt.size() << " prompt tokens)";
+    moved = now;
+    decode_has = int(prompt.size()) / 16;
+  }
+}
+
+}  // namespace
+}  // namespace headway::testing
