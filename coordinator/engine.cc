@@ -70,6 +70,7 @@ struct Engine::Impl {
     size_t num_streamed = 0;                // bytes of `text` pushed to stream
     bool scheduled = false;                 // queue time recorded
     Clock::time_point last_token_time;      // for inter-token latency
+    std::optional<Clock::time_point> joined_decode;  // disaggregated: when it reached its decode instance
   };
   // An ended request, answered after the health snapshot is published.
   struct Completed {
@@ -138,14 +139,18 @@ struct Engine::Impl {
     int pending_results = 0;
     std::string error;
     uint64_t bytes = 0, blocks = 0;
-    Clock::time_point started, deadline;
+    Clock::time_point arrival;           // the client's request
+    Clock::time_point started, deadline;  // of the transfer
   };
   static constexpr uint64_t kJobBit = uint64_t(1) << 62;    // the prefill job's sequence
   static constexpr uint64_t kPinBit = uint64_t(1) << 61;    // its pinned blocks on the prefill side
   static constexpr uint64_t kRecvBit = uint64_t(1) << 60;   // the receiving blocks on the decode side
   bool Disaggregated() const;
   InstanceState* LeastLoaded(PoolRole role);
-  Status AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request);
+  // Adds request `id`'s sequence to `inst`'s scheduler; `arrival` starts its
+  // TTFT and queue-time clocks. Error: the scheduler's refusal.
+  Status AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request,
+                     Clock::time_point arrival);
   void OnPrefillDone(InstanceState& prefill, uint64_t job_id);
   void HandleTransferResult(const proto::TransferResult& result);
   void EndTransfer(uint64_t job_id, bool ok);
@@ -428,6 +433,7 @@ void Engine::Impl::OnSampled(InstanceState& inst, Sequence& seq, const proto::Sa
   seq.AppendToken(token_id, now);
   if (seq.num_output_tokens() == 1) {
     metrics->OnFirstToken(inst.id, Seconds(now - seq.arrival_time()));
+    if (rs.joined_decode) metrics->OnPdFirstDecode(Seconds(now - *rs.joined_decode));
   } else {
     metrics->OnToken(inst.id, Seconds(now - rs.last_token_time));
   }
@@ -498,17 +504,18 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
     job_request.prompt_ids.assign(request.prompt_ids.begin(), request.prompt_ids.begin() + full);
     job_request.max_tokens = 1;
     job_request.ignore_eos = true;
-    Status added = AddSequence(*prefill, id | kJobBit, job_request);
+    const Clock::time_point arrival = Clock::now();
+    Status added = AddSequence(*prefill, id | kJobBit, job_request, arrival);
     if (!added.ok()) return fail(ApiError::BadRequest(added.message()));
     PdJob job;
     job.request_id = id;
     job.prefill = prefill->id;
     job.full_positions = full;
-    job.started = Clock::now();
+    job.arrival = arrival;
     job.request = request;
     jobs.emplace(id | kJobBit, std::move(job));
   } else {
-    Status added = AddSequence(*target, id, request);
+    Status added = AddSequence(*target, id, request, Clock::now());
     if (!added.ok()) return fail(ApiError::BadRequest(added.message()));
   }
   RequestState rs;
@@ -521,7 +528,8 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   requests.emplace(id, std::move(rs));
 }
 
-Status Engine::Impl::AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request) {
+Status Engine::Impl::AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request,
+                                 Clock::time_point arrival) {
   StopConditions stop;
   stop.max_tokens = request.max_tokens;
   stop.max_model_len = config.max_model_len;
@@ -530,7 +538,7 @@ Status Engine::Impl::AddSequence(InstanceState& inst, uint64_t id, const EngineR
   stop.stop_strings = request.stop;
   stop.stop_token_ids = request.stop_token_ids;
   auto seq = std::make_unique<Sequence>(id, request.prompt_ids, request.sampling,
-                                        std::move(stop), Clock::now());
+                                        std::move(stop), arrival);
   return inst.scheduler->Add(std::move(seq));
 }
 
@@ -574,6 +582,7 @@ void Engine::Impl::OnPrefillDone(InstanceState& prefill, uint64_t job_id) {
   auto it = jobs.find(job_id);
   if (it == jobs.end()) return;
   PdJob& job = it->second;
+  metrics->OnPdPrefill(Seconds(Clock::now() - job.arrival));
   const TokenIds prompt{job.request.prompt_ids, {}};
   const int64_t full = job.full_positions;
   KvCacheManager& pkv = prefill.scheduler->mutable_kv();
@@ -710,12 +719,14 @@ void Engine::Impl::JoinDecode(PdJob& job, bool transferred) {
                   ApiError::Unavailable("no decode instance is ready"));
     return;
   }
-  Status added = AddSequence(*decode, job.request_id, job.request);
+  // TTFT counts from the client's arrival, prefill and transfer included.
+  Status added = AddSequence(*decode, job.request_id, job.request, job.arrival);
   if (!added.ok()) {
     FinishRequest(*decode, job.request_id, ApiError::BadRequest(added.message()));
     return;
   }
   rs->second.instance = decode->id;
+  rs->second.joined_decode = Clock::now();
 }
 
 void Engine::Impl::DropJob(uint64_t request_id) {

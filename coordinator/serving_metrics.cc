@@ -171,6 +171,18 @@ Status ServingMetrics::Register() {
   HW_ASSIGN_OR_RETURN(kv_transfer_blocks_, kv_blocks->WithLabels({model_name_}));
   HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_, kv_fallbacks->WithLabels({model_name_}));
   HW_ASSIGN_OR_RETURN(kv_transfer_seconds_, kv_seconds->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * pd_prefill,
+                      r.AddHistogram("headway:pd_prefill_seconds",
+                                     "Seconds from a disaggregated request's arrival to the end of "
+                                     "its prefill on the prefill instance.",
+                                     model_only, TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * pd_first_decode,
+                      r.AddHistogram("headway:pd_first_decode_seconds",
+                                     "Seconds from a disaggregated request joining its decode "
+                                     "instance to its first token.",
+                                     model_only, TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(pd_prefill_seconds_, pd_prefill->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(pd_first_decode_seconds_, pd_first_decode->WithLabels({model_name_}));
   return Status::Ok();
 }
 
@@ -243,6 +255,12 @@ void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double second
 }
 
 void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
+
+void ServingMetrics::OnPdPrefill(double seconds) { (void)pd_prefill_seconds_->Observe(seconds); }
+
+void ServingMetrics::OnPdFirstDecode(double seconds) {
+  (void)pd_first_decode_seconds_->Observe(seconds);
+}
 
 void ServingMetrics::OnPrefixCacheQuery(int instance_id, int64_t queried_tokens,
                                         int64_t hit_tokens) {

@@ -101,6 +101,12 @@ class ServingMetrics {
   // A request was prefilled by its decode instance after its transfer could
   // not be done (headway:kv_transfer_fallbacks_total).
   void OnKvTransferFallback();
+  // TTFT of a disaggregated request, split: arrival to the end of its
+  // prefill on the prefill instance (headway:pd_prefill_seconds), then the
+  // KV transfer (headway:kv_transfer_seconds), then joining the decode
+  // instance to the first token (headway:pd_first_decode_seconds).
+  void OnPdPrefill(double seconds);
+  void OnPdFirstDecode(double seconds);
 
   // The instance's scheduler now runs `num_running` sequences and holds
   // `num_waiting` in its queue. Call after each schedule.
@@ -159,6 +165,8 @@ class ServingMetrics {
   Counter* kv_transfer_blocks_ = nullptr;
   Counter* kv_transfer_fallbacks_ = nullptr;
   Histogram* kv_transfer_seconds_ = nullptr;
+  Histogram* pd_prefill_seconds_ = nullptr;
+  Histogram* pd_first_decode_seconds_ = nullptr;
 
   std::mutex kv_mu_;
   std::vector<std::vector<double>> rank_usage_;  // guarded by kv_mu_; [instance][tp_rank] 0..1

@@ -73,6 +73,8 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:kv_transfer_blocks_total", "counter"},
       {"headway:kv_transfer_fallbacks_total", "counter"},
       {"headway:kv_transfer_seconds", "histogram"},
+      {"headway:pd_prefill_seconds", "histogram"},
+      {"headway:pd_first_decode_seconds", "histogram"},
   };
   ASSERT_EQ(e.families.size(), expected.size());
   for (const auto& [name, type] : expected) {
@@ -83,7 +85,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
     for (const testing::PromSample& s : f->samples) {
       EXPECT_EQ(s.labels.at("model_name"), kModel);
       // KV transfer series are deployment-wide: no instance label.
-      if (name.rfind("headway:kv_transfer", 0) != 0) {
+      if (name.rfind("headway:kv_transfer", 0) != 0 && name.rfind("headway:pd_", 0) != 0) {
         const std::string& inst = s.labels.at("instance");
         EXPECT_TRUE(inst == "0" || inst == "1" || inst == "unknown") << inst;
       }
