@@ -39,6 +39,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
 
 namespace headway {
@@ -54,50 +55,6 @@ struct BenchOptions {
   int timeout_ms = 60000;
 };
 
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool ReadAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// Pipe layout: u32 len, worker_address; u32 len, rkey; u64 base_address;
-// u64 block_bytes; u32 num_blocks (host byte order: both ends on this host).
-bool SendInfo(int fd, const KvPeerInfo& info) {
-  for (const std::string* s : {&info.worker_address, &info.rkey}) {
-    uint32_t n = static_cast<uint32_t>(s->size());
-    if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, s->data(), n)) return false;
-  }
-  return WriteAll(fd, &info.base_address, 8) && WriteAll(fd, &info.block_bytes, 8) &&
-         WriteAll(fd, &info.num_blocks, 4);
-}
-
-bool ReceiveInfo(int fd, KvPeerInfo* info) {
-  for (std::string* s : {&info->worker_address, &info->rkey}) {
-    uint32_t n = 0;
-    if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
-    s->resize(n);
-    if (!ReadAll(fd, s->data(), n)) return false;
-  }
-  return ReadAll(fd, &info->base_address, 8) && ReadAll(fd, &info->block_bytes, 8) &&
-         ReadAll(fd, &info->num_blocks, 4);
-}
-
 uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>(i * 7 + i / 4099); }
 
 // Receiver child: publishes, waits for the parent's "done", then answers
@@ -112,7 +69,7 @@ uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>(i * 7 + i / 4099);
     std::cerr << "receiver: " << agent.status().ToString() << "\n";
     _exit(2);
   }
-  if (!SendInfo(up, (*agent)->local_info())) _exit(3);
+  if (!SendPeerInfo(up, (*agent)->local_info())) _exit(3);
   char done = 0;
   ReadAll(down, &done, 1);
   char good = 1;
@@ -186,7 +143,7 @@ nlohmann::json MeasureAgent(const BenchOptions& opts, const std::string& tls) {
   close(r_down[0]);
   nlohmann::json result;
   KvPeerInfo info;
-  if (!ReceiveInfo(r_up[0], &info)) {
+  if (!ReceivePeerInfo(r_up[0], &info)) {
     result["error"] = "receiver did not start";
   } else {
     pid_t sender = fork();

@@ -1,6 +1,7 @@
 // KV block transfer between two agents in this process (TCP and shared
 // memory), its error cases, and a receiver in a forked process that checks
 // the bytes itself.
+#include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
 
 #include <gtest/gtest.h>
@@ -207,57 +208,13 @@ TEST(KvTransferAgentTest, DestroyedPeerFailsWithinTimeout) {
 
 // --- a receiver in a forked process
 
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool ReadAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// Wire layout: u32 len, worker_address; u32 len, rkey; u64 base_address;
-// u64 block_bytes; u32 num_blocks (host byte order: same machine).
-bool SendInfo(int fd, const KvPeerInfo& info) {
-  for (const std::string* s : {&info.worker_address, &info.rkey}) {
-    uint32_t n = static_cast<uint32_t>(s->size());
-    if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, s->data(), n)) return false;
-  }
-  return WriteAll(fd, &info.base_address, 8) && WriteAll(fd, &info.block_bytes, 8) &&
-         WriteAll(fd, &info.num_blocks, 4);
-}
-
-bool ReceiveInfo(int fd, KvPeerInfo* info) {
-  for (std::string* s : {&info->worker_address, &info->rkey}) {
-    uint32_t n = 0;
-    if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
-    s->resize(n);
-    if (!ReadAll(fd, s->data(), n)) return false;
-  }
-  return ReadAll(fd, &info->base_address, 8) && ReadAll(fd, &info->block_bytes, 8) &&
-         ReadAll(fd, &info->num_blocks, 4);
-}
-
 // Child: publish, wait for "written", check the pool, answer 1 (good) or 0.
 [[noreturn]] void RunChildReceiver(int to_parent, int from_parent, const std::string& tls) {
   std::vector<uint8_t> dst = MakePool(2);
   KvTransferOptions options;
   options.transports = tls;
   auto agent = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
-  if (!agent.ok() || !SendInfo(to_parent, (*agent)->local_info())) _exit(2);
+  if (!agent.ok() || !SendPeerInfo(to_parent, (*agent)->local_info())) _exit(2);
   char go = 0;
   if (!ReadAll(from_parent, &go, 1)) _exit(3);
   std::vector<uint8_t> src = MakePool(1);
@@ -287,7 +244,7 @@ void RunCrossProcess(const std::string& tls) {
   close(up[1]);
   close(down[0]);
   KvPeerInfo info;
-  ASSERT_TRUE(ReceiveInfo(up[0], &info));
+  ASSERT_TRUE(ReceivePeerInfo(up[0], &info));
   std::vector<uint8_t> src = MakePool(1);
   auto sender = MakeAgent(src, tls);
   ASSERT_TRUE(sender);
@@ -336,7 +293,7 @@ void RunDyingChildPeer(const std::string& tls) {
     KvTransferOptions options;
     options.transports = tls;
     auto agent = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
-    if (!agent.ok() || !SendInfo(up[1], (*agent)->local_info())) _exit(2);
+    if (!agent.ok() || !SendPeerInfo(up[1], (*agent)->local_info())) _exit(2);
     char die = 0;
     ReadAll(down[0], &die, 1);
     _exit(0);
@@ -344,7 +301,7 @@ void RunDyingChildPeer(const std::string& tls) {
   close(up[1]);
   close(down[0]);
   KvPeerInfo info;
-  ASSERT_TRUE(ReceiveInfo(up[0], &info));
+  ASSERT_TRUE(ReceivePeerInfo(up[0], &info));
   std::vector<uint8_t> src = MakePool(1);
   auto sender = MakeAgent(src, tls);
   ASSERT_TRUE(sender);

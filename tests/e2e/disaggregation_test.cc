@@ -43,13 +43,14 @@ std::string Complete(const Deployment& d, const json& prompt) {
   return r.status == 200 ? r.json["choices"][0]["text"].get<std::string>() : "";
 }
 
-// Each prompt alone, then all of them four times over, concurrently.
+// Each prompt alone, then all of them eight times over (72 requests),
+// concurrently.
 std::vector<std::string> RunAll(const Deployment& d) {
   std::vector<std::string> out;
   const std::vector<json> prompts = Prompts();
   for (const json& p : prompts) out.push_back(Complete(d, p));
   std::vector<std::future<std::string>> futures;
-  for (int round = 0; round < 4; ++round) {
+  for (int round = 0; round < 8; ++round) {
     for (const json& p : prompts) {
       futures.push_back(std::async(std::launch::async, [&d, p] { return Complete(d, p); }));
     }

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
 
 namespace headway {
@@ -93,52 +94,6 @@ std::string CheckReceived(const std::vector<uint8_t>& dst, const std::vector<Blo
 }
 
 // ---- byte streams ---------------------------------------------------------------
-
-bool WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool ReadAll(int fd, void* data, size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// Wire layout: u32 len, worker_address; u32 len, rkey; u64 base_address;
-// u64 block_bytes; u32 num_blocks (host byte order: both ends on this host).
-bool SendInfo(int fd, const KvPeerInfo& info) {
-  for (const std::string* s : {&info.worker_address, &info.rkey}) {
-    uint32_t n = static_cast<uint32_t>(s->size());
-    if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, s->data(), n)) return false;
-  }
-  return WriteAll(fd, &info.base_address, 8) && WriteAll(fd, &info.block_bytes, 8) &&
-         WriteAll(fd, &info.num_blocks, 4);
-}
-
-bool ReceiveInfo(int fd, KvPeerInfo* info) {
-  for (std::string* s : {&info->worker_address, &info->rkey}) {
-    uint32_t n = 0;
-    if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
-    s->resize(n);
-    if (!ReadAll(fd, s->data(), n)) return false;
-  }
-  return ReadAll(fd, &info->base_address, 8) && ReadAll(fd, &info->block_bytes, 8) &&
-         ReadAll(fd, &info->num_blocks, 4);
-}
 
 // Reads `fd` until EOF or `deadline`. Returns false on timeout.
 bool ReadUntilEof(int fd, Clock::time_point deadline, std::string* out) {
@@ -375,7 +330,7 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
     std::vector<uint8_t> pool = MakePool(kReceiverSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
     if (!agent.ok()) Report(out, "FAIL receiver Create: " + agent.status().ToString(), 3);
-    if (!SendInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
+    if (!SendPeerInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
     char written = 0;
     if (!ReadAll(chan, &written, 1)) Report(out, "FAIL sender went away before writing", 5);
     std::string bad = CheckReceived(pool, ScatteredCopies());
@@ -397,7 +352,7 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
     std::string err = link.EnterNamespace(false);
     if (!err.empty()) Report(out, "SKIP " + err, 2);
     KvPeerInfo info;
-    if (!ReceiveInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
+    if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
     std::vector<uint8_t> pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
     if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);
@@ -464,7 +419,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     std::vector<uint8_t> pool = MakePool(kReceiverSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
     if (!agent.ok()) Report(out, "FAIL receiver Create: " + agent.status().ToString(), 3);
-    if (!SendInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
+    if (!SendPeerInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
     // Serve puts (the progress thread) until the parent's SIGKILL; the
     // parent, not this process, reads what the sender sends on `chan`.
     WriteAll(out, "READY", 5);
@@ -481,7 +436,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     std::string err = link.EnterNamespace(false);
     if (!err.empty()) Report(out, "SKIP " + err, 2);
     KvPeerInfo info;
-    if (!ReceiveInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
+    if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
     std::vector<uint8_t> pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 2, false);
     if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);

@@ -1,0 +1,51 @@
+#include "comm/fd_io.h"
+
+#include <unistd.h>
+
+#include <string>
+
+namespace headway {
+
+bool WriteAll(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool SendPeerInfo(int fd, const KvPeerInfo& info) {
+  for (const std::string* s : {&info.worker_address, &info.rkey}) {
+    uint32_t n = static_cast<uint32_t>(s->size());
+    if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, s->data(), n)) return false;
+  }
+  return WriteAll(fd, &info.base_address, 8) && WriteAll(fd, &info.block_bytes, 8) &&
+         WriteAll(fd, &info.num_blocks, 4);
+}
+
+bool ReceivePeerInfo(int fd, KvPeerInfo* info) {
+  for (std::string* s : {&info->worker_address, &info->rkey}) {
+    uint32_t n = 0;
+    if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
+    s->resize(n);
+    if (!ReadAll(fd, s->data(), n)) return false;
+  }
+  return ReadAll(fd, &info->base_address, 8) && ReadAll(fd, &info->block_bytes, 8) &&
+         ReadAll(fd, &info->num_blocks, 4);
+}
+
+}  // namespace headway
