@@ -842,6 +842,19 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
 
 void Engine::Impl::MarkDown(InstanceState& inst, const std::string& why) {
   spdlog::error("instance {} is down: {}", inst.id, why);
+  // Requests still prefilling on a lost prefill instance fall back to a
+  // decode instance, which prefills them itself.
+  std::vector<uint64_t> orphaned;
+  for (const auto& [job_id, job] : jobs) {
+    if (job.prefill == inst.id && !job.transferring) orphaned.push_back(job_id);
+  }
+  for (uint64_t job_id : orphaned) {
+    PdJob job = std::move(jobs.at(job_id));
+    jobs.erase(job_id);
+    spdlog::warn("request {}: its prefill instance {} is down; a decode instance prefills it",
+                 job.request_id, inst.id);
+    JoinDecode(job, false);
+  }
   std::vector<uint64_t> ids;
   for (const auto& [id, rs] : requests) {
     if (rs.instance == inst.id) ids.push_back(id);
