@@ -370,8 +370,13 @@ Result<int> OpenPublishedSegment(RendezvousStore& store, const std::string& key,
     HW_ASSIGN_OR_RETURN(*name, store.Get(key, std::max(left, std::chrono::milliseconds(1))));
     const int fd = shm_open(name->c_str(), O_RDWR, 0);
     if (fd >= 0) return fd;
-    if (errno != ENOENT || Clock::now() >= deadline) {
+    if (errno != ENOENT) {
       return Status::Unavailable("shm connect: shm_open " + *name + ": " + strerror(errno));
+    }
+    if (Clock::now() >= deadline) {
+      return Status::Unavailable("shm connect: the group's segment " + *name +
+                                 " is gone: the group formed without this rank (is this rank "
+                                 "already running?) or its rank 0 died");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
