@@ -292,6 +292,31 @@ Result<std::unique_ptr<KvTransferAgent>> MakeAgent(std::vector<uint8_t>& pool,
   return KvTransferAgent::Create(pool.data(), kBlockBytes, kNumBlocks, options);
 }
 
+// The sender child's start: enters side B, takes the receiver's KvPeerInfo
+// from `chan` and connects. Any failure is reported on `out` (and exits).
+struct ConnectedSender {
+  std::vector<uint8_t> pool;  // outlives the agent (members die in reverse)
+  std::unique_ptr<KvTransferAgent> agent;
+  int peer = -1;
+};
+
+ConnectedSender ConnectSender(const NetnsLink& link, int chan, int out, int max_outstanding_puts,
+                              bool coalesce) {
+  std::string err = link.EnterNamespace(false);
+  if (!err.empty()) Report(out, "SKIP " + err, 2);
+  KvPeerInfo info;
+  if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
+  ConnectedSender sender;
+  sender.pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
+  auto agent = MakeAgent(sender.pool, max_outstanding_puts, coalesce);
+  if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);
+  sender.agent = std::move(*agent);
+  auto peer = sender.agent->Connect(info);
+  if (!peer.ok()) Report(out, "FAIL Connect: " + peer.status().ToString(), 5);
+  sender.peer = *peer;
+  return sender;
+}
+
 // The skip or failure a Setup result calls for.
 #define HW_SETUP_NETNS(link)                                         \
   do {                                                               \
@@ -349,22 +374,14 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
     close(rx_result[0]);
     close(rx_result[1]);
     close(tx_result[0]);
-    std::string err = link.EnterNamespace(false);
-    if (!err.empty()) Report(out, "SKIP " + err, 2);
-    KvPeerInfo info;
-    if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
-    std::vector<uint8_t> pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
-    auto agent = MakeAgent(pool, 256, true);
-    if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);
-    auto peer = (*agent)->Connect(info);
-    if (!peer.ok()) Report(out, "FAIL Connect: " + peer.status().ToString(), 5);
-    Status st = (*agent)->WriteBlocks(*peer, ScatteredCopies(), kWriteTimeout);
+    ConnectedSender tx = ConnectSender(link, chan, out, 256, true);
+    Status st = tx.agent->WriteBlocks(tx.peer, ScatteredCopies(), kWriteTimeout);
     if (!st.ok()) Report(out, "FAIL WriteBlocks: " + st.ToString(), 6);
     char byte = 1;
     if (!WriteAll(chan, &byte, 1) || !ReadAll(chan, &byte, 1)) {
       Report(out, "FAIL receiver went away before checking", 7);
     }
-    agent->reset();
+    tx.agent.reset();
     Report(out, "OK", 0);
   });
   ASSERT_GT(sender, 0);
@@ -433,18 +450,10 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     close(rx_result[0]);
     close(rx_result[1]);
     close(tx_result[0]);
-    std::string err = link.EnterNamespace(false);
-    if (!err.empty()) Report(out, "SKIP " + err, 2);
-    KvPeerInfo info;
-    if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
-    std::vector<uint8_t> pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
-    auto agent = MakeAgent(pool, 2, false);
-    if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);
-    auto peer = (*agent)->Connect(info);
-    if (!peer.ok()) Report(out, "FAIL Connect: " + peer.status().ToString(), 5);
+    ConnectedSender tx = ConnectSender(link, chan, out, 2, false);
     std::vector<BlockCopy> all;
     for (uint32_t b = 0; b < kNumBlocks; ++b) all.push_back({b, kNumBlocks - 1 - b});
-    Status st = (*agent)->WriteBlocks(*peer, all, kTimeout);
+    Status st = tx.agent->WriteBlocks(tx.peer, all, kTimeout);
     if (!st.ok()) Report(out, "FAIL first WriteBlocks: " + st.ToString(), 6);
     char started = 1;
     WriteAll(chan, &started, 1);  // the parent kills the receiver on this
@@ -453,12 +462,12 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     const auto loop_end = Clock::now() + Millis(15000);
     while (st.ok() && Clock::now() < loop_end) {
       const auto t0 = Clock::now();
-      st = (*agent)->WriteBlocks(*peer, all, kTimeout);
+      st = tx.agent->WriteBlocks(tx.peer, all, kTimeout);
       failed_after = std::chrono::duration_cast<Millis>(Clock::now() - t0);
       ++writes;
     }
     const auto shutdown_start = Clock::now();
-    agent->reset();
+    tx.agent.reset();
     const auto shutdown =
         std::chrono::duration_cast<Millis>(Clock::now() - shutdown_start).count();
     Report(out,
