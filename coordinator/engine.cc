@@ -6,9 +6,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "coordinator/kv_cache_manager.h"
+#include "coordinator/engine_impl.h"
 #include "coordinator/registration.h"
-#include "coordinator/scheduler.h"
 
 namespace headway {
 namespace {
@@ -25,182 +24,7 @@ uint64_t UnixMillis() {
                       .count());
 }
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 }  // namespace
-
-struct Engine::Impl {
-  struct RankState {
-    bool registered = false;
-    int num_blocks = 0;
-    Clock::time_point last_heard;
-    proto::KvEndpoint kv_endpoint;  // where senders write this rank's blocks
-  };
-  struct InFlight {
-    uint64_t step_id = 0;
-    ScheduledBatch batch;
-    std::vector<bool> answered;         // [tp_size]
-    std::vector<proto::SampledToken> tokens;  // rank 0's
-    std::string error;                  // first rank error
-  };
-  struct InstanceState {
-    int id = 0;
-    int tp_size = 1;
-    PoolRole role = PoolRole::kMixed;
-    std::vector<RankState> ranks;
-    std::unique_ptr<Scheduler> scheduler;  // non-null while ready
-    uint64_t next_step_id = 1;
-    std::optional<InFlight> in_flight;
-    // Rendezvous store of this instance's ranks (proto StoreSet/StoreGet).
-    std::map<std::string, std::string> store;
-    bool ready() const { return scheduler != nullptr; }
-    // Scheduler counters already reported to the metrics.
-    size_t reported_preemptions = 0;
-    PrefixCacheStats reported_prefix;
-  };
-  struct RequestState {
-    int instance = 0;
-    Clock::time_point deadline;
-    std::promise<CompletionOutcome> promise;
-    std::unique_ptr<StreamDecoder> decoder;
-    std::string text;
-    bool logprobs = false;
-    std::vector<GeneratedToken> tokens;     // when logprobs
-    std::shared_ptr<OutputStream> stream;   // streaming requests only
-    size_t num_streamed = 0;                // bytes of `text` pushed to stream
-    bool scheduled = false;                 // queue time recorded
-    Clock::time_point last_token_time;      // for inter-token latency
-    std::optional<Clock::time_point> joined_decode;  // disaggregated: when it reached its decode instance
-  };
-  // An ended request, answered after the health snapshot is published.
-  struct Completed {
-    std::promise<CompletionOutcome> promise;
-    CompletionOutcome outcome;
-    std::shared_ptr<OutputStream> stream;
-    std::string unstreamed_text;  // the end of the answer not yet pushed
-  };
-
-  Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<ControlServer> srv)
-      : config(std::move(c)), spec(std::move(s)), tokenizer(t), server(std::move(srv)) {
-    std::vector<const InstanceConfig*> configs = config.Instances();
-    for (size_t i = 0; i < configs.size(); ++i) {
-      InstanceState inst;
-      inst.id = int(i);
-      inst.tp_size = configs[i]->tp_size;
-      inst.role = config.RoleOf(int(i));
-      inst.ranks.resize(inst.tp_size);
-      instances.push_back(std::move(inst));
-      for (int r = 0; r < configs[i]->tp_size; ++r) peers[PeerName(int(i), r)] = {int(i), r};
-      tp_sizes.push_back(configs[i]->tp_size);
-    }
-    Result<std::unique_ptr<ServingMetrics>> m =
-        ServingMetrics::Create(config.served_model_name, tp_sizes);
-    HW_CHECK(m.ok());  // the config has passed validation: at least one instance
-    metrics = std::move(*m);
-  }
-
-  // Reports what the scheduler counted since the last call.
-  void ReportSchedulerCounters(InstanceState& inst);
-  // Publishes queue and KV-usage gauges from a health snapshot.
-  void ReportGauges(const std::vector<InstanceHealth>& health);
-
-  // ---- messages -------------------------------------------------------
-  void Handle(const Inbound& in);
-  void HandleRegister(const std::string& peer, const proto::RegisterRequest& req);
-  void HandleStore(InstanceState& inst, const std::string& peer, const proto::Envelope& env);
-  void HandleStepResult(InstanceState& inst, int rank, const proto::StepResult& result);
-  void Send(InstanceState& inst, int rank, const proto::Envelope& env);
-
-  // ---- steps ----------------------------------------------------------
-  void Dispatch(InstanceState& inst);
-  void Complete(InstanceState& inst);
-  void OnSampled(InstanceState& inst, Sequence& seq, const proto::SampledToken& sampled);
-
-  // ---- disaggregation: prefill -> KV transfer -> decode ------------------
-  // A request of a deployment with prefill and decode pools first runs as a
-  // prefill job: its prompt's whole blocks (all but the last position's
-  // block) are computed on a prefill instance by an internal sequence. The
-  // job's blocks are then pinned there, the decode instance allocates only
-  // the blocks its prefix cache lacks, the prefill ranks write them over UCX
-  // (TransferPlan), and the received blocks enter the decode instance's
-  // prefix cache. The request then joins the decode instance like any other:
-  // its prefix lookup hits the transferred blocks and it computes only the
-  // rest of its prompt. A failed or late transfer falls back to that
-  // instance computing the whole prompt.
-  struct PdJob {
-    uint64_t request_id = 0;
-    EngineRequest request;          // admitted to the decode instance at the end
-    int prefill = -1;               // instance ids
-    int decode = -1;
-    int64_t full_positions = 0;     // positions moved: whole blocks of the prompt
-    bool transferring = false;
-    bool cancelled = false;         // the client went away meanwhile
-    uint64_t transfer_id = 0;
-    int pending_results = 0;
-    std::string error;
-    uint64_t bytes = 0, blocks = 0;
-    Clock::time_point arrival;           // the client's request
-    Clock::time_point started, deadline;  // of the transfer
-  };
-  static constexpr uint64_t kJobBit = uint64_t(1) << 62;    // the prefill job's sequence
-  static constexpr uint64_t kPinBit = uint64_t(1) << 61;    // its pinned blocks on the prefill side
-  static constexpr uint64_t kRecvBit = uint64_t(1) << 60;   // the receiving blocks on the decode side
-  bool Disaggregated() const;
-  InstanceState* LeastLoaded(PoolRole role);
-  // Adds request `id`'s sequence to `inst`'s scheduler; `arrival` starts its
-  // TTFT and queue-time clocks. Error: the scheduler's refusal.
-  Status AddSequence(InstanceState& inst, uint64_t id, const EngineRequest& request,
-                     Clock::time_point arrival);
-  void OnPrefillDone(InstanceState& prefill, uint64_t job_id);
-  void HandleTransferResult(const proto::TransferResult& result);
-  void EndTransfer(uint64_t job_id, bool ok);
-  void JoinDecode(PdJob& job, bool transferred);
-  void DropJob(uint64_t request_id);
-  void CheckTransferDeadlines(Clock::time_point now);
-  std::unordered_map<uint64_t, PdJob> jobs;              // by job sequence id
-  std::unordered_map<uint64_t, uint64_t> transfers;      // transfer id -> job sequence id
-  uint64_t next_transfer_id = 1;
-
-  // ---- requests -------------------------------------------------------
-  void Admit(uint64_t id, EngineRequest request, std::promise<CompletionOutcome> promise);
-  void FinishRequest(InstanceState& inst, uint64_t id, std::optional<ApiError> error);
-  void Cancel(uint64_t id, ApiError why);
-  void CheckDeadlines(Clock::time_point now);
-
-  // ---- liveness -------------------------------------------------------
-  void SendHeartbeats(Clock::time_point now);
-  void CheckLiveness(Clock::time_point now);
-  // Fails every request of the instance and forgets its ranks; the instance
-  // is ready again once all its ranks register anew.
-  void MarkDown(InstanceState& inst, const std::string& why);
-  // Tells the instance's registered ranks to exit (their TP group is broken).
-  void StopRanks(InstanceState& inst, const std::string& reason);
-  void Shutdown(const std::string& reason);
-
-  std::vector<InstanceHealth> Snapshot() const;
-
-  const Config config;
-  const ModelSpec spec;
-  const Tokenizer* const tokenizer;
-  std::unique_ptr<ControlServer> server;
-  std::vector<int> tp_sizes;  // per instance
-  std::unique_ptr<ServingMetrics> metrics;
-  std::vector<InstanceState> instances;
-  std::map<std::string, std::pair<int, int>> peers;  // routing identity -> (instance, rank)
-  std::unordered_map<uint64_t, RequestState> requests;
-  // Ended requests, answered by Run after it publishes the health snapshot,
-  // so a client that gets its answer sees the blocks back in /health.
-  std::vector<Completed> completed;
-
-  void AnswerCompleted() {
-    for (Completed& c : completed) {
-      if (c.stream) c.stream->Close(c.unstreamed_text, c.outcome);
-      c.promise.set_value(std::move(c.outcome));
-    }
-    completed.clear();
-  }
-  Clock::time_point last_heartbeat_sent;
-};
 
 // ======================================================================
 // messages
@@ -291,6 +115,7 @@ void Engine::Impl::HandleRegister(const std::string& peer, const proto::Register
                                                kv_options);
     SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens};
     inst.scheduler = std::make_unique<Scheduler>(sc, std::move(kv));
+    ++inst.generation;
     inst.in_flight.reset();
     spdlog::info("instance {} ready (tp_size {}; at most {} positions per sequence)", inst.id,
                  inst.tp_size, inst.scheduler->kv().MaxPositionsPerSequence());
@@ -510,6 +335,7 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
     PdJob job;
     job.request_id = id;
     job.prefill = prefill->id;
+    job.prefill_generation = prefill->generation;
     job.full_positions = full;
     job.arrival = arrival;
     job.request = request;
@@ -540,221 +366,6 @@ Status Engine::Impl::AddSequence(InstanceState& inst, uint64_t id, const EngineR
   auto seq = std::make_unique<Sequence>(id, request.prompt_ids, request.sampling,
                                         std::move(stop), arrival);
   return inst.scheduler->Add(std::move(seq));
-}
-
-// ======================================================================
-// disaggregation
-
-bool Engine::Impl::Disaggregated() const {
-  return std::any_of(instances.begin(), instances.end(),
-                     [](const InstanceState& i) { return i.role == PoolRole::kPrefill; });
-}
-
-Engine::Impl::InstanceState* Engine::Impl::LeastLoaded(PoolRole role) {
-  InstanceState* best = nullptr;
-  size_t best_load = 0;
-  for (InstanceState& inst : instances) {
-    if (!inst.ready() || inst.role != role) continue;
-    size_t load = inst.scheduler->num_waiting() + inst.scheduler->num_running();
-    if (best == nullptr || load < best_load) {
-      best = &inst;
-      best_load = load;
-    }
-  }
-  return best;
-}
-
-namespace {
-
-// The first rank of an instance of `tp_size` that holds global KV head
-// `kv_head` (DESIGN.md TP sharding rule).
-int OwnerRank(const ModelSpec& spec, int tp_size, int kv_head) {
-  if (spec.num_kv_heads >= tp_size) return kv_head / (spec.num_kv_heads / tp_size);
-  return kv_head * (tp_size / spec.num_kv_heads);
-}
-
-}  // namespace
-
-void Engine::Impl::OnPrefillDone(InstanceState& prefill, uint64_t job_id) {
-  // The job's blocks stay cached (prefix caching) once its sequence ends;
-  // a sequence of our own pins them for the transfer.
-  prefill.scheduler->Remove(job_id);
-  auto it = jobs.find(job_id);
-  if (it == jobs.end()) return;
-  PdJob& job = it->second;
-  metrics->OnPdPrefill(Seconds(Clock::now() - job.arrival));
-  const TokenIds prompt{job.request.prompt_ids, {}};
-  const int64_t full = job.full_positions;
-  KvCacheManager& pkv = prefill.scheduler->mutable_kv();
-  PrefixMatch pinned = pkv.MatchPrefix(prompt, full);
-  // The decode instance that already holds the longest prefix, then the
-  // least loaded.
-  InstanceState* decode = nullptr;
-  int64_t best_hit = -1;
-  size_t best_load = 0;
-  for (InstanceState& inst : instances) {
-    if (!inst.ready() || inst.role != PoolRole::kDecode) continue;
-    const int64_t hit = inst.scheduler->kv().MatchPrefix(prompt, full).num_positions;
-    const size_t load = inst.scheduler->num_waiting() + inst.scheduler->num_running();
-    if (decode == nullptr || hit > best_hit || (hit == best_hit && load < best_load)) {
-      decode = &inst;
-      best_hit = hit;
-      best_load = load;
-    }
-  }
-  if (decode == nullptr) {
-    const uint64_t request_id = job.request_id;
-    jobs.erase(it);
-    FinishRequest(prefill, request_id, ApiError::Unavailable("no decode instance is ready"));
-    return;
-  }
-  job.decode = decode->id;
-  KvCacheManager& dkv = decode->scheduler->mutable_kv();
-  PrefixMatch have = dkv.MatchPrefix(prompt, full);
-  if (pinned.num_positions < full || !pkv.CanStart(pinned, full) || !dkv.CanStart(have, full)) {
-    // Not cached (prefix caching off) or no room: the decode side computes it.
-    job.error = "the prefill blocks are not cached or the decode instance has no room";
-    JoinDecode(job, false);
-    jobs.erase(job_id);
-    return;
-  }
-  const std::vector<std::vector<SlotBlockDelta>> src = pkv.Start(job.request_id | kPinBit, pinned, full);
-  const std::vector<std::vector<SlotBlockDelta>> dst = dkv.Start(job.request_id | kRecvBit, have, full);
-  const size_t first_new = have.entries.size();
-  // One plan per prefill rank; one target per decode rank it feeds. Each KV
-  // head comes from the first prefill rank that holds it and goes to every
-  // decode rank that holds it.
-  std::map<int, proto::TransferPlan> plans;
-  std::map<std::pair<int, int>, proto::TransferTarget*> targets;
-  const int p_kv = ShardForRank(spec, prefill.tp_size, 0).num_local_kv_heads();
-  for (int rd = 0; rd < decode->tp_size; ++rd) {
-    const TpShard d_shard = ShardForRank(spec, decode->tp_size, rd);
-    const int d_kv = d_shard.num_local_kv_heads();
-    for (const SlotBlockDelta& d : dst[size_t(rd)]) {
-      const int layer = d.slot / d_kv;
-      const int head = d_shard.kv_head_begin + d.slot % d_kv;
-      const int rp = OwnerRank(spec, prefill.tp_size, head);
-      const TpShard p_shard = ShardForRank(spec, prefill.tp_size, rp);
-      const int p_slot = layer * p_kv + (head - p_shard.kv_head_begin);
-      const SlotBlockDelta* from = nullptr;
-      for (const SlotBlockDelta& c : src[size_t(rp)]) {
-        if (c.slot == p_slot) from = &c;
-      }
-      HW_CHECK(from != nullptr && from->first_logical == 0 && d.first_logical == 0);
-      for (size_t i = first_new; i < d.appended.size(); ++i) {
-        proto::TransferTarget*& t = targets[{rp, rd}];
-        if (t == nullptr) {
-          t = plans[rp].add_targets();
-          *t->mutable_endpoint() = decode->ranks[size_t(rd)].kv_endpoint;
-        }
-        t->add_src_blocks(uint32_t(from->appended[i]));
-        t->add_dst_blocks(uint32_t(d.appended[i]));
-        ++job.blocks;
-      }
-    }
-  }
-  job.transferring = true;
-  job.transfer_id = next_transfer_id++;
-  job.started = Clock::now();
-  job.deadline = job.started + std::chrono::milliseconds(config.kv_transfer_timeout_ms + 2000);
-  transfers[job.transfer_id] = job_id;
-  if (plans.empty()) {  // the decode instance had every block
-    EndTransfer(job_id, true);
-    return;
-  }
-  job.pending_results = int(plans.size());
-  for (auto& [rank, plan] : plans) {
-    plan.set_transfer_id(job.transfer_id);
-    plan.set_timeout_ms(uint32_t(config.kv_transfer_timeout_ms));
-    proto::Envelope env;
-    *env.mutable_transfer_plan() = std::move(plan);
-    Send(prefill, rank, env);
-  }
-}
-
-void Engine::Impl::HandleTransferResult(const proto::TransferResult& result) {
-  auto t = transfers.find(result.transfer_id());
-  if (t == transfers.end()) return;  // ended already (deadline)
-  auto it = jobs.find(t->second);
-  if (it == jobs.end()) return;
-  PdJob& job = it->second;
-  if (!result.error().empty() && job.error.empty()) job.error = result.error();
-  job.bytes += result.bytes();
-  if (--job.pending_results == 0) EndTransfer(t->second, job.error.empty());
-}
-
-void Engine::Impl::EndTransfer(uint64_t job_id, bool ok) {
-  auto it = jobs.find(job_id);
-  if (it == jobs.end()) return;
-  PdJob& job = it->second;
-  transfers.erase(job.transfer_id);
-  const TokenIds prompt{job.request.prompt_ids, {}};
-  InstanceState& prefill = instances[size_t(job.prefill)];
-  InstanceState& decode = instances[size_t(job.decode)];
-  if (decode.ready()) {
-    KvCacheManager& dkv = decode.scheduler->mutable_kv();
-    if (ok) dkv.CacheComputedBlocks(job.request_id | kRecvBit, prompt, job.full_positions);
-    dkv.Release(job.request_id | kRecvBit);
-  }
-  if (prefill.ready()) prefill.scheduler->mutable_kv().Release(job.request_id | kPinBit);
-  if (ok) {
-    metrics->OnKvTransfer(job.bytes, job.blocks, Seconds(Clock::now() - job.started));
-  } else {
-    spdlog::warn("KV transfer {} for request {} failed ({}); the decode instance prefills it",
-                 job.transfer_id, job.request_id, job.error);
-  }
-  if (!job.cancelled) JoinDecode(job, ok);
-  jobs.erase(it);
-}
-
-void Engine::Impl::JoinDecode(PdJob& job, bool transferred) {
-  if (!transferred) metrics->OnKvTransferFallback();
-  InstanceState* decode = job.decode >= 0 && instances[size_t(job.decode)].ready()
-                              ? &instances[size_t(job.decode)]
-                              : LeastLoaded(PoolRole::kDecode);
-  auto rs = requests.find(job.request_id);
-  if (rs == requests.end()) return;
-  if (decode == nullptr) {
-    FinishRequest(instances[size_t(rs->second.instance)], job.request_id,
-                  ApiError::Unavailable("no decode instance is ready"));
-    return;
-  }
-  // TTFT counts from the client's arrival, prefill and transfer included.
-  Status added = AddSequence(*decode, job.request_id, job.request, job.arrival);
-  if (!added.ok()) {
-    FinishRequest(*decode, job.request_id, ApiError::BadRequest(added.message()));
-    return;
-  }
-  rs->second.instance = decode->id;
-  rs->second.joined_decode = Clock::now();
-}
-
-void Engine::Impl::DropJob(uint64_t request_id) {
-  auto it = jobs.find(request_id | kJobBit);
-  if (it == jobs.end()) return;
-  if (it->second.transferring) {
-    it->second.cancelled = true;  // the pins go when the transfer ends
-    return;
-  }
-  InstanceState& prefill = instances[size_t(it->second.prefill)];
-  if (prefill.ready()) prefill.scheduler->Remove(request_id | kJobBit);
-  jobs.erase(it);
-}
-
-void Engine::Impl::CheckTransferDeadlines(Clock::time_point now) {
-  std::vector<uint64_t> late;
-  for (const auto& [job_id, job] : jobs) {
-    const bool side_down = !instances[size_t(job.prefill)].ready() ||
-                           (job.decode >= 0 && !instances[size_t(job.decode)].ready());
-    if (job.transferring && (now >= job.deadline || side_down)) late.push_back(job_id);
-  }
-  for (uint64_t job_id : late) {
-    PdJob& job = jobs.at(job_id);
-    if (job.error.empty()) {
-      job.error = now >= job.deadline ? "timed out" : "an instance of the transfer went down";
-    }
-    EndTransfer(job_id, false);
-  }
 }
 
 void Engine::Impl::FinishRequest(InstanceState& inst, uint64_t id, std::optional<ApiError> error) {
@@ -842,29 +453,36 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
 
 void Engine::Impl::MarkDown(InstanceState& inst, const std::string& why) {
   spdlog::error("instance {} is down: {}", inst.id, why);
-  // Requests still prefilling on a lost prefill instance fall back to a
-  // decode instance, which prefills them itself.
+  // Requests still prefilling or transferring from a lost prefill instance
+  // fall back to a decode instance, which prefills them itself; every other
+  // request of the instance fails.
   std::vector<uint64_t> orphaned;
   for (const auto& [job_id, job] : jobs) {
-    if (job.prefill == inst.id && !job.transferring) orphaned.push_back(job_id);
-  }
-  for (uint64_t job_id : orphaned) {
-    PdJob job = std::move(jobs.at(job_id));
-    jobs.erase(job_id);
-    spdlog::warn("request {}: its prefill instance {} is down; a decode instance prefills it",
-                 job.request_id, inst.id);
-    JoinDecode(job, false);
+    if (job.prefill == inst.id) orphaned.push_back(job_id);
   }
   std::vector<uint64_t> ids;
   for (const auto& [id, rs] : requests) {
-    if (rs.instance == inst.id) ids.push_back(id);
+    if (rs.instance == inst.id && jobs.count(id | kJobBit) == 0) ids.push_back(id);
   }
-  ApiError error = ApiError::Unavailable("instance " + std::to_string(inst.id) + " is down: " + why);
-  for (uint64_t id : ids) FinishRequest(inst, id, error);
   inst.scheduler.reset();
   inst.in_flight.reset();
   inst.store.clear();  // a restarted group must not read the old addresses
   for (RankState& r : inst.ranks) r.registered = false;
+
+  for (uint64_t job_id : orphaned) {
+    PdJob& job = jobs.at(job_id);
+    spdlog::warn("request {}: its prefill instance {} is down; a decode instance prefills it",
+                 job.request_id, inst.id);
+    if (job.transferring) {
+      job.error = "the prefill instance went down";
+      EndTransfer(job_id, false);  // no retry: the writer is gone
+    } else {
+      JoinDecode(job, false);
+      jobs.erase(job_id);
+    }
+  }
+  ApiError error = ApiError::Unavailable("instance " + std::to_string(inst.id) + " is down: " + why);
+  for (uint64_t id : ids) FinishRequest(inst, id, error);
 }
 
 void Engine::Impl::StopRanks(InstanceState& inst, const std::string& reason) {

@@ -17,9 +17,13 @@
 //
 // Liveness: any message from a worker counts as a sign of life. A
 // registered worker silent for heartbeat_timeout_ms is down: its instance is
-// marked down (not ready), every request on it ends with a 503 and its
-// blocks return to the pools; the instance is ready again once all its ranks
-// have registered anew.
+// marked down (not ready), every request on it ends with a 503 (except
+// requests still prefilling or transferring on a prefill instance: a decode
+// instance prefills those itself) and its blocks return to the pools; the
+// instance is ready again once all its ranks have registered anew.
+//
+// Disaggregation (prefill and decode pools): see the PdJob comment in
+// engine_impl.h and disaggregation.cc.
 #pragma once
 
 #include <atomic>

@@ -3,7 +3,9 @@
 // with the UCX agent (comm/kv_transfer.h).
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/kv_transfer.h"
@@ -14,32 +16,64 @@
 
 namespace headway {
 
+struct KvSenderOptions {
+  // UCX transports (UCX_TLS syntax); "" = UCX's default.
+  std::string transports;
+  // Test-only fault injection (headway-worker reads it from the environment
+  // variable HEADWAY_FAULT_TRANSFER_STALL_MS); 0 = off. When > 0, every
+  // target of every plan writes its first ceil(n/2) blocks, logs a warning
+  // "injected fault: transfer <id> stalls <ms> ms after <k> of <n> blocks",
+  // sleeps this long (cut short at the plan's deadline, as a real stalled
+  // put is by the timeout), then writes the rest within the time left; with
+  // none left the plan fails as timed out. Lets tests stall a transfer
+  // mid-way without a broken network.
+  std::chrono::milliseconds inject_stall{0};
+};
+
+// Thread-safety: Execute may run on any one thread at a time (the worker's
+// transfer thread); endpoint() is immutable after Create.
 class KvSender {
  public:
-  // Maps `pool` (which must outlive the sender) for UCX with `transports`
-  // (UCX_TLS syntax; "" = UCX's default). `shard` gives the KV heads this
-  // rank publishes. Errors: those of KvTransferAgent::Create.
+  // Maps `pool` (which must outlive the sender) for UCX with
+  // options.transports. `shard` gives the KV heads this rank publishes.
+  // Errors: InvalidArgument for a negative inject_stall; those of
+  // KvTransferAgent::Create.
   static Result<std::unique_ptr<KvSender>> Create(KvPool* pool, const TpShard& shard,
-                                                  const std::string& transports);
+                                                  const KvSenderOptions& options);
 
   // This rank's endpoint for its RegisterRequest.
   const proto::KvEndpoint& endpoint() const { return endpoint_; }
 
-  // Writes every target's blocks and returns the result to send (tp_rank,
-  // bytes, blocks, seconds; `error` set on failure). Errors reported in the
+  // Writes every target's blocks, in order, and returns the result to send
+  // (tp_rank; bytes and blocks written, including those of a target that
+  // failed part-way; seconds; `error` set on failure, naming the transfer
+  // and target). The whole plan is bounded by its timeout_ms (0 = 5000 ms):
+  // each target gets the time left, and a plan whose time runs out fails
+  // with an error saying the transfer timed out. Errors reported in the
   // result: a target whose layout differs from this pool's (block bytes,
   // layout version, dtype), src/dst lists of different lengths, block ids
-  // out of range (nothing of that target is sent), UCX failures or the plan's
-  // timeout (0 = 5000 ms).
-  proto::TransferResult Execute(const proto::TransferPlan& plan, int tp_rank);
+  // out of range (nothing of that target is sent), UCX failures, the
+  // timeout. Targets after a failed one are not sent. The timeout counts
+  // from `received`, when the plan reached this worker (time spent queued
+  // behind other plans counts: the coordinator's deadline runs from sending).
+  proto::TransferResult Execute(const proto::TransferPlan& plan, int tp_rank,
+                                std::chrono::steady_clock::time_point received);
 
  private:
-  KvSender(KvPool* pool, std::unique_ptr<KvTransferAgent> agent, proto::KvEndpoint endpoint);
-  Status ExecuteTarget(const proto::TransferTarget& target, std::chrono::milliseconds timeout);
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  KvSender(KvPool* pool, std::unique_ptr<KvTransferAgent> agent, proto::KvEndpoint endpoint,
+           std::chrono::milliseconds inject_stall);
+  // Writes `target`'s blocks before `deadline` (the plan's, whose timeout
+  // was `plan_timeout`); adds the blocks that landed to `*written`.
+  Status ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget& target,
+                       Deadline deadline, std::chrono::milliseconds plan_timeout,
+                       uint64_t* written);
 
   KvPool* const pool_;
   const std::unique_ptr<KvTransferAgent> agent_;
   const proto::KvEndpoint endpoint_;
+  const std::chrono::milliseconds inject_stall_;
 };
 
 }  // namespace headway

@@ -6,7 +6,11 @@
 //
 // Exit status: 0 after a Shutdown message or SIGTERM/SIGINT; 1 on any error
 // (bad flags or config, model load, registration refused or unanswered,
-// coordinator silent for heartbeat_timeout_ms).
+// coordinator silent for heartbeat_timeout_ms, a bad fault-injection value).
+//
+// Environment (test-only fault injection; never set in a deployment):
+//   HEADWAY_FAULT_TRANSFER_STALL_MS=N  every KV transfer target stalls N ms
+//                                      after half its blocks (KvSenderOptions).
 #include <unistd.h>
 
 #include <atomic>
@@ -78,6 +82,24 @@ int Fail(const std::string& what, const headway::Status& status) {
   return 1;
 }
 
+constexpr const char* kStallEnv = "HEADWAY_FAULT_TRANSFER_STALL_MS";
+
+// The value of kStallEnv (unset or empty = 0): a whole number of
+// milliseconds in [0, 3600000].
+headway::Result<std::chrono::milliseconds> ParseStallEnv(const char* value) {
+  if (value == nullptr || *value == '\0') return std::chrono::milliseconds(0);
+  const std::string text = value;
+  const bool digits = text.size() <= 7 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const long ms = digits ? std::stol(text) : -1;
+  if (ms < 0 || ms > 3600000) {
+    return headway::Status::InvalidArgument(
+        std::string(kStallEnv) + "='" + text +
+        "' is not a whole number of milliseconds in [0, 3600000]");
+  }
+  return std::chrono::milliseconds(ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,11 +116,16 @@ int main(int argc, char** argv) {
   app.add_option("--threads", flags.threads, "compute threads (default from the config)");
   app.add_option("--control-address", flags.control_address,
                  "coordinator control address (overrides the config)");
+  app.footer(std::string("Environment (test-only fault injection):\n  ") + kStallEnv +
+             "=N  each KV transfer target stalls N ms after half its blocks");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+
+  Result<std::chrono::milliseconds> inject_stall = ParseStallEnv(std::getenv(kStallEnv));
+  if (!inject_stall.ok()) return Fail("environment", inject_stall.status());
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -188,8 +215,16 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<KvSender> kv_sender;
   if (config->KvTransferEnabled()) {
+    KvSenderOptions sender_options;
+    sender_options.transports = config->kv_transfer_transports;
+    sender_options.inject_stall = *inject_stall;
+    if (sender_options.inject_stall.count() > 0) {
+      spdlog::warn("worker i{}r{}: {}={}: KV transfers will stall (fault injection)",
+                   flags.instance_id, flags.tp_rank, kStallEnv,
+                   sender_options.inject_stall.count());
+    }
     Result<std::unique_ptr<KvSender>> created =
-        KvSender::Create(pool->get(), shard, config->kv_transfer_transports);
+        KvSender::Create(pool->get(), shard, sender_options);
     if (!created.ok()) return Fail("KV transfer", created.status());
     kv_sender = std::move(*created);
   }

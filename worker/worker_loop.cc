@@ -1,7 +1,10 @@
 #include "worker/worker_loop.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -102,6 +105,86 @@ class ComputeThread {
   std::thread thread_;
 };
 
+// Runs TransferPlans on one dedicated thread, one at a time in arrival
+// order, so that a transfer (up to its timeout_ms) neither delays heartbeats
+// nor holds back the StepResult of a prefill that finished meanwhile:
+// compute and transfer overlap. Only the control thread touches the socket
+// (ZeroMQ sockets are single-threaded), so results are handed back to it.
+class TransferThread {
+ public:
+  TransferThread(KvSender& sender, int tp_rank)
+      : sender_(sender), tp_rank_(tp_rank), thread_([this] { Run(); }) {}
+
+  // Drops the plans still queued (the coordinator is going away or has
+  // told this worker to stop) and waits for the one in progress, which its
+  // timeout_ms bounds; its result is dropped too.
+  ~TransferThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+      if (!queue_.empty()) {
+        spdlog::warn("stopping with {} queued KV transfer(s) not started", queue_.size());
+      }
+      queue_.clear();
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // True while a plan is queued or running or a result awaits TakeResults.
+  bool pending() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !queue_.empty() || running_ || !results_.empty();
+  }
+
+  void Enqueue(proto::TransferPlan plan) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({std::move(plan), Clock::now()});
+    }
+    cv_.notify_all();
+  }
+
+  // The results finished since the last call, in plan order.
+  std::deque<proto::TransferResult> TakeResults() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::deque<proto::TransferResult> r;
+    r.swap(results_);
+    return r;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [this] { return quit_ || !queue_.empty(); });
+      if (quit_) return;
+      Queued queued = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+      lock.unlock();
+      proto::TransferResult result = sender_.Execute(queued.plan, tp_rank_, queued.received);
+      lock.lock();
+      running_ = false;
+      results_.push_back(std::move(result));
+    }
+  }
+
+  KvSender& sender_;
+  const int tp_rank_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                   // a plan or quit for the transfer thread
+  struct Queued {
+    proto::TransferPlan plan;
+    Clock::time_point received;  // its timeout counts from here
+  };
+  std::deque<Queued> queue_;                     // guarded by mu_
+  std::deque<proto::TransferResult> results_;    // guarded by mu_
+  bool running_ = false;                         // guarded by mu_
+  bool quit_ = false;                            // guarded by mu_
+  std::thread thread_;
+};
+
 }  // namespace
 
 Status Register(ControlClient& client, const proto::RegisterRequest& request,
@@ -135,16 +218,35 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 Status ServeSteps(ControlClient& client, StepExecutor& executor,
                   const WorkerLoopOptions& options) {
   ComputeThread compute(executor, options.num_threads);
+  // Declared after `compute`, so it stops first: on the way out a running
+  // transfer finishes (bounded by its plan's timeout) and queued ones are
+  // dropped.
+  std::unique_ptr<TransferThread> transfers;
+  if (options.kv_sender != nullptr) {
+    transfers = std::make_unique<TransferThread>(*options.kv_sender, executor.tp_rank());
+  }
   Clock::time_point last_received = Clock::now();
   Clock::time_point last_sent = Clock::now();
   const std::chrono::milliseconds poll(options.poll_interval_ms);
+  // While a transfer is pending the loop turns over at least this often,
+  // so its result goes out within about this long of being ready.
+  const std::chrono::milliseconds transfer_poll(std::min(1, options.poll_interval_ms));
   while (!Stopped(options)) {
+    const bool transfer_pending = transfers != nullptr && transfers->pending();
     // While a step runs, wait on the compute thread (so its result goes out
-    // the moment it is ready) and only peek at the socket.
+    // the moment it is ready) and only peek at the socket; while a transfer
+    // is pending, wait on the socket for transfer_poll at most.
     std::optional<proto::StepResult> result;
-    if (compute.busy()) result = compute.WaitResult(poll);
-    std::optional<proto::Envelope> in =
-        client.Receive(compute.busy() || result ? std::chrono::milliseconds(0) : poll);
+    if (compute.busy()) {
+      result = compute.WaitResult(transfer_pending ? std::chrono::milliseconds(0) : poll);
+    }
+    std::chrono::milliseconds wait = poll;
+    if (result || (compute.busy() && !transfer_pending)) {
+      wait = std::chrono::milliseconds(0);
+    } else if (transfer_pending) {
+      wait = transfer_poll;
+    }
+    std::optional<proto::Envelope> in = client.Receive(wait);
     if (in) {
       last_received = Clock::now();
       if (in->has_step_plan()) {
@@ -164,20 +266,17 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
           compute.Start(std::move(*in->mutable_step_plan()));
         }
       } else if (in->has_transfer_plan()) {
-        proto::Envelope out;
-        if (options.kv_sender != nullptr) {
-          *out.mutable_transfer_result() =
-              options.kv_sender->Execute(in->transfer_plan(), executor.tp_rank());
+        if (transfers != nullptr) {
+          transfers->Enqueue(std::move(*in->mutable_transfer_plan()));
         } else {
+          proto::Envelope out;
           out.mutable_transfer_result()->set_transfer_id(in->transfer_plan().transfer_id());
           out.mutable_transfer_result()->set_tp_rank(uint32_t(executor.tp_rank()));
           out.mutable_transfer_result()->set_error("KV transfer is not enabled on this worker");
-        }
-        if (!out.transfer_result().error().empty()) {
           spdlog::error("{}", out.transfer_result().error());
+          HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending TransferResult"));
+          last_sent = Clock::now();
         }
-        HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending TransferResult"));
-        last_sent = Clock::now();
       } else if (in->has_shutdown()) {
         spdlog::info("coordinator asked to shut down: {}", in->shutdown().reason());
         if (options.on_shutdown) options.on_shutdown();
@@ -188,6 +287,15 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
       return Status::Unavailable("coordinator silent for " +
                                  std::to_string(MsSince(last_received)) + " ms (timeout " +
                                  std::to_string(options.heartbeat_timeout_ms) + " ms)");
+    }
+    if (transfer_pending) {
+      for (proto::TransferResult& done : transfers->TakeResults()) {
+        if (!done.error().empty()) spdlog::error("{}", done.error());
+        proto::Envelope out;
+        *out.mutable_transfer_result() = std::move(done);
+        HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending TransferResult"));
+        last_sent = Clock::now();
+      }
     }
     if (result) {
       if (!result->error().empty()) {

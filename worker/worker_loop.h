@@ -26,8 +26,12 @@ struct WorkerLoopOptions {
   // collective timeout); may be empty.
   std::function<void()> on_shutdown;
   // Executes TransferPlans (kv_transfer enabled); nullptr = answer them with
-  // an error. Transfers run on the control thread, between heartbeats: a
-  // plan's timeout_ms must stay below the coordinator's heartbeat timeout.
+  // an error. Transfers run on a transfer thread of their own, one at a time
+  // in arrival order, while the control thread keeps serving StepPlans and
+  // heartbeats; each TransferResult is sent within about 1 ms of being
+  // ready. On Shutdown or `stop`, ServeSteps waits for the transfer in
+  // progress (bounded by its plan's timeout_ms) and drops queued ones
+  // without answering them. Must outlive ServeSteps.
   KvSender* kv_sender = nullptr;
 };
 
@@ -39,7 +43,9 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
                 const WorkerLoopOptions& options);
 
 // Serves steps: each StepPlan is executed and answered with its StepResult;
-// a Heartbeat goes out whenever nothing was sent for heartbeat_interval_ms.
+// each TransferPlan is queued for the transfer thread (see kv_sender) and
+// answered with its TransferResult once done, in plan order; a Heartbeat
+// goes out whenever nothing was sent for heartbeat_interval_ms.
 // Returns OK on a Shutdown message or when `stop` is set; Unavailable when
 // the coordinator stayed silent for heartbeat_timeout_ms (a dead
 // coordinator must not leave workers behind) or a send fails; Unavailable

@@ -25,8 +25,9 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "coordinator:\n"
     << "  http_host: 127.0.0.1\n"
     << "  http_port: " << http_port << "\n"
-    << "  control_address: tcp://127.0.0.1:" << control_port << "\n"
-    << "cache:\n"
+    << "  control_address: tcp://127.0.0.1:" << control_port << "\n";
+  if (o.heartbeat_timeout_ms > 0) y << "  heartbeat_timeout_ms: " << o.heartbeat_timeout_ms << "\n";
+  y << "cache:\n"
     << "  block_size: " << o.block_size << "\n"
     << "  kv_memory_mb: " << o.kv_memory_mb << "\n"
     << "scheduler:\n"
@@ -38,7 +39,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1}]}\n"
       << "  - {name: decode, role: decode, instances: [{tp_size: " << o.pd_decode_tp_size
       << ", num_threads: 1}]}\n"
-      << "kv_transfer: {transports: tcp, timeout_ms: 5000}\n";
+      << "kv_transfer: {transports: tcp, timeout_ms: " << o.kv_transfer_timeout_ms << "}\n";
   } else {
     y << "  - name: main\n"
       << "    role: mixed\n"

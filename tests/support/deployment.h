@@ -26,6 +26,8 @@ struct DeploymentOptions {
   // (one instance of this TP size), with kv_transfer over UCX TCP; the
   // instance options above are ignored.
   int pd_decode_tp_size = 0;
+  int kv_transfer_timeout_ms = 5000;  // disaggregated only
+  int heartbeat_timeout_ms = 0;       // 0 = the config default
   std::string extra_yaml;             // appended verbatim at top level
 };
 
