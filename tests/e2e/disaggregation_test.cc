@@ -21,19 +21,6 @@ using nlohmann::json;
 
 constexpr int kMaxTokens = 24;
 
-// Prompts as text, plus two as token ids of exact lengths: shorter than one
-// block (nothing to transfer) and exactly two blocks (the last block is
-// computed by the decode side: it holds the position whose logits it needs).
-std::vector<json> Prompts() {
-  std::vector<json> prompts;
-  for (const std::string& p : SmolLm2TestPrompts()) prompts.push_back(p);
-  prompts.push_back(json::array({504, 2365, 6354}));
-  json exact = json::array();
-  for (int i = 0; i < 32; ++i) exact.push_back(100 + (i * 37) % 4000);
-  prompts.push_back(exact);
-  return prompts;
-}
-
 std::string Complete(const Deployment& d, const json& prompt) {
   HttpReply r = d.PostJson("/v1/completions", {{"model", "smollm2"},
                                                {"prompt", prompt},
@@ -47,7 +34,7 @@ std::string Complete(const Deployment& d, const json& prompt) {
 // concurrently.
 std::vector<std::string> RunAll(const Deployment& d) {
   std::vector<std::string> out;
-  const std::vector<json> prompts = Prompts();
+  const std::vector<json> prompts = SmolLm2TransferPrompts();
   for (const json& p : prompts) out.push_back(Complete(d, p));
   std::vector<std::future<std::string>> futures;
   for (int round = 0; round < 8; ++round) {

@@ -5,37 +5,34 @@
 // two machines (no shared memory transports, no loopback shortcut).
 //
 // Needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2's `ip`; skips
-// otherwise. Each case builds its namespaces with `ip netns add` and removes
-// them on every path out (NetnsLink's destructor), also after a failed
-// assertion.
-#include <fcntl.h>
+// otherwise. Each case builds its namespaces with a NetnsPair
+// (tests/support/netns.h), which removes them on every path out, also after
+// a failed assertion.
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
+#include "tests/support/netns.h"
 
 namespace headway {
 namespace {
+
+using testing::NetnsPair;
+using testing::NetnsSide;
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
@@ -118,155 +115,6 @@ bool ReadUntilEof(int fd, Clock::time_point deadline, std::string* out) {
   _exit(code);
 }
 
-// ---- namespaces -----------------------------------------------------------------
-
-// Runs a shell command quietly; true when it exits 0.
-bool Run(const std::string& command) {
-  const std::string quiet = "(" + command + ") >/dev/null 2>&1";
-  const int rc = std::system(quiet.c_str());
-  return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
-}
-
-// Two network namespaces joined by a veth pair with addresses 10.201.X.1
-// (end `a`) and 10.201.X.2 (end `b`), plus the child processes that run in
-// them. The destructor kills the children and deletes both namespaces (which
-// deletes the veth pair with them), whatever state setup reached.
-class NetnsLink {
- public:
-  NetnsLink() {
-    static int counter = 0;
-    const std::string id = std::to_string(getpid()) + "n" + std::to_string(counter++);
-    ns_a_ = "headway-kv-" + id + "-a";
-    ns_b_ = "headway-kv-" + id + "-b";
-    // Interface names are at most 15 bytes: "hk" + 7-digit pid + "n" + n + "a".
-    veth_a_ = "hk" + id + "a";
-    veth_b_ = "hk" + id + "b";
-    std::random_device rd;
-    subnet_ = 1 + static_cast<int>(rd() % 254);
-  }
-  ~NetnsLink() {
-    for (pid_t pid : children_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    // Deleting a namespace destroys the veth end inside it, and with it the
-    // peer; the host-side delete covers a failure before the move.
-    if (veth_created_) Run("ip link del " + veth_a_);
-    if (ns_a_created_) Run("ip netns del " + ns_a_);
-    if (ns_b_created_) Run("ip netns del " + ns_b_);
-  }
-  NetnsLink(const NetnsLink&) = delete;
-  NetnsLink& operator=(const NetnsLink&) = delete;
-
-  // Empty on success, else why the environment cannot host the test (the
-  // caller skips). `fatal` is set when setup failed after the namespaces
-  // were allowed (the caller fails).
-  std::string Setup(bool* fatal) {
-    *fatal = false;
-    if (geteuid() != 0) return "needs root to create network namespaces";
-    if (!Run("command -v ip")) return "iproute2's `ip` is not installed";
-    if (!Run("ip netns add " + ns_a_)) {
-      return "`ip netns add` failed (no CAP_SYS_ADMIN, e.g. in an unprivileged container)";
-    }
-    ns_a_created_ = true;
-    if (!Run("ip netns add " + ns_b_)) return "second `ip netns add` failed";
-    ns_b_created_ = true;
-    if (!Run("ip link add " + veth_a_ + " type veth peer name " + veth_b_)) {
-      return "`ip link add ... type veth` failed (no veth support or CAP_NET_ADMIN)";
-    }
-    veth_created_ = true;
-    *fatal = true;
-    if (!Run("ip link set " + veth_a_ + " netns " + ns_a_)) return "moving " + veth_a_;
-    veth_created_ = false;  // now owned by ns_a_
-    if (!Run("ip link set " + veth_b_ + " netns " + ns_b_)) return "moving " + veth_b_;
-    using Side = std::tuple<std::string, std::string, int>;
-    for (const auto& [ns, dev, host] : {Side{ns_a_, veth_a_, 1}, Side{ns_b_, veth_b_, 2}}) {
-      const std::string ip = "ip -n " + ns + " ";
-      if (!Run(ip + "addr add " + Address(host) + "/24 dev " + dev) ||
-          !Run(ip + "link set " + dev + " up") || !Run(ip + "link set lo up")) {
-        return "configuring " + dev + " in " + ns;
-      }
-    }
-    // UCX only lists running interfaces (IFF_RUNNING), and the kernel
-    // updates a veth's operational state asynchronously (linkwatch, slower
-    // under load): wait for "state UP" on both ends.
-    const auto deadline = Clock::now() + Millis(5000);
-    for (const auto& [ns, dev] : {std::pair{ns_a_, veth_a_}, std::pair{ns_b_, veth_b_}}) {
-      while (!Run("ip -n " + ns + " link show dev " + dev + " | grep -q 'state UP'")) {
-        if (Clock::now() > deadline) return dev + " in " + ns + " never came up";
-        std::this_thread::sleep_for(Millis(10));
-      }
-    }
-    *fatal = false;
-    return "";
-  }
-
-  // Forks a child that enters namespace a or b and runs `body`, which
-  // must end the process (_exit). The child dies with the test process.
-  pid_t Spawn(bool side_a, const std::function<void()>& body) {
-    const std::string ns = side_a ? ns_a_ : ns_b_;
-    pid_t pid = fork();
-    if (pid != 0) {
-      if (pid > 0) children_.push_back(pid);
-      return pid;
-    }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    body();
-    _exit(120);
-  }
-
-  // Called in a child: joins `side_a`'s namespace and gives the child a
-  // private /sys of that namespace (UCX lists TCP devices from
-  // /sys/class/net, which otherwise still shows the host's interfaces, as
-  // `ip netns exec` does). Sets UCX_NET_DEVICES to the veth end. Empty on
-  // success, else what failed.
-  std::string EnterNamespace(bool side_a) const {
-    const std::string path = "/var/run/netns/" + (side_a ? ns_a_ : ns_b_);
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return "open " + path + ": " + std::strerror(errno);
-    if (setns(fd, CLONE_NEWNET) != 0) return std::string("setns: ") + std::strerror(errno);
-    close(fd);
-    if (unshare(CLONE_NEWNS) != 0) return std::string("unshare(NEWNS): ") + std::strerror(errno);
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
-      return std::string("making / a slave mount: ") + std::strerror(errno);
-    }
-    umount2("/sys", MNT_DETACH);  // may not be a mount point of its own
-    if (mount("sysfs", "/sys", "sysfs", 0, nullptr) != 0) {
-      return std::string("mounting sysfs: ") + std::strerror(errno);
-    }
-    setenv("UCX_NET_DEVICES", (side_a ? veth_a_ : veth_b_).c_str(), 1);
-    return "";
-  }
-
-  // Waits up to `timeout` for `pid` to exit; returns its wait status or -1.
-  int WaitChild(pid_t pid, Millis timeout) {
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        std::erase(children_, pid);
-        return status;
-      }
-      if (Clock::now() >= deadline) return -1;
-      std::this_thread::sleep_for(Millis(5));
-    }
-  }
-
-  void Kill(pid_t pid) { kill(pid, SIGKILL); }
-
-  std::string Address(int host) const {
-    return "10.201." + std::to_string(subnet_) + "." + std::to_string(host);
-  }
-  const std::string& ns_a() const { return ns_a_; }
-  const std::string& ns_b() const { return ns_b_; }
-
- private:
-  std::string ns_a_, ns_b_, veth_a_, veth_b_;
-  int subnet_ = 1;
-  bool ns_a_created_ = false, ns_b_created_ = false, veth_created_ = false;
-  std::vector<pid_t> children_;
-};
-
 // Closes its fds on scope exit.
 struct Fds {
   std::vector<int> fds;
@@ -292,6 +140,17 @@ Result<std::unique_ptr<KvTransferAgent>> MakeAgent(std::vector<uint8_t>& pool,
   return KvTransferAgent::Create(pool.data(), kBlockBytes, kNumBlocks, options);
 }
 
+// Called first in a forked child: joins `side`'s namespace (with a private
+// /sys, where UCX finds its TCP devices) and restricts UCX to that side's
+// veth end. Empty on success, else what failed.
+std::string EnterSide(const NetnsPair& link, NetnsSide side) {
+  Status st = link.EnterFromChild(side);
+  if (!st.ok()) return st.message();
+  // This process alone: UCX reads UCX_* when the child creates its agent.
+  setenv("UCX_NET_DEVICES", link.device(side).c_str(), 1);
+  return "";
+}
+
 // The sender child's start: enters side B, takes the receiver's KvPeerInfo
 // from `chan` and connects. Any failure is reported on `out` (and exits).
 struct ConnectedSender {
@@ -300,9 +159,9 @@ struct ConnectedSender {
   int peer = -1;
 };
 
-ConnectedSender ConnectSender(const NetnsLink& link, int chan, int out, int max_outstanding_puts,
+ConnectedSender ConnectSender(const NetnsPair& link, int chan, int out, int max_outstanding_puts,
                               bool coalesce) {
-  std::string err = link.EnterNamespace(false);
+  std::string err = EnterSide(link, NetnsSide::kB);
   if (!err.empty()) Report(out, "SKIP " + err, 2);
   KvPeerInfo info;
   if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
@@ -317,15 +176,6 @@ ConnectedSender ConnectSender(const NetnsLink& link, int chan, int out, int max_
   return sender;
 }
 
-// The skip or failure a Setup result calls for.
-#define HW_SETUP_NETNS(link)                                         \
-  do {                                                               \
-    bool fatal = false;                                              \
-    const std::string why = (link).Setup(&fatal);                    \
-    if (fatal) FAIL() << "network namespace setup: " << why;         \
-    if (!why.empty()) GTEST_SKIP() << "network namespaces: " << why; \
-  } while (0)
-
 constexpr Millis kWriteTimeout(5000);
 
 // ---- cases ----------------------------------------------------------------------
@@ -335,22 +185,22 @@ constexpr Millis kWriteTimeout(5000);
 // so; the receiver checks every byte of its pool and reports to the parent.
 TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
   const auto start = Clock::now();
-  NetnsLink link;
-  HW_SETUP_NETNS(link);
+  NetnsPair link("kv");
+  HW_SETUP_NETNS_OR_SKIP(link);
   Fds fds;
   int peer_link[2], rx_result[2], tx_result[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, peer_link), 0);
   fds.fds = {peer_link[0], peer_link[1]};
   ASSERT_TRUE(MakePipe(rx_result, &fds) && MakePipe(tx_result, &fds));
 
-  const pid_t receiver = link.Spawn(true, [&] {
+  const pid_t receiver = link.ForkChild([&] {
     const int chan = peer_link[0], out = rx_result[1];
     // Keep only this side's ends, so EOFs mean what they say.
     close(peer_link[1]);
     close(rx_result[0]);
     close(tx_result[0]);
     close(tx_result[1]);
-    std::string err = link.EnterNamespace(true);
+    std::string err = EnterSide(link, NetnsSide::kA);
     if (!err.empty()) Report(out, "SKIP " + err, 2);
     std::vector<uint8_t> pool = MakePool(kReceiverSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
@@ -368,7 +218,7 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
     Report(out, bad.empty() ? "OK" : "FAIL " + bad, 0);
   });
   ASSERT_GT(receiver, 0);
-  const pid_t sender = link.Spawn(false, [&] {
+  const pid_t sender = link.ForkChild([&] {
     const int chan = peer_link[1], out = tx_result[1];
     close(peer_link[0]);
     close(rx_result[0]);
@@ -416,8 +266,8 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
 // timeout, and neither the call nor the sender's shutdown may hang.
 TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
   const auto start = Clock::now();
-  NetnsLink link;
-  HW_SETUP_NETNS(link);
+  NetnsPair link("kv");
+  HW_SETUP_NETNS_OR_SKIP(link);
   Fds fds;
   int peer_link[2], rx_result[2], tx_result[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, peer_link), 0);
@@ -425,13 +275,13 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
   ASSERT_TRUE(MakePipe(rx_result, &fds) && MakePipe(tx_result, &fds));
   constexpr Millis kTimeout(3000);
 
-  const pid_t receiver = link.Spawn(true, [&] {
+  const pid_t receiver = link.ForkChild([&] {
     const int chan = peer_link[0], out = rx_result[1];
     close(peer_link[1]);
     close(rx_result[0]);
     close(tx_result[0]);
     close(tx_result[1]);
-    std::string err = link.EnterNamespace(true);
+    std::string err = EnterSide(link, NetnsSide::kA);
     if (!err.empty()) Report(out, "SKIP " + err, 2);
     std::vector<uint8_t> pool = MakePool(kReceiverSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
@@ -444,7 +294,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     for (;;) pause();
   });
   ASSERT_GT(receiver, 0);
-  const pid_t sender = link.Spawn(false, [&] {
+  const pid_t sender = link.ForkChild([&] {
     const int chan = peer_link[1], out = tx_result[1];
     close(peer_link[0]);
     close(rx_result[0]);
@@ -494,7 +344,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
   char started = 0;
   ASSERT_TRUE(ReadAll(peer_link[0], &started, 1));
   std::this_thread::sleep_for(Millis(30));
-  link.Kill(receiver);
+  link.KillChild(receiver);
   const auto killed_at = Clock::now();
 
   std::string tx_line;

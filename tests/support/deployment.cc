@@ -23,9 +23,9 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  path: " << o.model_path << "\n"
     << "  served_name: smollm2\n"
     << "coordinator:\n"
-    << "  http_host: 127.0.0.1\n"
+    << "  http_host: " << o.host << "\n"
     << "  http_port: " << http_port << "\n"
-    << "  control_address: tcp://127.0.0.1:" << control_port << "\n";
+    << "  control_address: tcp://" << o.host << ":" << control_port << "\n";
   if (o.heartbeat_timeout_ms > 0) y << "  heartbeat_timeout_ms: " << o.heartbeat_timeout_ms << "\n";
   y << "cache:\n"
     << "  block_size: " << o.block_size << "\n"
@@ -36,9 +36,10 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  max_model_len: " << o.max_model_len << "\n"
     << "pools:\n";
   if (o.pd_decode_tp_size > 0) {
-    y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1}]}\n"
+    y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1, hosts: ["
+      << o.host << "]}]}\n"
       << "  - {name: decode, role: decode, instances: [{tp_size: " << o.pd_decode_tp_size
-      << ", num_threads: 1}]}\n"
+      << ", num_threads: 1, hosts: [" << o.decode_host << "]}]}\n"
       << "kv_transfer: {transports: tcp, timeout_ms: " << o.kv_transfer_timeout_ms << "}\n";
   } else {
     y << "  - name: main\n"
@@ -93,16 +94,25 @@ HttpReply ToReply(const httplib::Result& r) {
 }
 }  // namespace
 
-HttpReply HttpGet(int port, const std::string& path, int timeout_s) {
-  httplib::Client client("127.0.0.1", port);
+HttpReply HttpGet(const std::string& host, int port, const std::string& path, int timeout_s) {
+  httplib::Client client(host, port);
   client.set_read_timeout(timeout_s, 0);
   return ToReply(client.Get(path));
 }
 
-HttpReply HttpPost(int port, const std::string& path, const std::string& body, int timeout_s) {
-  httplib::Client client("127.0.0.1", port);
+HttpReply HttpPost(const std::string& host, int port, const std::string& path,
+                   const std::string& body, int timeout_s) {
+  httplib::Client client(host, port);
   client.set_read_timeout(timeout_s, 0);
   return ToReply(client.Post(path, body, "application/json"));
+}
+
+HttpReply HttpGet(int port, const std::string& path, int timeout_s) {
+  return HttpGet("127.0.0.1", port, path, timeout_s);
+}
+
+HttpReply HttpPost(int port, const std::string& path, const std::string& body, int timeout_s) {
+  return HttpPost("127.0.0.1", port, path, body, timeout_s);
 }
 
 HttpReply Deployment::Get(const std::string& path) const { return HttpGet(http_port_, path); }
@@ -135,6 +145,16 @@ long Deployment::FreeBlocks() const {
   HttpReply r = Get("/health");
   if (r.json.is_null()) return -1;
   return SumFreeBlocks(r.json);
+}
+
+std::vector<nlohmann::json> SmolLm2TransferPrompts() {
+  std::vector<nlohmann::json> prompts;
+  for (const std::string& p : SmolLm2TestPrompts()) prompts.push_back(p);
+  prompts.push_back(nlohmann::json::array({504, 2365, 6354}));
+  nlohmann::json exact = nlohmann::json::array();
+  for (int i = 0; i < 32; ++i) exact.push_back(100 + (i * 37) % 4000);
+  prompts.push_back(exact);
+  return prompts;
 }
 
 const std::vector<std::string>& SmolLm2TestPrompts() {

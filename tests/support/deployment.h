@@ -27,6 +27,10 @@ struct DeploymentOptions {
   // instance options above are ignored.
   int pd_decode_tp_size = 0;
   int kv_transfer_timeout_ms = 5000;  // disaggregated only
+  // Where the coordinator binds HTTP and control (and, disaggregated, where
+  // the prefill instance runs), and where the decode instance runs.
+  std::string host = "127.0.0.1";
+  std::string decode_host = "127.0.0.1";
   int heartbeat_timeout_ms = 0;       // 0 = the config default
   std::string extra_yaml;             // appended verbatim at top level
 };
@@ -43,6 +47,11 @@ struct HttpReply {
 HttpReply HttpGet(int port, const std::string& path, int timeout_s = 300);
 HttpReply HttpPost(int port, const std::string& path, const std::string& body,
                    int timeout_s = 300);
+// The same against `host` (an IPv4 address or name) instead of 127.0.0.1.
+HttpReply HttpGet(const std::string& host, int port, const std::string& path,
+                  int timeout_s = 300);
+HttpReply HttpPost(const std::string& host, int port, const std::string& path,
+                   const std::string& body, int timeout_s = 300);
 
 class Deployment {
  public:
@@ -77,6 +86,12 @@ class Deployment {
 // Six prompts of mixed kinds and lengths (chat turns, plain text, a list) for
 // comparing greedy outputs between deployments.
 const std::vector<std::string>& SmolLm2TestPrompts();
+
+// SmolLm2TestPrompts() as text, plus two as token ids of exact lengths for a
+// block size of 16: shorter than one block (a disaggregated deployment has
+// nothing to transfer) and exactly two blocks (the decode side computes the
+// last block itself: it holds the position whose logits it needs).
+std::vector<nlohmann::json> SmolLm2TransferPrompts();
 
 // `question` as one user turn in SmolLM2's ChatML chat format, with the
 // default system turn of its chat template and the assistant turn opened.

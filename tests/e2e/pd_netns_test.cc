@@ -1,0 +1,209 @@
+// Disaggregated prefill and decode across a network link: the coordinator
+// and the prefill instance in one network namespace, the decode instance in
+// another, joined only by a veth pair (tests/support/netns.h). The decode
+// worker registers with the coordinator over the link, and the prefill
+// worker writes KV blocks into the decode worker's pool with UCX over TCP on
+// the veth devices alone: no shared memory, no loopback. This is the
+// two-machine deployment of deploy/configs/pd.yaml on one host.
+//
+// Greedy outputs must equal a colocated deployment's (root namespace, same
+// cache and scheduler settings) text for text, and the coordinator's
+// counters must show blocks moved and no fallback to local prefill.
+//
+// Needs root and the model; skips otherwise.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/kv_cache.h"
+#include "tests/support/deployment.h"
+#include "tests/support/netns.h"
+#include "tests/support/process.h"
+#include "tests/support/prometheus_parser.h"
+#include "tests/support/test_env.h"
+
+namespace headway::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxTokens = 24;
+
+std::string CompletionBody(const json& prompt) {
+  return json{{"model", "smollm2"},
+              {"prompt", prompt},
+              {"max_tokens", kMaxTokens},
+              {"temperature", 0}}
+      .dump();
+}
+
+// The generated text of a /v1/completions reply, or "<status N: body>" so a
+// mismatch shows the error.
+std::string TextOf(int status, const std::string& body) {
+  if (status == 200) {
+    json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("choices")) return j["choices"][0].value("text", "");
+  }
+  return "<status " + std::to_string(status) + ": " + body + ">";
+}
+
+// Every prompt alone, then all of them twice over, concurrently. `post`
+// sends one completion body and returns {status, body}.
+template <typename Post>
+std::vector<std::string> RunAll(const Post& post) {
+  const std::vector<json> prompts = SmolLm2TransferPrompts();
+  std::vector<std::string> out;
+  for (const json& p : prompts) {
+    auto [status, body] = post(CompletionBody(p));
+    out.push_back(TextOf(status, body));
+  }
+  std::vector<std::future<std::string>> futures;
+  for (int round = 0; round < 2; ++round) {
+    for (const json& p : prompts) {
+      futures.push_back(std::async(std::launch::async, [&post, p] {
+        auto [status, body] = post(CompletionBody(p));
+        return TextOf(status, body);
+      }));
+    }
+  }
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+// The first sample of `name` in a Prometheus text page; -1 if absent.
+double Metric(const std::string& page, const std::string& name) {
+  Result<PromExposition> metrics = ParsePrometheusText(page);
+  if (!metrics.ok()) return -1;
+  std::vector<const PromSample*> samples = metrics->Samples(name);
+  return samples.empty() ? -1 : samples[0]->value;
+}
+
+// Removes a directory tree on scope exit.
+struct TempDir {
+  std::string path = MakeTempDir("headway-pd-netns");
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+// The last `max_chars` of a process log, for failure messages.
+std::string Tail(const ChildProcess& p, size_t max_chars = 3000) {
+  const std::string log = p.Log();
+  return p.log_path() + ":\n" + (log.size() > max_chars ? log.substr(log.size() - max_chars) : log);
+}
+
+TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  const auto start = Clock::now();
+  NetnsPair net("pd");
+  HW_SETUP_NETNS_OR_SKIP(net);
+
+  DeploymentOptions options;
+  options.model_path = SmolLm2Path();
+
+  std::vector<std::string> colocated;
+  {
+    std::string error;
+    std::unique_ptr<Deployment> local = Deployment::Start(options, &error);
+    ASSERT_NE(local, nullptr) << error;
+    colocated = RunAll([&](const std::string& body) {
+      HttpReply r = local->Post("/v1/completions", body);
+      return std::pair{r.status, r.body};
+    });
+  }
+  const auto colocated_done = Clock::now();
+
+  const std::string host_a = net.address(NetnsSide::kA);
+  const std::string host_b = net.address(NetnsSide::kB);
+  // A fresh namespace has every port free; FreePort only supplies numbers.
+  const int http_port = FreePort();
+  const int control_port = FreePort();
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string config = dir.path + "/pd.yaml";
+  DeploymentOptions pd = options;
+  pd.pd_decode_tp_size = 1;
+  pd.host = host_a;
+  pd.decode_host = host_b;
+  std::ofstream(config) << DeploymentYaml(pd, http_port, control_port);
+
+  // Declared after `net`: the processes stop before the namespaces go.
+  const std::string worker = BinaryPath("headway-worker");
+  ChildProcess coordinator(
+      net.ExecArgv(NetnsSide::kA, {BinaryPath("headway-coordinator"), "--config", config}),
+      dir.path + "/coordinator.log");
+  ChildProcess prefill(
+      net.ExecArgv(NetnsSide::kA,
+                   {worker, "--config", config, "--instance-id", "0", "--tp-rank", "0"},
+                   {"UCX_NET_DEVICES=" + net.device(NetnsSide::kA)}),
+      dir.path + "/prefill.log");
+  ChildProcess decode(
+      net.ExecArgv(NetnsSide::kB,
+                   {worker, "--config", config, "--instance-id", "1", "--tp-rank", "0"},
+                   {"UCX_NET_DEVICES=" + net.device(NetnsSide::kB)}),
+      dir.path + "/decode.log");
+  auto logs = [&] { return Tail(coordinator) + "\n" + Tail(prefill) + "\n" + Tail(decode); };
+
+  // Every HTTP call below runs on a thread inside namespace A, the only
+  // place the coordinator's address is reachable from.
+  bool healthy = false;
+  std::vector<std::string> disaggregated;
+  std::string metrics_page;
+  Status in_ns = net.RunInNamespace(NetnsSide::kA, [&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline && coordinator.Running() && prefill.Running() &&
+           decode.Running()) {
+      if (HttpGet(host_a, http_port, "/health", 5).status == 200) {
+        healthy = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (!healthy) return;
+    disaggregated = RunAll([&](const std::string& body) {
+      HttpReply r = HttpPost(host_a, http_port, "/v1/completions", body, 60);
+      return std::pair{r.status, r.body};
+    });
+    metrics_page = HttpGet(host_a, http_port, "/metrics", 10).body;
+  });
+  ASSERT_TRUE(in_ns.ok()) << in_ns.ToString();
+  ASSERT_TRUE(healthy) << "the disaggregated deployment never became healthy\n" << logs();
+
+  ASSERT_EQ(disaggregated.size(), colocated.size());
+  for (size_t i = 0; i < colocated.size(); ++i) {
+    EXPECT_EQ(disaggregated[i], colocated[i]) << "request " << i;
+  }
+  const double blocks_moved = Metric(metrics_page, "headway:kv_transfer_blocks_total");
+  EXPECT_GT(blocks_moved, 0) << metrics_page;
+  // The blocks crossed the veth: the decode side's end received at least
+  // their bytes (SmolLM2's head_dim is 64).
+  Result<uint64_t> received = net.ReceivedBytes(NetnsSide::kB);
+  ASSERT_TRUE(received.ok()) << received.status().ToString();
+  const double block_bytes = double(KvCacheLayout{options.block_size, 64}.BlockBytes());
+  EXPECT_GE(double(*received), blocks_moved * block_bytes)
+      << "decode side's veth received " << *received << " bytes for " << blocks_moved
+      << " blocks";
+  EXPECT_EQ(Metric(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
+  if (HasFailure()) ADD_FAILURE() << logs();
+
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  std::printf("[ info     ] colocated %.1f s, disaggregated across namespaces %.1f s, "
+              "%.0f blocks moved, %.1f MB received by the decode side's veth\n",
+              seconds(colocated_done - start), seconds(Clock::now() - colocated_done),
+              blocks_moved, double(*received) / 1e6);
+}
+
+}  // namespace
+}  // namespace headway::testing
