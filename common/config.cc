@@ -122,7 +122,7 @@ Result<PoolRole> ParseRole(const YAML::Node& node, const std::string& key) {
 Status ParseModel(const YAML::Node& node, Config& config) {
   const std::string path = "model";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"path", "served_name"}));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"path", "served_name", "head_pattern"}));
   if (!node["path"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -131,6 +131,17 @@ Status ParseModel(const YAML::Node& node, Config& config) {
   if (node["served_name"]) {
     HW_RETURN_IF_ERROR(
         ReadString(node["served_name"], "model.served_name", config.served_model_name));
+  }
+  if (node["head_pattern"]) {
+    HW_RETURN_IF_ERROR(
+        ReadString(node["head_pattern"], "model.head_pattern", config.head_pattern_path));
+    // An empty value would silently mean "no pattern": the key is there, so
+    // the writer meant a file.
+    if (config.head_pattern_path.empty()) {
+      return BadValue("model.head_pattern", "\"\"",
+                      "a head-pattern YAML file (absolute, or relative to the config file's "
+                      "directory); leave the key out for the model's own attention specs");
+    }
   }
   return Status::Ok();
 }
@@ -167,7 +178,7 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   const std::string path = "cache";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(
-      CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching"}));
+      CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching", "enable_recycling"}));
   if (node["block_size"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
   }
@@ -177,6 +188,10 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   if (node["enable_prefix_caching"]) {
     HW_RETURN_IF_ERROR(ReadBool(node["enable_prefix_caching"], "cache.enable_prefix_caching",
                                 config.enable_prefix_caching));
+  }
+  if (node["enable_recycling"]) {
+    HW_RETURN_IF_ERROR(ReadBool(node["enable_recycling"], "cache.enable_recycling",
+                                config.enable_recycling));
   }
   return Status::Ok();
 }
@@ -506,6 +521,16 @@ Result<Config> LoadConfigFile(const std::string& path) {
   if (in.bad()) return Status::NotFound("cannot read config file `" + path + "`");
   Result<Config> config = ParseConfig(text.str());
   if (!config.ok()) return config.status().WithContext(path);
+  if (!config->head_pattern_path.empty()) {
+    namespace fs = std::filesystem;
+    fs::path pattern(config->head_pattern_path);
+    if (pattern.is_relative()) {
+      std::error_code ec;
+      fs::path base = fs::absolute(fs::path(path), ec).parent_path();
+      if (!ec) pattern = base / pattern;
+    }
+    config->head_pattern_path = pattern.lexically_normal().string();
+  }
   return config;
 }
 

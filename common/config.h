@@ -4,6 +4,7 @@
 //   model:
 //     path: SmolLM2-135M-Instruct.Q4_1.gguf   # relative: resolved against the model dir
 //     served_name: smollm2-135m-instruct
+//     head_pattern: heads.yaml     # optional: streaming KV heads (common/head_pattern.h)
 //   coordinator:
 //     http_host: 127.0.0.1
 //     http_port: 8000
@@ -12,6 +13,7 @@
 //     block_size: 16
 //     kv_memory_mb: 256            # per worker
 //     enable_prefix_caching: true
+//     enable_recycling: true
 //   scheduler:
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512
@@ -73,6 +75,13 @@ struct Config {
   // model
   std::string model_path;               // absolute after ResolvePaths
   std::string served_model_name;        // "" = file name without .gguf
+  // Head-pattern file (common/head_pattern.h) making some KV heads streaming;
+  // "" = the model's own attention specs. A relative path is taken against
+  // the config file's directory by LoadConfigFile (ParseConfig keeps it as
+  // written, i.e. relative to the working directory), so a config and its
+  // pattern move together. Every host of a deployment must have it at the
+  // same path.
+  std::string head_pattern_path;
   // coordinator
   std::string http_host = "127.0.0.1";
   int http_port = 8000;
@@ -83,6 +92,7 @@ struct Config {
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per worker, MiB
   bool enable_prefix_caching = true;    // reuse full blocks of shared prompt prefixes
+  bool enable_recycling = true;         // sliding-window blocks leave the table once out of every window
   // kv_transfer: UCX block transfer between instances (comm/kv_transfer.h).
   // Workers map their pool and publish a KV endpoint at registration when
   // enabled (the section is present, or a pool has role prefill/decode).
@@ -111,7 +121,8 @@ struct Config {
 Result<Config> ParseConfig(const std::string& yaml_text);
 
 // Reads and parses a file. NotFound if it cannot be read; parse errors are
-// prefixed with the path.
+// prefixed with the path. A relative model.head_pattern becomes absolute,
+// taken against the directory of `path`.
 Result<Config> LoadConfigFile(const std::string& path);
 
 // Checks ranges and cross-field rules of an already built Config (ParseConfig

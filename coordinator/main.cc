@@ -23,6 +23,7 @@
 #include "common/config.h"
 #include "common/deployment_check.h"
 #include "common/gguf.h"
+#include "common/head_pattern.h"
 #include "common/model_spec.h"
 #include "coordinator/api_server.h"
 #include "coordinator/chat_template.h"
@@ -84,6 +85,12 @@ int main(int argc, char** argv) {
   if (!gguf.ok()) return Fail(2, "model", gguf.status());
   Result<ModelSpec> spec = LoadModelSpec(**gguf);
   if (!spec.ok()) return Fail(2, "model " + config.model_path, spec.status());
+  // Workers apply the same pattern (worker/main.cc): block tables only fit
+  // when both sides agree on every slot's spec.
+  if (Status s = ApplyHeadPattern(config, *spec); !s.ok()) {
+    return Fail(2, "config " + config_path, s);
+  }
+  spdlog::info("attention: {}", DescribeSlotSpecs(*spec));
   if (Status s = CheckSupported(config); !s.ok()) return Fail(2, "config " + config_path, s);
   if (Status s = CheckConfigAgainstModel(config, *spec); !s.ok()) {
     return Fail(2, "config " + config_path, s);

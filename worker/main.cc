@@ -28,6 +28,7 @@
 #include "comm/control_store.h"
 #include "common/config.h"
 #include "common/gguf.h"
+#include "common/head_pattern.h"
 #include "common/model_spec.h"
 #include "kernels/threads.h"
 #include "worker/kv_pool.h"
@@ -173,6 +174,12 @@ int main(int argc, char** argv) {
   if (!file.ok()) return Fail("model", file.status());
   Result<ModelSpec> spec = LoadModelSpec(**file);
   if (!spec.ok()) return Fail("model", spec.status());
+  // The coordinator applies the same pattern (coordinator/main.cc).
+  if (Status s = ApplyHeadPattern(*config, *spec); !s.ok()) {
+    return Fail("config " + flags.config_path, s);
+  }
+  spdlog::info("worker i{}r{}: attention: {}", flags.instance_id, flags.tp_rank,
+               DescribeSlotSpecs(*spec));
   if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return Fail("model", s);
   const TpShard shard = ShardForRank(*spec, instance.tp_size, flags.tp_rank);
   Result<std::unique_ptr<ModelWeights>> weights = ModelWeights::Load(**file, *spec, shard);

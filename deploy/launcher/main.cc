@@ -20,6 +20,7 @@
 #include "common/config.h"
 #include "common/deployment_check.h"
 #include "common/gguf.h"
+#include "common/head_pattern.h"
 #include "common/model_spec.h"
 #include "deploy/launcher/health_probe.h"
 #include "deploy/launcher/launch_plan.h"
@@ -137,13 +138,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
     return kExitUsage;
   }
-  // Refuse a TP size the model cannot shard before any process starts.
+  // Refuse a TP size the model cannot shard, or a head pattern that does
+  // not fit it, before any process starts.
   Result<std::unique_ptr<GgufFile>> gguf = GgufFile::Open(resolved.model_path);
   Result<ModelSpec> model_spec =
       gguf.ok() ? LoadModelSpec(**gguf) : Result<ModelSpec>(gguf.status());
   if (!model_spec.ok()) {
     std::fprintf(stderr, "headway-launch: model %s: %s\n", resolved.model_path.c_str(),
                  model_spec.status().message().c_str());
+    return kExitUsage;
+  }
+  if (Status status = ApplyHeadPattern(config, *model_spec); !status.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
     return kExitUsage;
   }
   if (Status status = CheckConfigAgainstModel(config, *model_spec); !status.ok()) {

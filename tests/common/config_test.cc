@@ -327,5 +327,63 @@ TEST(ConfigTest, PrefixCachingIsOnByDefaultAndCanBeTurnedOff) {
               {"cache.enable_prefix_caching", "3", "true or false"});
 }
 
+TEST(ConfigTest, HeadPatternIsOptional) {
+  Result<Config> config = ParseConfig(kFull);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->head_pattern_path, "");
+  Result<Config> with = ParseConfig(Edit(kFull, "served_name: smollm2-135m-instruct",
+                                         "served_name: smollm2-135m-instruct\n"
+                                         "  head_pattern: heads/streaming.yaml"));
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->head_pattern_path, "heads/streaming.yaml");  // ParseConfig keeps it as written
+}
+
+TEST(ConfigTest, HeadPatternMustBeANonEmptyString) {
+  ExpectError(Edit(kFull, "served_name: smollm2-135m-instruct",
+                   "served_name: smollm2-135m-instruct\n  head_pattern: \"\""),
+              {"model.head_pattern", "\"\"", "head-pattern YAML file", "leave the key out"});
+  ExpectError(Edit(kFull, "served_name: smollm2-135m-instruct",
+                   "served_name: smollm2-135m-instruct\n  head_pattern: [a.yaml]"),
+              {"model.head_pattern", "(a list)", "a string"});
+  ExpectError(Edit(kFull, "served_name: smollm2-135m-instruct",
+                   "served_name: smollm2-135m-instruct\n  head_patern: a.yaml"),
+              {"unknown key `model.head_patern`", "head_pattern"});
+}
+
+TEST(ConfigTest, LoadConfigFileResolvesHeadPatternAgainstTheConfigDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "headway_config_head_pattern";
+  fs::create_directories(dir / "sub");
+  const std::string with_pattern = Edit(kFull, "served_name: smollm2-135m-instruct",
+                                        "served_name: smollm2-135m-instruct\n"
+                                        "  head_pattern: ../heads.yaml");
+  const fs::path path = dir / "sub" / "deploy.yaml";
+  {
+    std::ofstream out(path);
+    out << with_pattern;
+  }
+  Result<Config> config = LoadConfigFile(path.string());
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->head_pattern_path, (dir / "heads.yaml").lexically_normal().string());
+  {
+    std::ofstream out(path);
+    out << Edit(with_pattern, "../heads.yaml", "/abs/heads.yaml");
+  }
+  config = LoadConfigFile(path.string());
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->head_pattern_path, "/abs/heads.yaml");
+  fs::remove_all(dir);
+}
+
+TEST(ConfigTest, ShippedStreamingConfigIsValid) {
+  Result<Config> config =
+      LoadConfigFile(testing::SourceDir() + "/deploy/configs/smollm2-streaming.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const std::filesystem::path expected = std::filesystem::absolute(
+      testing::SourceDir() + "/deploy/configs/smollm2-streaming-heads.yaml");
+  EXPECT_EQ(config->head_pattern_path, expected.lexically_normal().string());
+  EXPECT_TRUE(std::filesystem::exists(config->head_pattern_path));
+}
+
 }  // namespace
 }  // namespace headway
