@@ -90,15 +90,21 @@ void Engine::Impl::OnPrefillDone(InstanceState& prefill, uint64_t job_id) {
   job.decode_generation = decode->generation;
   KvCacheManager& dkv = decode->scheduler->mutable_kv();
   PrefixMatch have = dkv.MatchPrefix(prompt, full);
-  if (pinned.num_positions < full || !pkv.CanStart(pinned, full) || !dkv.CanStart(have, full)) {
+  // The decode side computes from `full` on: sliding slots receive only
+  // their sink and the window of position `full`.
+  if (pinned.num_positions < full || !pkv.CanStart(pinned, full) ||
+      !dkv.CanStart(have, full, full)) {
     // Not cached (prefix caching off) or no room: the decode side computes it.
     job.error = "the prefill blocks are not cached or the decode instance has no room";
     JoinDecode(job, false);
     jobs.erase(job_id);
     return;
   }
-  const auto src = pkv.Start(job.request_id | kPinBit, pinned, full);
-  const auto dst = dkv.Start(job.request_id | kRecvBit, have, full);
+  (void)pkv.Start(job.request_id | kPinBit, pinned, full);
+  (void)dkv.Start(job.request_id | kRecvBit, have, full, full);
+  std::vector<RankRows> src, dst;
+  for (int r = 0; r < prefill.tp_size; ++r) src.push_back(pkv.Rows(job.request_id | kPinBit, r));
+  for (int r = 0; r < decode->tp_size; ++r) dst.push_back(dkv.Rows(job.request_id | kRecvBit, r));
   Result<std::vector<RankBlockCopies>> copies =
       PlanBlockCopies(spec, prefill.tp_size, src, decode->tp_size, dst, have.entries.size());
   job.transferring = true;

@@ -111,11 +111,16 @@ void Engine::Impl::HandleRegister(const std::string& peer, const proto::Register
     for (const RankState& r : inst.ranks) num_blocks.push_back(r.num_blocks);
     KvCacheOptions kv_options;
     kv_options.enable_prefix_caching = config.enable_prefix_caching;
+    kv_options.enable_recycling = config.enable_recycling;
     auto kv = std::make_unique<KvCacheManager>(spec, inst.tp_size, config.block_size, num_blocks,
                                                kv_options);
     SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens};
     inst.scheduler = std::make_unique<Scheduler>(sc, std::move(kv));
     ++inst.generation;
+    // The new scheduler counts from zero.
+    inst.reported_preemptions = 0;
+    inst.reported_recycled = 0;
+    inst.reported_prefix = {};
     inst.in_flight.reset();
     spdlog::info("instance {} ready (tp_size {}; at most {} positions per sequence)", inst.id,
                  inst.tp_size, inst.scheduler->kv().MaxPositionsPerSequence());
@@ -202,6 +207,7 @@ void Engine::Impl::Dispatch(InstanceState& inst) {
         pd->set_slot(uint32_t(d.slot));
         pd->set_first_logical(uint32_t(d.first_logical));
         for (int32_t b : d.appended) pd->add_appended(b);
+        for (int32_t i : d.recycled) pd->add_recycled(uint32_t(i));
       }
     }
     Send(inst, rank, env);
@@ -513,6 +519,11 @@ void Engine::Impl::ReportSchedulerCounters(InstanceState& inst) {
   if (preemptions > inst.reported_preemptions) {
     metrics->OnPreemption(inst.id, int64_t(preemptions - inst.reported_preemptions));
     inst.reported_preemptions = preemptions;
+  }
+  const uint64_t recycled = inst.scheduler->kv().num_recycled_blocks();
+  if (recycled > inst.reported_recycled) {
+    metrics->OnKvBlocksRecycled(inst.id, int64_t(recycled - inst.reported_recycled));
+    inst.reported_recycled = recycled;
   }
   const PrefixCacheStats& stats = inst.scheduler->prefix_cache_stats();
   if (stats.num_queried_tokens > inst.reported_prefix.num_queried_tokens) {

@@ -49,6 +49,7 @@ struct Engine::Impl {
     bool ready() const { return scheduler != nullptr; }
     // Scheduler counters already reported to the metrics.
     size_t reported_preemptions = 0;
+    uint64_t reported_recycled = 0;
     PrefixCacheStats reported_prefix;
   };
   struct RequestState {

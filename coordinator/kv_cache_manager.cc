@@ -33,19 +33,92 @@ int KvCacheManager::num_slots(int tp_rank) const {
   return static_cast<int>(ranks_.at(tp_rank).slot_specs.size());
 }
 
-int64_t KvCacheManager::LogicalBlocks(const SlotSpec& spec, int64_t num_positions) const {
+int64_t KvCacheManager::LogicalBlocks(int64_t num_positions) const {
   return (num_positions + block_size_ - 1) / block_size_;
+}
+
+bool KvCacheManager::Needed(const SlotSpec& spec, int64_t i, int64_t first_uncomputed) const {
+  if (!spec.IsSliding() || !options_.enable_recycling) return true;
+  const int64_t sink_blocks = (int64_t(spec.sink) + block_size_ - 1) / block_size_;
+  const int64_t live_begin =
+      std::max<int64_t>(0, first_uncomputed - spec.window + 1) / block_size_;
+  return i < sink_blocks || i >= live_begin;
+}
+
+int64_t KvCacheManager::BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
+                                    int64_t first_uncomputed) const {
+  const int64_t want = LogicalBlocks(num_positions);
+  if (want <= have) return 0;
+  if (!spec.IsSliding()) return want - have;
+  int64_t n = 0;
+  for (int64_t i = have; i < want; ++i) n += Needed(spec, i, first_uncomputed);
+  return n;
 }
 
 int KvCacheManager::BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const {
   const Rank& rank = ranks_.at(tp_rank);
   auto it = tables_.find(seq_id);
+  const int64_t first = it == tables_.end() ? 0 : it->second.first_uncomputed;
   int64_t needed = 0;
   for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
     int64_t have = it == tables_.end() ? 0 : int64_t(it->second.rows[tp_rank][s].size());
-    needed += std::max<int64_t>(0, LogicalBlocks(rank.slot_specs[s], num_positions) - have);
+    needed += BlocksToAdd(rank.slot_specs[s], have, num_positions, first);
   }
   return static_cast<int>(std::min<int64_t>(needed, std::numeric_limits<int>::max()));
+}
+
+const std::vector<std::vector<int32_t>>& KvCacheManager::Rows(uint64_t seq_id,
+                                                              int tp_rank) const {
+  return tables_.at(seq_id).rows.at(tp_rank);
+}
+
+void KvCacheManager::AppendRunDeltas(int slot, const std::vector<int32_t>& row,
+                                     std::vector<SlotBlockDelta>* out) {
+  for (size_t i = 0; i < row.size();) {
+    if (row[i] < 0) {
+      ++i;
+      continue;
+    }
+    SlotBlockDelta d;
+    d.slot = slot;
+    d.first_logical = int(i);
+    while (i < row.size() && row[i] >= 0) d.appended.push_back(row[i++]);
+    out->push_back(std::move(d));
+  }
+}
+
+std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(uint64_t seq_id,
+                                                                 int64_t first_uncomputed) {
+  std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
+  auto it = tables_.find(seq_id);
+  if (it == tables_.end()) return deltas;
+  SeqTable& table = it->second;
+  table.first_uncomputed = std::max(table.first_uncomputed, first_uncomputed);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Rank& rank = ranks_[r];
+    std::vector<int32_t> freed;
+    for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
+      const SlotSpec& spec = rank.slot_specs[s];
+      if (!spec.IsSliding()) continue;
+      std::vector<int32_t>& row = table.rows[r][s];
+      SlotBlockDelta delta;
+      for (int64_t i = 0; i < int64_t(row.size()); ++i) {
+        if (row[i] < 0 || Needed(spec, i, table.first_uncomputed)) continue;
+        const CacheEntryId e = i < int64_t(table.entries.size()) ? table.entries[i] : kNoCacheEntry;
+        const int32_t block = e == kNoCacheEntry ? row[i] : cache_.DropBlock(e, int(r), int(s));
+        if (block >= 0) freed.push_back(block);
+        row[i] = -1;
+        delta.recycled.push_back(int32_t(i));
+      }
+      if (delta.recycled.empty()) continue;
+      delta.slot = int(s);
+      delta.first_logical = int(row.size());
+      deltas[r].push_back(std::move(delta));
+    }
+    num_recycled_blocks_ += freed.size();
+    rank.pool.Free(freed);
+  }
+  return deltas;
 }
 
 int KvCacheManager::Available(int tp_rank) const {
@@ -87,8 +160,15 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(uint64_t seq_id,
     Rank& rank = ranks_[r];
     for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
       std::vector<int32_t>& row = table.rows[r][s];
-      int64_t want = LogicalBlocks(rank.slot_specs[s], num_positions);
+      const SlotSpec& spec = rank.slot_specs[s];
+      const int64_t want = LogicalBlocks(num_positions);
       if (want <= int64_t(row.size())) continue;
+      // Blocks a sliding slot does not need stay -1; the delta starts at the
+      // first one it does.
+      while (int64_t(row.size()) < want && !Needed(spec, int64_t(row.size()), table.first_uncomputed)) {
+        row.push_back(-1);
+      }
+      if (int64_t(row.size()) == want) continue;
       SlotBlockDelta delta;
       delta.slot = static_cast<int>(s);
       delta.first_logical = static_cast<int>(row.size());
@@ -116,22 +196,48 @@ PrefixMatch KvCacheManager::MatchPrefix(const TokenIds& token_ids, int64_t max_p
     match.entries.push_back(id);
     parent = id;
   }
+  // Cut the hit until every sliding slot still holds what the window and
+  // sink of its first uncomputed position need.
+  auto resident = [&](size_t k) {
+    const int64_t first = int64_t(k) * block_size_;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      for (size_t s = 0; s < ranks_[r].slot_specs.size(); ++s) {
+        const SlotSpec& spec = ranks_[r].slot_specs[s];
+        if (!spec.IsSliding()) continue;
+        for (size_t i = 0; i < k; ++i) {
+          if (Needed(spec, int64_t(i), first) && cache_.blocks(match.entries[i])[r][s] < 0) {
+            return false;
+          }
+        }
+      }
+    }
+    return true;
+  };
+  while (!match.entries.empty() && !resident(match.entries.size())) match.entries.pop_back();
   match.num_positions = int64_t(match.entries.size()) * block_size_;
   return match;
 }
 
-bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions) const {
+bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
+                              int64_t first_uncomputed) const {
   HW_CHECK(num_positions >= match.num_positions);
+  const int64_t first = first_uncomputed < 0 ? match.num_positions : first_uncomputed;
   for (int r = 0; r < tp_size(); ++r) {
+    const std::vector<SlotSpec>& specs = ranks_[r].slot_specs;
     int64_t needed = 0;
-    for (const SlotSpec& spec : ranks_[r].slot_specs) {
-      needed += std::max<int64_t>(
-          0, LogicalBlocks(spec, num_positions) - int64_t(match.entries.size()));
+    for (const SlotSpec& spec : specs) {
+      needed += BlocksToAdd(spec, int64_t(match.entries.size()), num_positions, first);
     }
     int64_t available = Available(r);
-    for (CacheEntryId id : match.entries) {
-      // Taking a reference makes an evictable entry unavailable.
-      if (cache_.refcount(id) == 0) available -= int64_t(cache_.blocks(id)[r].size());
+    for (size_t i = 0; i < match.entries.size(); ++i) {
+      // Taking a reference makes an evictable entry's blocks unavailable,
+      // but for those a sliding slot drops at once.
+      const CacheEntryId id = match.entries[i];
+      if (cache_.refcount(id) != 0) continue;
+      const std::vector<int32_t>& blocks = cache_.blocks(id)[r];
+      for (size_t s = 0; s < blocks.size(); ++s) {
+        if (blocks[s] >= 0 && Needed(specs[s], int64_t(i), first)) --available;
+      }
     }
     if (needed > available) return false;
   }
@@ -140,9 +246,10 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions) c
 
 std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
                                                                const PrefixMatch& match,
-                                                               int64_t num_positions) {
+                                                               int64_t num_positions,
+                                                               int64_t first_uncomputed) {
   HW_CHECK(!Contains(seq_id));
-  HW_CHECK(CanStart(match, num_positions));
+  HW_CHECK(CanStart(match, num_positions, first_uncomputed));
   SeqTable& table = tables_[seq_id];
   table.rows.resize(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
@@ -157,13 +264,24 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
     table.chain_entry = id;
   }
   table.num_positions = match.num_positions;
+  // Shared blocks outside the windows are dropped at once (no delta: the
+  // worker meets the rows below).
+  (void)Recycle(seq_id, first_uncomputed < 0 ? match.num_positions : first_uncomputed);
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    for (size_t s = 0; s < table.rows[r].size(); ++s) {
+      for (size_t i = 0; i < table.rows[r][s].size(); ++i) {
+        // MatchPrefix's cut guarantees what the windows need.
+        HW_CHECK(table.rows[r][s][i] >= 0 ||
+                 !Needed(ranks_[r].slot_specs[s], int64_t(i), table.first_uncomputed));
+      }
+    }
+  }
   (void)Append(seq_id, num_positions);
   // The worker meets the sequence now: it needs every row from logical 0.
   std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
     for (size_t s = 0; s < table.rows[r].size(); ++s) {
-      if (table.rows[r][s].empty()) continue;
-      deltas[r].push_back(SlotBlockDelta{int(s), 0, table.rows[r][s]});
+      AppendRunDeltas(int(s), table.rows[r][s], &deltas[r]);
     }
   }
   return deltas;
@@ -187,12 +305,16 @@ void KvCacheManager::CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_
     const int64_t i = int64_t(table.entries.size());
     std::vector<std::vector<int32_t>> blocks(ranks_.size());
     for (size_t r = 0; r < ranks_.size(); ++r) {
-      for (const std::vector<int32_t>& row : table.rows[r]) {
-        if (i >= int64_t(row.size()) || row[i] < 0) table.chain_broken = true;
-        else blocks[r].push_back(row[i]);
+      for (size_t s = 0; s < table.rows[r].size(); ++s) {
+        const std::vector<int32_t>& row = table.rows[r][s];
+        // A sliding slot may have recycled the block already; a full slot
+        // must hold it for the entry to be a whole block set.
+        const int32_t b = i < int64_t(row.size()) ? row[i] : -1;
+        if (b < 0 && !ranks_[r].slot_specs[s].IsSliding()) table.chain_broken = true;
+        blocks[r].push_back(b);
       }
     }
-    if (table.chain_broken) break;  // a slot without this block: not a whole block set
+    if (table.chain_broken) break;
     FillBlockTokens(token_ids, i, &block);
     BlockHash hash = cache_.Hash(table.chain_hash, block);
     PrefixCache::InsertResult inserted =
@@ -213,7 +335,14 @@ void KvCacheManager::Release(uint64_t seq_id) {
   SeqTable& table = it->second;
   // Tail first: the LRU order then evicts a prefix's tail before its head.
   for (size_t i = table.entries.size(); i-- > 0;) {
-    if (table.entries[i] != kNoCacheEntry) cache_.Release(table.entries[i]);
+    const CacheEntryId e = table.entries[i];
+    if (e == kNoCacheEntry) continue;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      for (size_t s = 0; s < table.rows[r].size(); ++s) {
+        if (table.rows[r][s][i] >= 0) cache_.ReleaseBlock(e, int(r), int(s));
+      }
+    }
+    cache_.Release(e);
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
     std::vector<int32_t> own;
@@ -281,9 +410,30 @@ Status KvCacheManager::CheckConsistency() const {
     // 0 = unseen, 1 = a sequence's own block, 2 = a cached entry's block.
     std::vector<int> owner(pool.num_total(), 0);
     int num_referenced = 0, num_evictable = 0, num_unused = 0;
+    // Rows holding each entry's block of slot s, to check the entry's holders.
+    std::unordered_map<CacheEntryId, std::vector<int>> holding;
+    for (const auto& [seq_id, table] : tables_) {
+      for (size_t i = 0; i < table.entries.size(); ++i) {
+        const CacheEntryId e = table.entries[i];
+        if (e == kNoCacheEntry) continue;
+        std::vector<int>& h = holding[e];
+        h.resize(table.rows[r].size(), 0);
+        for (size_t s = 0; s < table.rows[r].size(); ++s) h[s] += table.rows[r][s][i] >= 0;
+      }
+    }
     for (CacheEntryId id : cache_.EntryIds()) {
-      for (int32_t b : cache_.blocks(id)[r]) {
-        if (b < 0 || b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
+      const std::vector<int32_t>& blocks = cache_.blocks(id)[r];
+      for (size_t s = 0; s < blocks.size(); ++s) {
+        const int held = holding.count(id) ? holding[id][s] : 0;
+        if (cache_.holders(id, r, int(s)) != held) {
+          return fail(r, "entry " + std::to_string(id) + " slot " + std::to_string(s) + " has " +
+                             std::to_string(cache_.holders(id, r, int(s))) + " holders but " +
+                             std::to_string(held) + " rows hold it");
+        }
+      }
+      for (int32_t b : blocks) {
+        if (b < 0) continue;  // recycled out of a sliding window
+        if (b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
           return fail(r, "entry " + std::to_string(id) + " block " + std::to_string(b) +
                              " is out of range, unallocated or held twice");
         }

@@ -22,6 +22,17 @@
 // recently released entries only when a rank runs short. On every rank, at
 // every point: unused + referenced + evictable = total (CheckConsistency).
 //
+// Sliding-window slots (DESIGN.md "Recycling"): a sequence's table knows
+// its first uncomputed position p (Recycle, Start). A sliding slot (window
+// W, sink S) needs only its sink blocks, logical [0, ceil(S / B)), and the
+// blocks from floor(max(0, p - W + 1) / B) on: earlier blocks are wholly
+// outside the window of every position still to be computed. Recycle
+// returns them to the pool and their entries become -1; Append and Start
+// never allocate them. A cached block goes back to the pool once no row
+// holds it any more (PrefixCache::DropBlock); a prefix hit of L positions
+// is cut to the longest L whose sliding slots still have their sink blocks
+// and their blocks from floor(max(0, L - W + 1) / B) on.
+//
 // Not thread-safe: owned by one instance's scheduler on the engine thread.
 #pragma once
 
@@ -38,11 +49,15 @@
 
 namespace headway {
 
-// Blocks appended to one slot's row (proto::SlotDelta without the wire).
+// Blocks appended to and recycled from one slot's row (proto::SlotDelta
+// without the wire). Applied in order: entries between the row's end and
+// first_logical become -1, appended extend the row, recycled entries become
+// -1.
 struct SlotBlockDelta {
   int slot = 0;
   int first_logical = 0;          // logical index of appended[0]
   std::vector<int32_t> appended;  // ids for logical blocks first_logical, ...
+  std::vector<int32_t> recycled;  // logical indices whose block went back to the pool
 };
 
 // Per-rank block usage, for /health and tests.
@@ -58,6 +73,10 @@ struct KvCacheOptions {
   // key cache.enable_prefix_caching). Off: every block is a sequence's own
   // and goes back to the pool on Release.
   bool enable_prefix_caching = true;
+  // Return sliding slots' blocks outside every window and sink to the pool
+  // (config key cache.enable_recycling). Off: sliding slots keep every block
+  // like full ones (the kernels still attend only within the window).
+  bool enable_recycling = true;
   // The hash of the chain; tests force collisions through it.
   BlockHasher block_hasher = HashBlockTokens;
 };
@@ -96,7 +115,8 @@ class KvCacheManager {
   bool prefix_caching_enabled() const { return options_.enable_prefix_caching; }
 
   // Blocks rank `tp_rank` must allocate so that `seq_id` (known or not)
-  // covers positions [0, num_positions). 0 if it already does.
+  // covers positions [0, num_positions) (sliding slots: what its window and
+  // sink need). 0 if it already does.
   int BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const;
 
   // True if Append(seq_id, num_positions) would find enough free or
@@ -121,16 +141,36 @@ class KvCacheManager {
   // match's evictable entries are taken out of what can be evicted.
   // REQUIRES: match came from MatchPrefix with no change to the cache since,
   // num_positions >= match.num_positions.
-  bool CanStart(const PrefixMatch& match, int64_t num_positions) const;
+  bool CanStart(const PrefixMatch& match, int64_t num_positions,
+                int64_t first_uncomputed = -1) const;
 
   // Creates `seq_id`'s table: logical blocks [0, match.entries.size()) are
   // the match's shared blocks (referenced now), the rest are new blocks up
-  // to num_positions. The deltas carry every block from logical 0, shared
-  // ones included (the worker meets the sequence with is_new and start_pos
-  // = match.num_positions). REQUIRES: !Contains(seq_id),
-  // CanStart(match, num_positions).
+  // to num_positions. `first_uncomputed` (-1 = match.num_positions) is the
+  // sequence's first position still to be computed: sliding slots take no
+  // block outside its window and sink. The deltas carry every block from
+  // logical 0, shared ones included, one delta per run of blocks (the
+  // worker meets the sequence with is_new and start_pos =
+  // match.num_positions). REQUIRES: !Contains(seq_id),
+  // CanStart(match, num_positions, first_uncomputed).
   std::vector<std::vector<SlotBlockDelta>> Start(uint64_t seq_id, const PrefixMatch& match,
-                                                 int64_t num_positions);
+                                                 int64_t num_positions,
+                                                 int64_t first_uncomputed = -1);
+
+  // Positions before `first_uncomputed` are computed: returns to the pool
+  // every sliding-slot block of `seq_id` that lies wholly outside the
+  // window and sink of every position from first_uncomputed on (a cached
+  // block once no other row holds it), sets its entry to -1 and returns the
+  // deltas (recycled indices only, first_logical = the row's end) per rank.
+  // No-op for an unknown id or when nothing is recyclable.
+  std::vector<std::vector<SlotBlockDelta>> Recycle(uint64_t seq_id, int64_t first_uncomputed);
+
+  // Blocks Recycle has returned to the pools since construction (all ranks).
+  uint64_t num_recycled_blocks() const { return num_recycled_blocks_; }
+
+  // Rank `tp_rank`'s rows of `seq_id` ([slot][logical], -1 = no block).
+  // REQUIRES: Contains(seq_id).
+  const std::vector<std::vector<int32_t>>& Rows(uint64_t seq_id, int tp_rank) const;
 
   // Caches `seq_id`'s full blocks inside [0, num_computed) that are not
   // cached yet (called once a step's KV is written). `token_ids` must cover
@@ -172,6 +212,7 @@ class KvCacheManager {
   };
   struct SeqTable {
     int64_t num_positions = 0;
+    int64_t first_uncomputed = 0;  // sliding slots need nothing wholly before its window
     std::vector<std::vector<std::vector<int32_t>>> rows;  // [rank][slot][logical]
     // [logical] the entry this sequence references for the block, or
     // kNoCacheEntry for a block of its own. Covers the hashed blocks.
@@ -183,11 +224,18 @@ class KvCacheManager {
     bool chain_broken = false;  // a block without blocks on every slot
   };
 
-  // Logical blocks slot `spec` must hold to cover [0, num_positions). Every
-  // slot keeps all of them today. Sliding-window recycling plugs in here and
-  // in Append: a sliding slot's blocks wholly outside its sink and window
-  // return to the pool and their entries become -1 (DESIGN.md "Recycling").
-  int64_t LogicalBlocks(const SlotSpec& spec, int64_t num_positions) const;
+  // Logical blocks [0, n) cover positions [0, num_positions).
+  int64_t LogicalBlocks(int64_t num_positions) const;
+  // True if slot `spec` needs logical block `i` while `first_uncomputed` is
+  // the first position still to be computed (class comment).
+  bool Needed(const SlotSpec& spec, int64_t i, int64_t first_uncomputed) const;
+  // Blocks slot `spec` still has to allocate, logical [have, want), to cover
+  // [0, num_positions) from `first_uncomputed` on.
+  int64_t BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
+                      int64_t first_uncomputed) const;
+  // Splits a row into deltas, one per run of blocks (-1 between runs).
+  static void AppendRunDeltas(int slot, const std::vector<int32_t>& row,
+                              std::vector<SlotBlockDelta>* out);
   // Blocks rank `tp_rank` can allocate: unused + evictable.
   int Available(int tp_rank) const;
   // Evicts LRU entries until every rank has `needed[r]` unused blocks.
@@ -200,6 +248,7 @@ class KvCacheManager {
   std::vector<Rank> ranks_;
   PrefixCache cache_;
   std::unordered_map<uint64_t, SeqTable> tables_;
+  uint64_t num_recycled_blocks_ = 0;
 };
 
 }  // namespace headway

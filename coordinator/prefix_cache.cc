@@ -63,6 +63,10 @@ PrefixCache::InsertResult PrefixCache::Insert(BlockHash hash, CacheEntryId paren
   e.parent = parent;
   e.token_ids.assign(token_ids.begin(), token_ids.end());
   e.blocks = std::move(blocks);
+  e.holders.resize(e.blocks.size());
+  for (size_t r = 0; r < e.blocks.size(); ++r) {
+    for (int32_t b : e.blocks[r]) e.holders[r].push_back(b >= 0 ? 1 : 0);
+  }
   e.refcount = 1;
   e.indexed = true;
   index_[hash] = id;
@@ -71,7 +75,9 @@ PrefixCache::InsertResult PrefixCache::Insert(BlockHash hash, CacheEntryId paren
 
 void PrefixCache::AddEvictableBlocks(const Entry& e, int sign) {
   for (size_t r = 0; r < e.blocks.size(); ++r) {
-    num_evictable_blocks_[r] += sign * int(e.blocks[r].size());
+    const int present = int(std::count_if(e.blocks[r].begin(), e.blocks[r].end(),
+                                          [](int32_t b) { return b >= 0; }));
+    num_evictable_blocks_[r] += sign * present;
   }
 }
 
@@ -82,6 +88,30 @@ void PrefixCache::Acquire(CacheEntryId id) {
     AddEvictableBlocks(e, -1);
   }
   ++e.refcount;
+  for (size_t r = 0; r < e.blocks.size(); ++r) {
+    for (size_t s = 0; s < e.blocks[r].size(); ++s) {
+      if (e.blocks[r][s] >= 0) ++e.holders[r][s];
+    }
+  }
+}
+
+void PrefixCache::ReleaseBlock(CacheEntryId id, int tp_rank, int slot) {
+  Entry& e = entries_.at(id);
+  HW_CHECK(e.blocks[tp_rank][slot] >= 0 && e.holders[tp_rank][slot] > 0);
+  --e.holders[tp_rank][slot];
+}
+
+int32_t PrefixCache::DropBlock(CacheEntryId id, int tp_rank, int slot) {
+  Entry& e = entries_.at(id);
+  HW_CHECK(e.refcount > 0 && e.blocks[tp_rank][slot] >= 0 && e.holders[tp_rank][slot] > 0);
+  if (--e.holders[tp_rank][slot] > 0) return -1;
+  const int32_t block = e.blocks[tp_rank][slot];
+  e.blocks[tp_rank][slot] = -1;
+  return block;
+}
+
+int PrefixCache::holders(CacheEntryId id, int tp_rank, int slot) const {
+  return entries_.at(id).holders.at(tp_rank).at(slot);
 }
 
 void PrefixCache::Release(CacheEntryId id) {
@@ -101,6 +131,7 @@ std::vector<std::vector<int32_t>> PrefixCache::EvictLru() {
   AddEvictableBlocks(e, -1);
   if (e.indexed) index_.erase(e.hash);
   std::vector<std::vector<int32_t>> blocks = std::move(e.blocks);
+  for (std::vector<int32_t>& rank : blocks) std::erase(rank, -1);
   entries_.erase(it);
   ++num_evicted_;
   return blocks;

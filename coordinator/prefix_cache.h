@@ -17,6 +17,14 @@
 // released one only when it needs blocks. The cache owns no pool: it hands
 // evicted blocks back to the caller.
 //
+// Sliding-window slots: a sequence whose window has moved past a cached
+// block drops it from its row (DropBlock). Each block of an entry counts
+// the rows that still hold it; when the last one drops it, the block goes
+// back to the caller's pool and the entry keeps -1 for that slot (DESIGN.md
+// "Recycling"). Such an entry still serves prefix hits whose windows do not
+// need the missing block (the caller checks which, KvCacheManager::
+// MatchPrefix).
+//
 // Not thread-safe: owned by one instance's KvCacheManager.
 #pragma once
 
@@ -76,7 +84,9 @@ class PrefixCache {
   };
 
   // Caches a full, computed block whose KV lives in `blocks` ([tp_rank] ->
-  // one block id per slot of that rank). If an entry with the same hash but
+  // one block id per slot of that rank; -1 for a sliding slot whose block
+  // was already recycled). The caller's row holds every present block. If
+  // an entry with the same hash but
   // different parent or tokens is indexed (a hash collision, or a stale
   // chain), the new entry replaces it in the index; the old one stays valid
   // for whoever holds it and is evicted as usual once unreferenced.
@@ -84,16 +94,34 @@ class PrefixCache {
   InsertResult Insert(BlockHash hash, CacheEntryId parent, std::span<const int32_t> token_ids,
                       std::vector<std::vector<int32_t>> blocks);
 
-  // Adds a reference (an evictable entry stops being evictable).
+  // Adds a reference (an evictable entry stops being evictable); the
+  // caller's row holds every present block of the entry.
   // REQUIRES: Contains(id).
   void Acquire(CacheEntryId id);
 
   // Drops a reference; at zero the entry becomes the most recently used
-  // evictable entry. REQUIRES: Contains(id), refcount(id) > 0.
+  // evictable entry. The caller must first ReleaseBlock every block its row
+  // still holds. REQUIRES: Contains(id), refcount(id) > 0.
   void Release(CacheEntryId id);
 
+  // The caller's row stops holding the block of (tp_rank, slot), which stays
+  // cached (a sequence that ends). REQUIRES: Contains(id), the block is
+  // present and held.
+  void ReleaseBlock(CacheEntryId id, int tp_rank, int slot);
+
+  // The caller's row stops holding the block of (tp_rank, slot) for good (its
+  // sliding window moved past it). When no row holds it any more, the entry
+  // forgets it (-1) and the block id is returned for the caller to free;
+  // otherwise -1. REQUIRES: Contains(id), refcount(id) > 0, the block is
+  // present and held.
+  int32_t DropBlock(CacheEntryId id, int tp_rank, int slot);
+
+  // Rows holding the block of (tp_rank, slot); 0 for a forgotten block.
+  // REQUIRES: Contains(id).
+  int holders(CacheEntryId id, int tp_rank, int slot) const;
+
   // Removes the least recently released evictable entry and returns its
-  // blocks ([tp_rank] -> block ids), which the caller frees.
+  // present blocks ([tp_rank] -> block ids, no -1), which the caller frees.
   // REQUIRES: num_evictable_entries() > 0.
   std::vector<std::vector<int32_t>> EvictLru();
 
@@ -120,7 +148,8 @@ class PrefixCache {
     BlockHash hash = 0;
     CacheEntryId parent = kNoCacheEntry;
     std::vector<int32_t> token_ids;                 // [block_size]
-    std::vector<std::vector<int32_t>> blocks;       // [tp_rank][slot]
+    std::vector<std::vector<int32_t>> blocks;       // [tp_rank][slot]; -1 = forgotten
+    std::vector<std::vector<int>> holders;          // [tp_rank][slot]: rows holding it
     int refcount = 0;
     bool indexed = false;                           // index_[hash] == this entry
     std::list<CacheEntryId>::iterator lru_pos;      // valid while refcount == 0

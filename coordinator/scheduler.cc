@@ -55,6 +55,16 @@ ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens,
   s.sample = seq.num_computed() + num_tokens == seq.num_tokens();
   s.is_new = !seq.on_worker();
   s.deltas = std::move(deltas);
+  auto pending = pending_recycled_.find(seq.seq_id());
+  if (pending != pending_recycled_.end()) {
+    if (seq.on_worker()) {  // a new sequence's rows already say -1
+      if (s.deltas.size() < pending->second.size()) s.deltas.resize(pending->second.size());
+      for (size_t r = 0; r < pending->second.size(); ++r) {
+        for (SlotBlockDelta& d : pending->second[r]) s.deltas[r].push_back(std::move(d));
+      }
+    }
+    pending_recycled_.erase(pending);
+  }
   seq.set_on_worker(true);
   return s;
 }
@@ -63,6 +73,20 @@ ScheduledBatch Scheduler::Schedule() {
   ScheduledBatch batch;
   int budget = config_.max_num_batched_tokens;
   bool preempted = false;
+
+  // Sliding-window blocks that left every running sequence's window go back
+  // to the pool before anything is allocated; the workers learn it with the
+  // sequence's next plan.
+  for (uint64_t id : running_) {
+    std::vector<std::vector<SlotBlockDelta>> recycled =
+        kv_->Recycle(id, seqs_.at(id)->num_computed());
+    for (size_t r = 0; r < recycled.size(); ++r) {
+      if (recycled[r].empty()) continue;
+      std::vector<std::vector<SlotBlockDelta>>& pending = pending_recycled_[id];
+      pending.resize(recycled.size());
+      for (SlotBlockDelta& d : recycled[r]) pending[r].push_back(std::move(d));
+    }
+  }
 
   // Running sequences first: decodes and partial prefills.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -137,6 +161,7 @@ Sequence* Scheduler::Find(uint64_t seq_id) {
 
 void Scheduler::ReleaseBlocks(Sequence& seq) {
   kv_->Release(seq.seq_id());
+  pending_recycled_.erase(seq.seq_id());
   if (seq.on_worker()) released_.push_back(seq.seq_id());
 }
 

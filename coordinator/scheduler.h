@@ -126,6 +126,8 @@ class Scheduler {
   std::vector<uint64_t> running_;       // in the order they started running
   std::vector<uint64_t> released_;      // for the next step's released_seq_ids
   size_t num_preemptions_ = 0;
+  // Recycled blocks not yet told to the workers, per sequence ([tp_rank]).
+  std::unordered_map<uint64_t, std::vector<std::vector<SlotBlockDelta>>> pending_recycled_;
   PrefixCacheStats prefix_stats_;
 };
 

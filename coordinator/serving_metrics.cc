@@ -114,6 +114,11 @@ Status ServingMetrics::Register() {
   HW_ASSIGN_OR_RETURN(CounterFamily * preemptions,
                       r.AddCounter("headway:num_preemptions_total",
                                    "Sequences preempted (blocks freed, recomputed later).", labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * recycled,
+                      r.AddCounter("headway:kv_blocks_recycled_total",
+                                   "Sliding-window KV blocks returned to the pools once outside "
+                                   "every window and sink.",
+                                   labels));
   HW_ASSIGN_OR_RETURN(CounterFamily * success,
                       r.AddCounter("headway:request_success_total",
                                    "Requests finished, by finish reason.",
@@ -138,6 +143,7 @@ Status ServingMetrics::Register() {
     HW_ASSIGN_OR_RETURN(s.prompt_tokens, prompt_tokens->WithLabels(values));
     HW_ASSIGN_OR_RETURN(s.generation_tokens, generation_tokens->WithLabels(values));
     HW_ASSIGN_OR_RETURN(s.preemptions, preemptions->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.blocks_recycled, recycled->WithLabels(values));
     HW_ASSIGN_OR_RETURN(s.success_stop, success->WithLabels({model_name_, values[1], "stop"}));
     HW_ASSIGN_OR_RETURN(s.success_length, success->WithLabels({model_name_, values[1], "length"}));
     HW_ASSIGN_OR_RETURN(s.success_abort, success->WithLabels({model_name_, values[1], "abort"}));
@@ -246,6 +252,13 @@ void ServingMetrics::OnPreemption(int instance_id, int64_t num_sequences) {
   if (s == nullptr) return;
   if (num_sequences < 0) return Reject(instance_id);
   (void)s->preemptions->Increment(static_cast<double>(num_sequences));
+}
+
+void ServingMetrics::OnKvBlocksRecycled(int instance_id, int64_t num_blocks) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (num_blocks < 0) return Reject(instance_id);
+  (void)s->blocks_recycled->Increment(static_cast<double>(num_blocks));
 }
 
 void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds) {

@@ -15,6 +15,7 @@
 //     headway:prefix_cache_queries_total, headway:prefix_cache_hits_total
 //     headway:prompt_tokens_total, headway:generation_tokens_total
 //     headway:num_preemptions_total          preempted sequences
+//     headway:kv_blocks_recycled_total       sliding-window blocks returned to the pools
 //     headway:request_success_total          finished requests, extra label finished_reason
 //                                            (stop | length | abort, as vLLM)
 //     headway:metrics_rejected_observations_total  calls below dropped as invalid
@@ -87,6 +88,9 @@ class ServingMetrics {
   // `num_sequences` running sequences were preempted (blocks freed, to be
   // recomputed). Call each time a sequence is preempted.
   void OnPreemption(int instance_id, int64_t num_sequences = 1);
+  // Blocks of sliding-window slots that left every window and went back to
+  // the instance's pools (DESIGN.md "Recycling"); num_blocks >= 0.
+  void OnKvBlocksRecycled(int instance_id, int64_t num_blocks);
 
   // A prefix-cache lookup for `queried_tokens` prompt tokens found the first
   // `hit_tokens` of them cached. REQUIRES (else rejected): 0 <= hit_tokens
@@ -142,6 +146,7 @@ class ServingMetrics {
     Counter* prompt_tokens = nullptr;
     Counter* generation_tokens = nullptr;
     Counter* preemptions = nullptr;
+    Counter* blocks_recycled = nullptr;
     Counter* success_stop = nullptr;
     Counter* success_length = nullptr;
     Counter* success_abort = nullptr;

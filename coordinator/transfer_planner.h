@@ -34,19 +34,25 @@ struct RankBlockCopies {
 // tp_size) is OK and 0 <= kv_head < spec.num_kv_heads.
 int FirstOwnerRank(const ModelSpec& spec, int tp_size, int kv_head);
 
-// Plans the copies of logical blocks [first_new_block, ...) of every slot.
-// `src` are the prefill side's tables, per prefill rank (src_tp_size rows),
-// `dst` the decode side's, per decode rank (dst_tp_size rows), both as
-// KvCacheManager::Start returns them: one delta per slot, from logical block
-// 0 (blocks [0, first_new_block) are the prefix the decode side already
-// holds). Copies are ordered by (src_rank, dst_rank), then slot, then
-// logical block; pairs with nothing to copy are left out.
+// One rank's block rows of a sequence: [slot][logical], -1 = no block (a
+// sliding slot's block outside its window and sink), as
+// KvCacheManager::Rows returns them.
+using RankRows = std::vector<std::vector<int32_t>>;
+
+// Plans the copies of logical blocks [first_new_block, ...) of every slot
+// that the decode side holds a block for (a sliding slot's -1 entries get
+// nothing: only its sink and window move). `src` are the prefill side's rows
+// per prefill rank (src_tp_size of them), `dst` the decode side's per decode
+// rank (dst_tp_size); blocks [0, first_new_block) are the prefix the decode
+// side already holds. Copies are ordered by (src_rank, dst_rank), then slot,
+// then logical block; pairs with nothing to copy are left out.
 // Errors: InvalidArgument when a TP size is invalid for `spec`, the rank
-// counts differ from the TP sizes, or a decode slot's head has no prefill
-// slot with at least as many blocks (the two tables do not describe the
-// same positions).
-Result<std::vector<RankBlockCopies>> PlanBlockCopies(
-    const ModelSpec& spec, int src_tp_size, const std::vector<std::vector<SlotBlockDelta>>& src,
-    int dst_tp_size, const std::vector<std::vector<SlotBlockDelta>>& dst, size_t first_new_block);
+// counts differ from the TP sizes, or the prefill side lacks a block the
+// decode side wants (the two tables do not describe the same positions).
+Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int src_tp_size,
+                                                     const std::vector<RankRows>& src,
+                                                     int dst_tp_size,
+                                                     const std::vector<RankRows>& dst,
+                                                     size_t first_new_block);
 
 }  // namespace headway

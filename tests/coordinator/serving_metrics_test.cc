@@ -67,6 +67,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:prompt_tokens_total", "counter"},
       {"headway:generation_tokens_total", "counter"},
       {"headway:num_preemptions_total", "counter"},
+      {"headway:kv_blocks_recycled_total", "counter"},
       {"headway:request_success_total", "counter"},
       {"headway:metrics_rejected_observations_total", "counter"},
       {"headway:kv_transfer_bytes_total", "counter"},
@@ -317,6 +318,7 @@ TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   m->OnFirstToken(1, 0.125);
   m->OnFinished(1, FinishReason::kAbort, 2.0, 17, 1);
   m->OnPreemption(1);
+  m->OnKvBlocksRecycled(0, 12);
   m->SetQueueState(0, 1, 2);
   m->SetKvUsage(1, 1, 3, 8);
   const std::string text = m->RenderPrometheus();

@@ -10,7 +10,7 @@ namespace headway {
 namespace {
 
 using testing::FakeLlamaSpec;
-using Tables = std::vector<std::vector<SlotBlockDelta>>;
+using Tables = std::vector<RankRows>;
 
 // Block id of (rank, slot, logical) in a table built by MakeTables: distinct
 // per side so a test can tell which block went where.
@@ -18,17 +18,16 @@ int32_t BlockId(int side, int rank, int slot, int logical) {
   return side * 100000 + rank * 1000 + slot * 10 + logical;
 }
 
-// Every rank's tables of an instance of `tp_size`: each slot holds
-// `num_blocks` blocks from logical 0, as KvCacheManager::Start returns them.
+// Every rank's rows of an instance of `tp_size`: each slot holds
+// `num_blocks` blocks from logical 0.
 Tables MakeTables(const ModelSpec& spec, int tp_size, int num_blocks, int side) {
   Tables tables(static_cast<size_t>(tp_size));
   const int local = ShardForRank(spec, tp_size, 0).num_local_kv_heads();
   for (int r = 0; r < tp_size; ++r) {
     for (int slot = 0; slot < spec.num_layers * local; ++slot) {
-      SlotBlockDelta d;
-      d.slot = slot;
-      for (int b = 0; b < num_blocks; ++b) d.appended.push_back(BlockId(side, r, slot, b));
-      tables[size_t(r)].push_back(d);
+      std::vector<int32_t> row;
+      for (int b = 0; b < num_blocks; ++b) row.push_back(BlockId(side, r, slot, b));
+      tables[size_t(r)].push_back(row);
     }
   }
   return tables;
@@ -104,12 +103,34 @@ TEST(TransferPlannerTest, NothingNewMeansNoCopies) {
   EXPECT_TRUE(plan->empty());
 }
 
+// A sliding slot's -1 entries (outside its window and sink) move nothing;
+// the prefill side may lack them too.
+TEST(TransferPlannerTest, RecycledEntriesAreSkipped) {
+  const ModelSpec spec = FakeLlamaSpec(1);
+  Tables src = MakeTables(spec, 1, 4, 0);
+  Tables dst = MakeTables(spec, 1, 4, 1);
+  src[0][1][1] = -1;  // slot 1: logical 1 recycled on both sides
+  dst[0][1][1] = -1;
+  dst[0][2][2] = -1;  // slot 2: the decode side does not want logical 2
+  auto plan = PlanBlockCopies(spec, 1, src, 1, dst, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->size(), 1u);
+  EXPECT_EQ((*plan)[0].src_blocks.size(), 3u * 4 - 2);
+  for (uint32_t b : (*plan)[0].src_blocks) {
+    EXPECT_NE(b, uint32_t(BlockId(0, 0, 1, 1)));
+    EXPECT_NE(b, uint32_t(BlockId(0, 0, 2, 2)));
+  }
+  // The prefill side lacking a wanted block is an error.
+  src[0][0][3] = -1;
+  EXPECT_FALSE(PlanBlockCopies(spec, 1, src, 1, dst, 0).ok());
+}
+
 TEST(TransferPlannerTest, MismatchedTablesAreRefused) {
   const ModelSpec spec = FakeLlamaSpec(2);
   // The decode side covers more blocks than the prefill side computed.
   auto longer = PlanBlockCopies(spec, 1, MakeTables(spec, 1, 2, 0), 1, MakeTables(spec, 1, 3, 1), 0);
   ASSERT_FALSE(longer.ok());
-  EXPECT_NE(longer.status().message().find("covering its 3 blocks"), std::string::npos)
+  EXPECT_NE(longer.status().message().find("wants logical block 2"), std::string::npos)
       << longer.status().message();
   // Rank tables that do not match the TP size.
   auto ranks = PlanBlockCopies(spec, 3, MakeTables(spec, 1, 2, 0), 1, MakeTables(spec, 1, 2, 1), 0);

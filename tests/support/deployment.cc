@@ -21,8 +21,9 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
   std::ostringstream y;
   y << "model:\n"
     << "  path: " << o.model_path << "\n"
-    << "  served_name: smollm2\n"
-    << "coordinator:\n"
+    << "  served_name: smollm2\n";
+  if (!o.head_pattern.empty()) y << "  head_pattern: " << o.head_pattern << "\n";
+  y << "coordinator:\n"
     << "  http_host: " << o.host << "\n"
     << "  http_port: " << http_port << "\n"
     << "  control_address: tcp://" << o.host << ":" << control_port << "\n";
@@ -30,6 +31,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
   y << "cache:\n"
     << "  block_size: " << o.block_size << "\n"
     << "  kv_memory_mb: " << o.kv_memory_mb << "\n"
+    << "  enable_recycling: " << (o.enable_recycling ? "true" : "false") << "\n"
     << "scheduler:\n"
     << "  max_num_seqs: " << o.max_num_seqs << "\n"
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"

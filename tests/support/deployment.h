@@ -31,6 +31,8 @@ struct DeploymentOptions {
   // the prefill instance runs), and where the decode instance runs.
   std::string host = "127.0.0.1";
   std::string decode_host = "127.0.0.1";
+  std::string head_pattern;           // model.head_pattern ("" = none)
+  bool enable_recycling = true;       // cache.enable_recycling
   int heartbeat_timeout_ms = 0;       // 0 = the config default
   std::string extra_yaml;             // appended verbatim at top level
 };

@@ -1,0 +1,258 @@
+// Sliding-window recycling in the KvCacheManager (DESIGN.md "Recycling"):
+// window and sink edges, the prefix cache's per-block holders and its hit
+// cut, and a randomized run checking that no -1 entry ever lies inside a live
+// window or sink.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "coordinator/kv_cache_manager.h"
+#include "tests/coordinator/fake_model_spec.h"
+
+namespace headway {
+namespace {
+
+using testing::FakeLlamaSpec;
+
+constexpr int kBlock = 16;
+
+// 2 layers x 3 KV heads; on every layer KV head 0 is sliding.
+ModelSpec SlidingSpec(int window, int sink) {
+  ModelSpec spec = FakeLlamaSpec(2);
+  for (int layer = 0; layer < spec.num_layers; ++layer) {
+    SlotSpec& s = spec.slot_specs[size_t(layer) * spec.num_kv_heads];
+    s.window = window;
+    s.sink = sink;
+  }
+  return spec;
+}
+
+// Logical blocks of `row` that hold a block.
+std::vector<int> Live(const std::vector<int32_t>& row) {
+  std::vector<int> live;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (row[i] >= 0) live.push_back(int(i));
+  }
+  return live;
+}
+
+// Computes positions [0, end) of `seq` one position at a time, recycling
+// before each step as the scheduler does.
+void ComputeUpTo(KvCacheManager& kv, uint64_t seq, int64_t from, int64_t end) {
+  for (int64_t p = from; p < end; ++p) {
+    (void)kv.Recycle(seq, p);
+    ASSERT_TRUE(kv.CanAppend(seq, p + 1));
+    (void)kv.Append(seq, p + 1);
+  }
+  (void)kv.Recycle(seq, end);
+}
+
+TEST(KvRecyclingTest, WindowEdges) {
+  // Window 32 = 2 blocks, no sink: block 0 leaves the window once the first
+  // uncomputed position p has p - 32 + 1 >= 16.
+  KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {200});
+  const int sliding = 0, full = 1;  // slots of layer 0
+  ComputeUpTo(kv, 1, 0, 31);        // p = window - 1
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{0, 1}));
+  ComputeUpTo(kv, 1, 31, 32);       // p = window
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{0, 1}));
+  ComputeUpTo(kv, 1, 32, 33);       // p = window + 1: keys 2.. still need block 0
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{0, 1, 2}));
+  ComputeUpTo(kv, 1, 33, 47);       // p = 47: keys from 16 on
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{1, 2}));
+  EXPECT_EQ(kv.TEST_Row(1, 0, sliding)[0], -1);
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, full)).size(), 3u);  // full slots keep everything
+  EXPECT_EQ(kv.num_recycled_blocks(), 2u);               // one per layer
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+}
+
+TEST(KvRecyclingTest, SinkEndingMidBlockKeepsItsBlocks) {
+  // Sink 20 positions: blocks 0 and 1 are sink blocks and never recycled.
+  KvCacheManager kv(SlidingSpec(32, 20), 1, kBlock, {400});
+  ComputeUpTo(kv, 1, 0, 200);
+  const std::vector<int> live = Live(kv.TEST_Row(1, 0, 0));
+  // p = 200: keys from 169 on, blocks 10.. (block 10 covers [160, 176)).
+  EXPECT_EQ(live, (std::vector<int>{0, 1, 10, 11, 12}));
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+}
+
+TEST(KvRecyclingTest, RecycleDeltasNameTheIndices) {
+  KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {200});
+  ComputeUpTo(kv, 1, 0, 47);
+  auto deltas = kv.Recycle(1, 80);  // keys from 49 on: blocks 1 and 2 go
+  ASSERT_EQ(deltas[0].size(), 2u);  // the sliding slot of each layer
+  for (const SlotBlockDelta& d : deltas[0]) {
+    EXPECT_TRUE(d.appended.empty());
+    EXPECT_EQ(d.recycled, (std::vector<int32_t>{1, 2}));
+    EXPECT_EQ(d.first_logical, 3);
+  }
+  EXPECT_TRUE(kv.Recycle(1, 80)[0].empty());  // nothing twice
+}
+
+TEST(KvRecyclingTest, RecycledBlocksGoBackToThePool) {
+  const ModelSpec spec = SlidingSpec(32, 0);
+  KvCacheManager with(spec, 1, kBlock, {2000});
+  KvCacheManager without(FakeLlamaSpec(2), 1, kBlock, {2000});
+  ComputeUpTo(with, 1, 0, 1024);
+  ComputeUpTo(without, 1, 0, 1024);
+  // 64 blocks per full slot; the 2 sliding slots keep 2 each (62, 63).
+  EXPECT_EQ(2000 - without.Usage(0).num_free, 6 * 64);
+  EXPECT_EQ(2000 - with.Usage(0).num_free, 4 * 64 + 2 * 2);
+  with.Release(1);
+  EXPECT_EQ(with.Usage(0).num_free, 2000);
+  EXPECT_TRUE(with.CheckConsistency().ok()) << with.CheckConsistency().ToString();
+}
+
+TEST(KvRecyclingTest, RecyclingOffKeepsEveryBlock) {
+  KvCacheOptions options;
+  options.enable_recycling = false;
+  KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {2000}, options);
+  ComputeUpTo(kv, 1, 0, 1024);
+  EXPECT_EQ(2000 - kv.Usage(0).num_free, 6 * 64);
+  EXPECT_EQ(kv.num_recycled_blocks(), 0u);
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, 0)).size(), 64u);
+}
+
+std::vector<int32_t> Tokens(int n, int seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 31 + seed * 7) % 997;
+  return t;
+}
+
+TEST(KvRecyclingTest, CachedBlocksAreFreedWhenTheLastHolderDropsThem) {
+  KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {2000});
+  const std::vector<int32_t> prompt = Tokens(160, 1);
+  const TokenIds ids{prompt, {}};
+  // A: 10 blocks, cached after the step that computes them.
+  ASSERT_TRUE(kv.CanAppend(1, 160));
+  (void)kv.Append(1, 160);
+  kv.CacheComputedBlocks(1, ids, 160);
+  const int free_before = kv.Usage(0).num_free;
+  // B shares the whole prefix while A still runs: the hit needs the window
+  // of position 160 (blocks 8, 9) and gets every entry.
+  PrefixMatch match = kv.MatchPrefix(ids, 160);
+  EXPECT_EQ(match.num_positions, 160);
+  ASSERT_TRUE(kv.CanStart(match, 161));
+  (void)kv.Start(2, match, 161);
+  // B dropped blocks 0..7 of its sliding slots, but A still holds them.
+  EXPECT_EQ(kv.TEST_Row(2, 0, 0)[0], -1);
+  EXPECT_GE(kv.TEST_Row(1, 0, 0)[0], 0);
+  // A's window moves on: now nobody holds blocks 0..7 of the sliding slots.
+  (void)kv.Recycle(1, 160);
+  EXPECT_EQ(kv.Usage(0).num_free, free_before - 6 /* B's block 10 */ + 2 * 8);
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+
+  // A prefix of 5 blocks (80 positions) needs blocks 3 and 4 of the sliding
+  // slots, which are gone: the hit is cut to nothing (no sink).
+  const std::vector<int32_t> shorter(prompt.begin(), prompt.begin() + 81);
+  PrefixMatch cut = kv.MatchPrefix(TokenIds{shorter, {}}, 80);
+  EXPECT_EQ(cut.num_positions, 0);
+  kv.Release(1);
+  kv.Release(2);
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+  // The whole prefix still hits: its window blocks stayed cached.
+  EXPECT_EQ(kv.MatchPrefix(ids, 160).num_positions, 160);
+}
+
+TEST(KvRecyclingTest, SinkBlocksKeepShorterHitsAlive) {
+  // With a sink of 2 blocks, a hit of L needs blocks 0, 1 and those from
+  // floor((L - 31) / 16): the cut stops where those are resident.
+  KvCacheManager kv(SlidingSpec(32, 32), 1, kBlock, {2000});
+  const std::vector<int32_t> prompt = Tokens(320, 2);
+  ComputeUpTo(kv, 1, 0, 320);
+  kv.CacheComputedBlocks(1, TokenIds{prompt, {}}, 320);
+  (void)kv.Recycle(1, 320);
+  kv.Release(1);
+  // Blocks 0, 1 (sink) and 18, 19 (window of 320) are cached. A prompt of
+  // 200 tokens sharing the prefix: hits of 12 blocks (192) would need 10,
+  // 11; only a hit whose window starts at block 18 or needs only the sink
+  // (L <= 46, i.e. 2 blocks) survives.
+  const std::vector<int32_t> part(prompt.begin(), prompt.begin() + 200);
+  EXPECT_EQ(kv.MatchPrefix(TokenIds{part, {}}, 199).num_positions, 32);
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+}
+
+// Random sequences start (with prefix hits), grow, recycle, cache and end on
+// a small pool; after every operation the manager is consistent and no
+// sequence lacks a block its window or sink needs.
+TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
+  std::mt19937 rng(1234);
+  const int window = 40, sink = 20;  // a sink ending mid-block
+  const ModelSpec spec = SlidingSpec(window, sink);
+  KvCacheManager kv(spec, 1, kBlock, {600});
+  struct Live {
+    std::vector<int32_t> tokens;
+    int64_t computed = 0;
+  };
+  std::map<uint64_t, Live> seqs;
+  uint64_t next_id = 1;
+  int hits = 0;  // starts that shared a cached prefix
+  auto check = [&](const char* after) {
+    ASSERT_TRUE(kv.CheckConsistency().ok()) << after << ": " << kv.CheckConsistency().ToString();
+    for (const auto& [id, s] : seqs) {
+      for (int slot = 0; slot < kv.num_slots(0); ++slot) {
+        const std::vector<int32_t>& row = kv.TEST_Row(id, 0, slot);
+        const bool sliding = slot % 3 == 0;
+        const int64_t live_begin = std::max<int64_t>(0, s.computed - window + 1) / kBlock;
+        const int64_t sink_blocks = (sink + kBlock - 1) / kBlock;
+        for (int64_t i = 0; i < int64_t(row.size()); ++i) {
+          const bool needed = !sliding || i < sink_blocks || i >= live_begin;
+          ASSERT_TRUE(!needed || row[size_t(i)] >= 0)
+              << after << ": seq " << id << " slot " << slot << " logical " << i
+              << " is -1 with " << s.computed << " positions computed";
+        }
+      }
+    }
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const int op = int(rng() % 10);
+    if (op < 2 && seqs.size() < 6) {
+      // A new sequence sharing a random prefix of an earlier family.
+      Live s;
+      s.tokens = Tokens(40 + int(rng() % 200), int(rng() % 3));
+      const TokenIds ids{s.tokens, {}};
+      PrefixMatch m = kv.MatchPrefix(ids, int64_t(s.tokens.size()) - 1);
+      const int64_t chunk = std::min<int64_t>(int64_t(s.tokens.size()), m.num_positions + 1 + rng() % 40);
+      if (!kv.CanStart(m, chunk)) continue;
+      const uint64_t id = next_id++;
+      (void)kv.Start(id, m, chunk);
+      hits += m.num_positions > 0;
+      s.computed = chunk;  // computed by this step
+      kv.CacheComputedBlocks(id, ids, chunk);
+      seqs[id] = std::move(s);
+      check("start");
+    } else if (op < 8 && !seqs.empty()) {
+      auto it = seqs.begin();
+      std::advance(it, rng() % seqs.size());
+      Live& s = it->second;
+      (void)kv.Recycle(it->first, s.computed);
+      check("recycle");
+      const int64_t end = s.computed + 1 + int64_t(rng() % 24);
+      if (int64_t(s.tokens.size()) < end) {
+        s.tokens.resize(size_t(end), int32_t(rng() % 997));
+      }
+      if (!kv.CanAppend(it->first, end)) continue;
+      (void)kv.Append(it->first, end);
+      s.computed = end;
+      kv.CacheComputedBlocks(it->first, TokenIds{s.tokens, {}}, end);
+      check("append");
+    } else if (!seqs.empty()) {
+      auto it = seqs.begin();
+      std::advance(it, rng() % seqs.size());
+      kv.Release(it->first);
+      seqs.erase(it);
+      check("release");
+    }
+  }
+  for (auto& [id, s] : seqs) kv.Release(id);
+  EXPECT_EQ(kv.Usage(0).num_free, 600);
+  EXPECT_GT(kv.num_recycled_blocks(), 0u);
+  EXPECT_GT(hits, 10);
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+}
+
+}  // namespace
+}  // namespace headway
