@@ -163,18 +163,22 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(uint64_t seq_id,
       const SlotSpec& spec = rank.slot_specs[s];
       const int64_t want = LogicalBlocks(num_positions);
       if (want <= int64_t(row.size())) continue;
-      // Blocks a sliding slot does not need stay -1; the delta starts at the
-      // first one it does.
-      while (int64_t(row.size()) < want && !Needed(spec, int64_t(row.size()), table.first_uncomputed)) {
-        row.push_back(-1);
+      // Blocks a sliding slot does not need (between its sink and its
+      // window) stay -1: one delta per run of new blocks.
+      const int64_t have = int64_t(row.size());
+      const int64_t add = BlocksToAdd(spec, have, num_positions, table.first_uncomputed);
+      std::vector<int32_t> fresh = rank.pool.Allocate(static_cast<int>(add));
+      size_t next = 0;
+      for (int64_t i = have; i < want; ++i) {
+        row.push_back(Needed(spec, i, table.first_uncomputed) ? fresh[next++] : -1);
       }
-      if (int64_t(row.size()) == want) continue;
-      SlotBlockDelta delta;
-      delta.slot = static_cast<int>(s);
-      delta.first_logical = static_cast<int>(row.size());
-      delta.appended = rank.pool.Allocate(static_cast<int>(want - int64_t(row.size())));
-      row.insert(row.end(), delta.appended.begin(), delta.appended.end());
-      deltas[r].push_back(std::move(delta));
+      std::vector<int32_t> tail(row.begin() + have, row.end());
+      std::vector<SlotBlockDelta> runs;
+      AppendRunDeltas(static_cast<int>(s), tail, &runs);
+      for (SlotBlockDelta& d : runs) {
+        d.first_logical += static_cast<int>(have);
+        deltas[r].push_back(std::move(d));
+      }
     }
   }
   table.num_positions = std::max(table.num_positions, num_positions);

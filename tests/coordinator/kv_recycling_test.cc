@@ -79,6 +79,23 @@ TEST(KvRecyclingTest, SinkEndingMidBlockKeepsItsBlocks) {
   EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
 }
 
+// A table started at a late first uncomputed position (the receiving side
+// of a transfer) takes the sink blocks and the window's, nothing between.
+TEST(KvRecyclingTest, LateStartSkipsTheGapBetweenSinkAndWindow) {
+  KvCacheManager kv(SlidingSpec(32, 20), 1, kBlock, {400});
+  const int free_before = kv.Usage(0).num_free;
+  ASSERT_TRUE(kv.CanStart(PrefixMatch{}, 320, 320));
+  auto deltas = kv.Start(1, PrefixMatch{}, 320, 320);
+  // p = 320: keys from 289 on, blocks 18, 19; sink blocks 0, 1.
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, 0)), (std::vector<int>{0, 1, 18, 19}));
+  EXPECT_EQ(kv.TEST_Row(1, 0, 0).size(), 20u);
+  EXPECT_EQ(free_before - kv.Usage(0).num_free, 4 * 20 + 2 * 4);
+  int sliding_runs = 0;
+  for (const SlotBlockDelta& d : deltas[0]) sliding_runs += d.slot % 3 == 0;
+  EXPECT_EQ(sliding_runs, 4);  // two runs per sliding slot
+  EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+}
+
 TEST(KvRecyclingTest, RecycleDeltasNameTheIndices) {
   KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {200});
   ComputeUpTo(kv, 1, 0, 47);

@@ -7,6 +7,7 @@
 // twice at once; and every block returns at the end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -96,6 +97,66 @@ TEST(StreamingHeadsTest, RecyclingKeepsGreedyOutputAndReturnsBlocks) {
   EXPECT_EQ(off.recycled, 0);
   EXPECT_EQ(on.free_at_end, on.free_at_start);
   EXPECT_EQ(off.free_at_end, off.free_at_start);
+  std::filesystem::remove_all(dir);
+}
+
+// Disaggregated with streaming heads: the transfer moves only each
+// streaming head's sink and window blocks (the rest are -1 on the decode
+// side), and greedy output equals a colocated deployment's.
+TEST(StreamingHeadsTest, DisaggregatedMovesOnlySinkAndWindowBlocks) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  const std::string dir = MakeTempDir("headway-streaming-pd");
+  const std::string pattern = dir + "/heads.yaml";
+  std::ofstream(pattern) << "streaming: {sink: 20, window: 64}\nevery_layer: sff\n";
+  const std::vector<std::string> prompts = {
+      LongPrompt(), SmolLm2ChatPrompt("Name three colours of the rainbow.")};
+  // Whole blocks each prompt moves (all but the block of its last position).
+  std::vector<int> whole_blocks;
+  auto serve = [&](int pd_decode_tp, double* blocks_moved, double* fallbacks) {
+    DeploymentOptions options;
+    options.model_path = SmolLm2Path();
+    options.head_pattern = pattern;
+    options.pd_decode_tp_size = pd_decode_tp;
+    std::string error;
+    std::unique_ptr<Deployment> d = Deployment::Start(options, &error);
+    EXPECT_NE(d, nullptr) << error;
+    std::vector<std::string> texts;
+    if (d == nullptr) return texts;
+    for (const std::string& p : prompts) {
+      HttpReply r = d->PostJson("/v1/completions", {{"model", "smollm2"},
+                                                    {"prompt", p},
+                                                    {"max_tokens", 24},
+                                                    {"temperature", 0}});
+      EXPECT_EQ(r.status, 200) << r.body;
+      texts.push_back(r.status == 200 ? r.json["choices"][0]["text"].get<std::string>() : "");
+      if (blocks_moved == nullptr) {
+        HttpReply t = d->PostJson("/tokenize", {{"model", "smollm2"}, {"prompt", p}});
+        EXPECT_EQ(t.status, 200) << t.body;
+        if (t.status == 200) whole_blocks.push_back((t.json["count"].get<int>() - 1) / 16);
+      }
+    }
+    Result<PromExposition> m = ParsePrometheusText(d->Get("/metrics").body);
+    if (m.ok() && blocks_moved != nullptr) {
+      for (const PromSample* s : m->Samples("headway:kv_transfer_blocks_total")) *blocks_moved = s->value;
+      for (const PromSample* s : m->Samples("headway:kv_transfer_fallbacks_total")) *fallbacks = s->value;
+      if (*fallbacks != 0) ADD_FAILURE() << d->Log();
+    }
+    return texts;
+  };
+  const std::vector<std::string> colocated = serve(0, nullptr, nullptr);
+  double moved = -1, fallbacks = -1;
+  const std::vector<std::string> pd = serve(1, &moved, &fallbacks);
+  EXPECT_EQ(pd, colocated);
+  EXPECT_EQ(fallbacks, 0);
+  // Full heads (2 per layer) move every whole block; each layer's streaming
+  // head moves its 2 sink blocks and the blocks the window of the decode
+  // side's first position reaches (at most 5 of 16 positions for 64).
+  ASSERT_EQ(whole_blocks.size(), prompts.size());
+  double most = 0;
+  for (int n : whole_blocks) most += 30 * 2 * n + 30 * std::min(n, 2 + 5);
+  EXPECT_LE(moved, most);
+  EXPECT_LT(moved, 30 * 3 * whole_blocks[0]);  // less than all heads of the long prompt
+  EXPECT_GT(moved, 0);
   std::filesystem::remove_all(dir);
 }
 
