@@ -7,12 +7,24 @@
 // Each agent maps its whole pool once (ucp_mem_map) and publishes a
 // KvPeerInfo (its UCX worker address, the packed rkey, the pool's base
 // address and block geometry) through the coordinator. A sender connects to
-// a receiver's KvPeerInfo and writes block lists with batched ucp_put_nbx,
-// then ucp_ep_flush_nbx: when WriteBlocks returns OK the bytes are in the
-// receiver's memory. A progress thread in every agent drives UCX for both
-// roles (transports without hardware RMA, such as TCP, need the target to
-// progress). Transports come from KvTransferOptions::transports (UCX_TLS
-// syntax), e.g. "sm,self" on one host, "tcp" across hosts.
+// a receiver's KvPeerInfo and writes block lists as batched UCX active
+// messages that the receiver's progress thread copies into its pool and
+// acknowledges (not ucp_put_nbx: UCX 1.13 emulates puts on TCP and shared
+// memory in a way that kills a receiver whose sender dies; see
+// ucx_transfer_agent.h). When WriteBlocks returns OK the bytes are in the
+// receiver's memory. A progress thread in every agent
+// drives UCX for both roles (transports without hardware RMA, such as TCP,
+// need the target to progress). Transports come from
+// KvTransferOptions::transports (UCX_TLS syntax), e.g. "sm,self" on one
+// host, "tcp" across hosts.
+//
+// Faults: a peer process that dies or stalls mid-transfer never takes this
+// process down (tests/comm/kv_transfer_fault_test.cc). A sender's write to
+// a dead receiver fails with Unavailable, at the latest at its timeout; a
+// receiver outlives a dead sender and serves new ones. One UCX limit
+// remains: over shared memory (sm: posix/sysv), a sender killed while
+// writing into the receiver's message FIFO can leave that FIFO blocked, so
+// later shared-memory senders to that receiver time out (Unavailable).
 #pragma once
 
 #include <chrono>
@@ -37,7 +49,8 @@ struct KvPeerInfo {
 struct KvTransferOptions {
   // UCX transports (the UCX_TLS variable's syntax); "" = UCX's default.
   std::string transports;
-  // Puts in flight per WriteBlocks call before waiting for some to complete.
+  // Puts (or block messages awaiting their ack) in flight per WriteBlocks
+  // call before waiting for some to complete.
   int max_outstanding_puts = 256;
   // Sends a run of copies whose src and dst ids both step by one as a single
   // put of run_length * block_bytes (fewer, larger puts; measured by

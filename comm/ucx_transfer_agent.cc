@@ -21,6 +21,66 @@ constexpr auto kIdleSleep = std::chrono::microseconds(500);
 // How long the destructor drives a force-close before giving up on it.
 constexpr auto kCloseTimeout = std::chrono::seconds(2);
 
+// Active-message ids of the block messages and their acks (per worker; no
+// other user of this agent's worker).
+//
+// Why not ucp_put_nbx: with UCX 1.13 and the transports Headway runs on
+// (tcp, sm = posix/sysv, cma) UCP has no RMA lane for a user-allocated pool
+// (TCP's memory domain gives put_zcopy only, never selected for ucp_put,
+// with or without peer error handling or UCX_PROTO_ENABLE; posix/sysv
+// cannot register user memory; `ucp_ep_print_info` shows no RMA lane), so
+// it emulates every put with an active message: the TARGET runs
+// ucp_put_handler, copies the data and sends a completion back with
+// ucp_rma_sw_send_cmpl -> ucp_request_send. Two UCX bugs then take the
+// receiver down when its sender dies mid-transfer:
+//  - TCP: ucp_request_try_send treats every error but "no resource" as
+//    fatal (ucp_request.inl:346: "Fatal: unexpected error: Endpoint
+//    timeout", from ucp_put_handler <- uct_tcp_iface_progress). The first
+//    completion send to the dead sender fails the endpoint and the next put
+//    still in the socket buffer aborts the process (openucx/ucx#7274 reports
+//    the same abort; no UCX setting avoids it).
+//  - Shared memory: completions to the dead sender queue up (its FIFO is
+//    never drained); ucp_worker_destroy purges them and crashes
+//    (SIGSEGV in ucp_mem_rereg_mds <- ucp_request_memory_dereg <-
+//    ucp_request_send_state_ff <- uct_mm_ep_pending_purge), the family of
+//    openucx/ucx#8094.
+// Block messages are copied by OnBlocksMessage, and its ack is an ordinary
+// send request: it completes with an error status when the sender is gone
+// and is purged like any user request.
+constexpr unsigned kAmIdBlocks = 0x4b56;
+constexpr unsigned kAmIdAck = 0x4b57;
+// Largest block message: bounds the receiver's reassembly buffer (UCX
+// collects a multi-fragment eager message whole before the handler runs).
+constexpr uint64_t kMaxMessageBytes = 256 * 1024;
+
+// Header of a block message (both ends on the same architecture, as the
+// KvPeerInfo base address already assumes).
+struct BlocksHeader {
+  uint64_t dst_offset;  // bytes from the receiver's pool start
+  uint64_t token;       // the sender's write, echoed in the ack
+};
+
+// What a block message's send callback needs; freed by it. `status` points
+// into the AmWrite that `keep_alive` holds.
+struct BlocksSend {
+  BlocksHeader header;
+  std::shared_ptr<void> keep_alive;
+  std::atomic<int>* status;
+};
+
+void OnBlocksSent(void* request, ucs_status_t status, void* user_data) {
+  auto* send = static_cast<BlocksSend*>(user_data);
+  int expected = UCS_OK;
+  if (status != UCS_OK) send->status->compare_exchange_strong(expected, status);
+  delete send;
+  ucp_request_free(request);
+}
+
+void OnAckSent(void* request, ucs_status_t /*status*/, void* user_data) {
+  delete static_cast<uint64_t*>(user_data);
+  ucp_request_free(request);
+}
+
 std::string UcxError(const char* what, ucs_status_t status) {
   return std::string(what) + ": " + ucs_status_string(status);
 }
@@ -109,15 +169,31 @@ UcxTransferAgent::UcxTransferAgent(void* pool, uint64_t block_bytes, uint32_t nu
 Status UcxTransferAgent::Init() {
   // WAKEUP gives the progress thread an fd to sleep on; should a transport
   // set refuse it, run without and let the thread poll with short sleeps.
-  auto context = InitContext(options_.transports, UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP);
+  constexpr uint64_t kFeatures = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  auto context = InitContext(options_.transports, kFeatures | UCP_FEATURE_WAKEUP);
   bool wakeup = context.ok();
-  if (!wakeup) context = InitContext(options_.transports, UCP_FEATURE_RMA);
+  if (!wakeup) context = InitContext(options_.transports, kFeatures);
   if (!context.ok()) return context.status();
   context_ = *context;
 
   auto worker = InitWorker(context_, options_.transports);
   if (!worker.ok()) return worker.status();
   worker_ = *worker;
+
+  for (const auto& [id, callback] : {std::pair{kAmIdBlocks, &UcxTransferAgent::OnBlocksMessage},
+                                     std::pair{kAmIdAck, &UcxTransferAgent::OnAckMessage}}) {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                         UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = id;
+    handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+    handler.cb = callback;
+    handler.arg = this;
+    ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &handler);
+    if (status != UCS_OK) {
+      return Status::Unavailable(UcxError("ucp_worker_set_am_recv_handler", status));
+    }
+  }
 
   ucp_mem_map_params_t map_params{};
   map_params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -190,6 +266,52 @@ void UcxTransferAgent::ProgressLoop() {
 
 void UcxTransferAgent::OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {
   static_cast<Peer*>(arg)->failed.store(true);
+}
+
+ucs_status_t UcxTransferAgent::OnBlocksMessage(void* arg, const void* header,
+                                               size_t header_length, void* data, size_t length,
+                                               const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransferAgent*>(arg);
+  // Senders force eager messages, so `data` holds the bytes; anything else
+  // (malformed, rendezvous) is dropped unacked and its sender times out.
+  if (header_length != sizeof(BlocksHeader) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    return UCS_OK;
+  }
+  BlocksHeader blocks;
+  std::memcpy(&blocks, header, sizeof(blocks));
+  const uint64_t pool_bytes = self->block_bytes_ * self->num_blocks_;
+  if (blocks.dst_offset > pool_bytes || length > pool_bytes - blocks.dst_offset) return UCS_OK;
+  std::memcpy(self->pool_ + blocks.dst_offset, data, length);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || param->reply_ep == nullptr) {
+    return UCS_OK;
+  }
+  // The ack's header must live until its send completes.
+  auto* token = new uint64_t(blocks.token);
+  ucp_request_param_t params{};
+  params.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_AM_SEND_FLAG_EAGER;
+  params.cb.send = &OnAckSent;
+  params.user_data = token;
+  // A dead sender fails this send with a status (or completes it with one);
+  // either way nothing else happens here.
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(param->reply_ep, kAmIdAck, token, sizeof(*token), nullptr, 0, &params);
+  if (!UCS_PTR_IS_PTR(request)) delete token;
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransferAgent::OnAckMessage(void* arg, const void* header, size_t header_length,
+                                            void* /*data*/, size_t /*length*/,
+                                            const ucp_am_recv_param_t* /*param*/) {
+  auto* self = static_cast<UcxTransferAgent*>(arg);
+  if (header_length != sizeof(uint64_t)) return UCS_OK;
+  uint64_t token;
+  std::memcpy(&token, header, sizeof(token));
+  std::lock_guard<std::mutex> lock(self->am_writes_mu_);
+  auto it = self->am_writes_.find(token);
+  if (it != self->am_writes_.end()) it->second->acked.fetch_add(1);
+  return UCS_OK;  // an ack of a finished (timed out) write is dropped
 }
 
 Status UcxTransferAgent::OpenPeer(Peer* peer) {
@@ -282,7 +404,7 @@ ucs_status_t UcxTransferAgent::Wait(void* request, Clock::time_point deadline) {
 }
 
 std::vector<UcxTransferAgent::PutRange> UcxTransferAgent::PlanPuts(
-    const std::vector<BlockCopy>& copies) const {
+    const std::vector<BlockCopy>& copies, uint64_t max_bytes) const {
   std::vector<PutRange> puts;
   puts.reserve(copies.size());
   for (size_t i = 0; i < copies.size();) {
@@ -293,11 +415,69 @@ std::vector<UcxTransferAgent::PutRange> UcxTransferAgent::PlanPuts(
         ++run;
       }
     }
-    puts.push_back({copies[i].src * block_bytes_, copies[i].dst * block_bytes_,
-                    run * block_bytes_});
+    const uint64_t src = copies[i].src * block_bytes_;
+    const uint64_t dst = copies[i].dst * block_bytes_;
+    const uint64_t bytes = run * block_bytes_;
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t piece = std::min(max_bytes, bytes - done);
+      puts.push_back({src + done, dst + done, piece});
+      done += piece;
+    }
     i += run;
   }
   return puts;
+}
+
+ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
+                                                     const std::vector<PutRange>& puts,
+                                                     Clock::time_point deadline) {
+  auto write = std::make_shared<AmWrite>();
+  const uint64_t token = next_token_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(am_writes_mu_);
+    am_writes_[token] = write;
+  }
+  uint64_t sent = 0;
+  // Drives the worker until at most `max_unacked` messages await their ack.
+  auto wait_for_acks = [&](uint64_t max_unacked) -> ucs_status_t {
+    while (sent - write->acked.load() > max_unacked) {
+      if (peer->failed.load()) return UCS_ERR_CONNECTION_RESET;
+      const int send_status = write->send_status.load();
+      if (send_status != UCS_OK) return static_cast<ucs_status_t>(send_status);
+      if (Clock::now() >= deadline) return UCS_ERR_TIMED_OUT;
+      if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+    }
+    return UCS_OK;
+  };
+  ucs_status_t failure = UCS_OK;
+  for (const PutRange& put : puts) {
+    failure = wait_for_acks(static_cast<uint64_t>(options_.max_outstanding_puts) - 1);
+    if (failure != UCS_OK) break;
+    // Header and callback state live on the heap: a send still in flight
+    // when this call gives up completes (and frees them) later.
+    auto* send = new BlocksSend{{put.dst_offset, token}, write, &write->send_status};
+    ucp_request_param_t params{};
+    params.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    // EAGER: the receiver never starts a rendezvous, so it never sends on
+    // UCX's behalf; REPLY: its handler gets an endpoint for the ack.
+    params.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    params.cb.send = &OnBlocksSent;
+    params.user_data = send;
+    ucs_status_ptr_t request = ucp_am_send_nbx(peer->ep, kAmIdBlocks, &send->header,
+                                               sizeof(send->header), pool_ + put.src_offset,
+                                               put.bytes, &params);
+    if (!UCS_PTR_IS_PTR(request)) delete send;
+    if (UCS_PTR_IS_ERR(request)) {
+      failure = UCS_PTR_STATUS(request);
+      break;
+    }
+    ++sent;
+  }
+  if (failure == UCS_OK) failure = wait_for_acks(0);
+  std::lock_guard<std::mutex> lock(am_writes_mu_);
+  am_writes_.erase(token);
+  return failure;
 }
 
 Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCopy>& copies,
@@ -327,64 +507,8 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
   if (peer->ep == nullptr || peer->failed.load()) {
     return Status::Unavailable("KV transfer: endpoint to peer failed; Connect again");
   }
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-  params.memh = memh_;
-
-  std::vector<void*> in_flight;
-  in_flight.reserve(options_.max_outstanding_puts);
-  ucs_status_t failure = UCS_OK;
-  // Frees completed requests; records the first failure.
-  auto reap = [&] {
-    for (size_t j = 0; j < in_flight.size();) {
-      ucs_status_t status = ucp_request_check_status(in_flight[j]);
-      if (status == UCS_INPROGRESS) {
-        ++j;
-        continue;
-      }
-      if (status != UCS_OK && failure == UCS_OK) failure = status;
-      ucp_request_free(in_flight[j]);
-      in_flight[j] = in_flight.back();
-      in_flight.pop_back();
-    }
-  };
-
-  for (const PutRange& put : PlanPuts(copies)) {
-    while (static_cast<int>(in_flight.size()) >= options_.max_outstanding_puts &&
-           failure == UCS_OK) {
-      if (Clock::now() >= deadline) {
-        failure = UCS_ERR_TIMED_OUT;
-        break;
-      }
-      if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
-      reap();
-    }
-    if (failure != UCS_OK || peer->failed.load()) break;
-    ucs_status_ptr_t request = ucp_put_nbx(peer->ep, pool_ + put.src_offset, put.bytes,
-                                           peer->info.base_address + put.dst_offset, peer->rkey,
-                                           &params);
-    if (UCS_PTR_IS_ERR(request)) {
-      failure = UCS_PTR_STATUS(request);
-      break;
-    }
-    if (request != nullptr) in_flight.push_back(request);
-  }
-
-  if (failure == UCS_OK && !peer->failed.load()) {
-    // Remote completion: the flush returns once every put above has landed.
-    ucp_request_param_t flush_params{};
-    void* flush = ucp_ep_flush_nbx(peer->ep, &flush_params);
-    if (UCS_PTR_IS_ERR(flush)) {
-      failure = UCS_PTR_STATUS(flush);
-    } else if (flush != nullptr) {
-      failure = Wait(flush, deadline);
-    }
-  }
-  reap();
-  for (void* request : in_flight) {
-    ucp_request_cancel(worker_, request);
-    ucp_request_free(request);
-  }
+  const ucs_status_t failure =
+      WriteByActiveMessages(peer, PlanPuts(copies, kMaxMessageBytes), deadline);
   if (peer->failed.load()) {
     return Status::Unavailable(
         "KV transfer: endpoint to peer failed (peer gone or unreachable); Connect again");
@@ -395,7 +519,7 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
                                " ms");
   }
   if (failure != UCS_OK) {
-    return Status::Unavailable(UcxError("KV transfer: put or flush to peer failed", failure));
+    return Status::Unavailable(UcxError("KV transfer: write to peer failed", failure));
   }
   return Status::Ok();
 }

@@ -1,24 +1,38 @@
 // The UCX (ucp) implementation of KvTransferAgent; internal to comm/ so that
 // ucp.h stays out of kv_transfer.h. Callers use KvTransferAgent::Create.
 //
-// One ucp_context (UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP) and one worker in
-// UCS_THREAD_MODE_MULTI: the progress thread and WriteBlocks callers both
+// One ucp_context (UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP)
+// and one worker in UCS_THREAD_MODE_MULTI: the progress thread and WriteBlocks callers both
 // call ucp_worker_progress. The progress thread sleeps on the worker's event
 // fd (ucp_worker_arm + epoll) so an idle agent uses no CPU; where the
 // transports give no event fd it falls back to a short sleep.
 //
+// Blocks move as UCX active messages: ucp_am_send_nbx of each run (at most
+// kMaxMessageBytes each, forced eager) to the receiver, whose handler copies
+// the bytes into its pool and answers with an ack message; WriteBlocks
+// returns once every message is acked, i.e. the bytes are in the
+// receiver's memory. Not ucp_put_nbx: UCX 1.13 emulates puts on TCP and
+// shared memory with active messages whose receiver-side completion,
+// sent by UCX itself, aborts the receiver (TCP) or crashes its shutdown
+// (shared memory) when the sender has died (details in
+// ucx_transfer_agent.cc, at kAmIdBlocks). The ack here is an ordinary send
+// request, which just fails. The pool is still mapped and its rkey
+// published (KvPeerInfo) so that hardware RMA can return without a
+// protocol change.
+//
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER so that a dead peer fails the
-// puts and the flush (then WriteBlocks returns Unavailable) instead of
-// aborting the process; a failed endpoint is rebuilt by the next Connect.
-// Transports that cannot detect peer failure (UCX 1.13 shared memory) refuse
-// that mode; their endpoints use UCP_ERR_HANDLING_MODE_NONE and a write to a
-// dead peer ends by WriteBlocks' timeout.
+// writes (then WriteBlocks returns Unavailable) instead of aborting the
+// process; a failed endpoint is rebuilt by the next Connect. Transports that
+// cannot detect peer failure (UCX 1.13 shared memory) refuse that mode; their
+// endpoints use UCP_ERR_HANDLING_MODE_NONE and a write to a dead peer ends by
+// WriteBlocks' timeout.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +80,14 @@ class UcxTransferAgent final : public KvTransferAgent {
     uint64_t bytes;
   };
 
+  // One WriteBlocks call over active messages. Shared with the send
+  // callbacks, which may outlive the call (a send cancelled by a timeout
+  // completes later).
+  struct AmWrite {
+    std::atomic<uint64_t> acked{0};
+    std::atomic<int> send_status{0};  // first failed send's ucs_status_t
+  };
+
   UcxTransferAgent(void* pool, uint64_t block_bytes, uint32_t num_blocks,
                    const KvTransferOptions& options);
 
@@ -79,10 +101,21 @@ class UcxTransferAgent final : public KvTransferAgent {
   // Drives the worker until `request` completes or `deadline` passes; frees
   // the request either way. Returns UCX's status, or UCS_ERR_TIMED_OUT.
   ucs_status_t Wait(void* request, std::chrono::steady_clock::time_point deadline);
-  // Splits `copies` into puts, merging runs when options_.coalesce_runs.
-  std::vector<PutRange> PlanPuts(const std::vector<BlockCopy>& copies) const;
+  // Splits `copies` into puts, merging runs when options_.coalesce_runs and
+  // cutting each into pieces of at most `max_bytes`.
+  std::vector<PutRange> PlanPuts(const std::vector<BlockCopy>& copies, uint64_t max_bytes) const;
+  // Sends `puts` as block messages and waits for their acks until
+  // `deadline`. REQUIRES: peer->mu held, peer usable, ids checked.
+  ucs_status_t WriteByActiveMessages(Peer* peer, const std::vector<PutRange>& puts,
+                                     std::chrono::steady_clock::time_point deadline);
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Receiver side: copies a block message into the pool and acks it.
+  static ucs_status_t OnBlocksMessage(void* arg, const void* header, size_t header_length,
+                                      void* data, size_t length, const ucp_am_recv_param_t* param);
+  // Sender side: counts an ack towards its AmWrite.
+  static ucs_status_t OnAckMessage(void* arg, const void* header, size_t header_length,
+                                   void* data, size_t length, const ucp_am_recv_param_t* param);
 
   // Constant after Init().
   uint8_t* const pool_;
@@ -104,6 +137,11 @@ class UcxTransferAgent final : public KvTransferAgent {
   // Set once an endpoint in UCP_ERR_HANDLING_MODE_PEER was refused (the
   // transports cannot detect peer failure): later endpoints skip the try.
   bool peer_error_mode_refused_ = false;
+
+  // Active-message writes in progress, by token (the acks name the token).
+  std::mutex am_writes_mu_;
+  std::map<uint64_t, std::shared_ptr<AmWrite>> am_writes_;  // guarded by am_writes_mu_
+  std::atomic<uint64_t> next_token_{1};
 };
 
 }  // namespace headway
