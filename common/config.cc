@@ -11,22 +11,24 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/yaml_fields.h"
+
 namespace headway {
 namespace {
+
+using yaml::BadValue;
+using yaml::CheckKeys;
+using yaml::Describe;
+using yaml::ReadBool;
+using yaml::ReadInt;
+using yaml::ReadInt64;
+using yaml::ReadString;
+using yaml::RequireMap;
 
 // Parsing happens in two passes: this file's readers turn YAML into a Config
 // and report type errors (a list where a number belongs, "abc" for an int);
 // ValidateConfig then checks ranges and cross-field rules, so values that come
 // from command-line flags get the same checks and the same messages.
-
-std::string Join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& item : items) {
-    if (!out.empty()) out += ", ";
-    out += item;
-  }
-  return out;
-}
 
 std::string Child(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
@@ -34,80 +36,6 @@ std::string Child(const std::string& path, const std::string& key) {
 
 std::string Index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
-}
-
-// What a node holds, for messages about a value of the wrong shape.
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null: return "(empty)";
-    case YAML::NodeType::Scalar: return "\"" + node.Scalar() + "\"";
-    case YAML::NodeType::Sequence: return "(a list)";
-    case YAML::NodeType::Map: return "(a mapping)";
-    default: return "(undefined)";
-  }
-}
-
-Status BadValue(const std::string& key, const std::string& value, const std::string& allowed) {
-  return Status::InvalidArgument("`" + key + "` = " + value + " is not allowed: must be " +
-                                 allowed);
-}
-
-// Fails on keys outside `allowed`, naming the key and the allowed set.
-Status CheckKeys(const YAML::Node& map, const std::string& path,
-                 const std::vector<std::string>& allowed) {
-  for (const auto& item : map) {
-    const std::string key = item.first.Scalar();
-    bool known = false;
-    for (const std::string& a : allowed) known = known || a == key;
-    if (!known) {
-      return Status::InvalidArgument("unknown key `" + Child(path, key) + "`; allowed keys " +
-                                     (path.empty() ? std::string("at the top level")
-                                                   : "in `" + path + "`") +
-                                     ": " + Join(allowed));
-    }
-  }
-  return Status::Ok();
-}
-
-Status RequireMap(const YAML::Node& node, const std::string& path) {
-  if (node.IsMap()) return Status::Ok();
-  return BadValue(path.empty() ? "(document)" : path, Describe(node), "a mapping of keys");
-}
-
-Status ReadString(const YAML::Node& node, const std::string& key, std::string& out) {
-  if (!node.IsScalar()) return BadValue(key, Describe(node), "a string");
-  out = node.Scalar();
-  return Status::Ok();
-}
-
-Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out) {
-  if (!node.IsScalar()) return BadValue(key, Describe(node), "an integer");
-  const std::string& text = node.Scalar();
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    return BadValue(key, Describe(node), "an integer");
-  }
-  out = value;
-  return Status::Ok();
-}
-
-Status ReadBool(const YAML::Node& node, const std::string& key, bool& out) {
-  if (!node.IsScalar() || (node.Scalar() != "true" && node.Scalar() != "false")) {
-    return BadValue(key, Describe(node), "true or false");
-  }
-  out = node.Scalar() == "true";
-  return Status::Ok();
-}
-
-Status ReadInt(const YAML::Node& node, const std::string& key, int& out) {
-  int64_t value = 0;
-  HW_RETURN_IF_ERROR(ReadInt64(node, key, value));
-  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
-    return BadValue(key, std::to_string(value), "an integer that fits in 32 bits");
-  }
-  out = static_cast<int>(value);
-  return Status::Ok();
 }
 
 Result<PoolRole> ParseRole(const YAML::Node& node, const std::string& key) {

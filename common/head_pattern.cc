@@ -10,65 +10,23 @@
 #include <sstream>
 #include <utility>
 
+#include "common/yaml_fields.h"
+
 namespace headway {
 namespace {
+
+using yaml::BadValue;
+using yaml::CheckKeys;
+using yaml::Describe;
+using yaml::ReadInt;
 
 constexpr char kFull = 'f';
 constexpr char kStreaming = 's';
 
 std::string Quote(const std::string& text) { return "\"" + text + "\""; }
 
-std::string Describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null: return "(empty)";
-    case YAML::NodeType::Scalar: return Quote(node.Scalar());
-    case YAML::NodeType::Sequence: return "(a list)";
-    case YAML::NodeType::Map: return "(a mapping)";
-    default: return "(undefined)";
-  }
-}
-
-Status BadValue(const std::string& key, const std::string& value, const std::string& allowed) {
-  return Status::InvalidArgument("`" + key + "` = " + value + " is not allowed: must be " +
-                                 allowed);
-}
-
 std::string ModelName(const ModelSpec& spec) {
   return "model '" + (spec.name.empty() ? spec.architecture : spec.name) + "'";
-}
-
-Status CheckKeys(const YAML::Node& map, const std::string& path,
-                 const std::vector<std::string>& allowed) {
-  for (const auto& item : map) {
-    const std::string key = item.first.Scalar();
-    bool known = false;
-    for (const std::string& a : allowed) known = known || a == key;
-    if (!known) {
-      std::string list;
-      for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      const std::string full = path.empty() ? key : path + "." + key;
-      return Status::InvalidArgument("unknown key `" + full + "`; allowed keys " +
-                                     (path.empty() ? std::string("at the top level")
-                                                   : "in `" + path + "`") +
-                                     ": " + list);
-    }
-  }
-  return Status::Ok();
-}
-
-Status ReadInt(const YAML::Node& node, const std::string& key, int32_t& out) {
-  if (!node.IsScalar()) return BadValue(key, Describe(node), "an integer");
-  const std::string& text = node.Scalar();
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    return BadValue(key, Describe(node), "an integer");
-  }
-  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
-    return BadValue(key, text, "an integer that fits in 32 bits");
-  }
-  out = static_cast<int32_t>(value);
-  return Status::Ok();
 }
 
 struct Streaming {

@@ -1,0 +1,40 @@
+// Readers for YAML configuration fields (yaml-cpp) that turn a value of the
+// wrong shape into an error naming the dotted key, the value and what is
+// allowed. Shared by the deployment config (config.h) and the head-pattern
+// file (head_pattern.h).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace headway::yaml {
+
+// What a node holds, for messages: "\"text\"" for a scalar, "(a list)",
+// "(a mapping)", "(empty)".
+std::string Describe(const YAML::Node& node);
+
+// InvalidArgument "`key` = value is not allowed: must be allowed".
+Status BadValue(const std::string& key, const std::string& value, const std::string& allowed);
+
+// InvalidArgument naming the first key of `map` outside `allowed` (as
+// `path.key`) and the allowed set. `path` "" = the top level.
+Status CheckKeys(const YAML::Node& map, const std::string& path,
+                 const std::vector<std::string>& allowed);
+
+// InvalidArgument unless `node` is a mapping (`path` "" = the document).
+Status RequireMap(const YAML::Node& node, const std::string& path);
+
+// Scalar readers; `key` is the dotted key for messages. Errors:
+// InvalidArgument for a non-scalar or a value that does not parse (integers:
+// decimal, the whole text; int: must fit in 32 bits; bool: true or false).
+Status ReadString(const YAML::Node& node, const std::string& key, std::string& out);
+Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out);
+Status ReadInt(const YAML::Node& node, const std::string& key, int& out);
+Status ReadBool(const YAML::Node& node, const std::string& key, bool& out);
+
+}  // namespace headway::yaml
