@@ -5,10 +5,8 @@
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <string_view>
 
 #include "common/yaml_fields.h"
@@ -430,24 +428,15 @@ Result<Config> ParseConfig(const std::string& yaml_text) {
     const YAML::Node root = YAML::Load(yaml_text);
     HW_RETURN_IF_ERROR(ParseDocument(root, config));
   } catch (const YAML::Exception& e) {
-    // Syntax errors carry a line and column (0-based in yaml-cpp).
-    std::ostringstream msg;
-    msg << "YAML syntax error";
-    if (!e.mark.is_null()) msg << " at line " << e.mark.line + 1 << ", column " << e.mark.column + 1;
-    msg << ": " << e.msg;
-    return Status::InvalidArgument(msg.str());
+    return yaml::SyntaxError(e);
   }
   HW_RETURN_IF_ERROR(ValidateConfig(config));
   return config;
 }
 
 Result<Config> LoadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read config file `" + path + "`");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::NotFound("cannot read config file `" + path + "`");
-  Result<Config> config = ParseConfig(text.str());
+  HW_ASSIGN_OR_RETURN(std::string text, yaml::ReadDocumentText(path, "config file"));
+  Result<Config> config = ParseConfig(text);
   if (!config.ok()) return config.status().WithContext(path);
   if (!config->head_pattern_path.empty()) {
     namespace fs = std::filesystem;

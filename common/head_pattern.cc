@@ -4,10 +4,8 @@
 
 #include <charconv>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <utility>
 
 #include "common/yaml_fields.h"
@@ -170,22 +168,14 @@ Result<std::vector<SlotSpec>> ParseHeadPattern(const std::string& yaml_text,
     const YAML::Node root = YAML::Load(yaml_text);
     HW_RETURN_IF_ERROR(ParseDocument(root, spec, slots));
   } catch (const YAML::Exception& e) {
-    std::ostringstream msg;
-    msg << "YAML syntax error";
-    if (!e.mark.is_null()) msg << " at line " << e.mark.line + 1 << ", column " << e.mark.column + 1;
-    msg << ": " << e.msg;
-    return Status::InvalidArgument(msg.str());
+    return yaml::SyntaxError(e);
   }
   return slots;
 }
 
 Result<std::vector<SlotSpec>> LoadHeadPattern(const std::string& path, const ModelSpec& spec) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read head pattern file `" + path + "`");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::NotFound("cannot read head pattern file `" + path + "`");
-  Result<std::vector<SlotSpec>> slots = ParseHeadPattern(text.str(), spec);
+  HW_ASSIGN_OR_RETURN(std::string text, yaml::ReadDocumentText(path, "head pattern file"));
+  Result<std::vector<SlotSpec>> slots = ParseHeadPattern(text, spec);
   if (!slots.ok()) return slots.status().WithContext("head pattern " + path);
   return slots;
 }

@@ -1,9 +1,29 @@
 #include "common/yaml_fields.h"
 
 #include <charconv>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 namespace headway::yaml {
+
+Result<std::string> ReadDocumentText(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + what + " `" + path + "`");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::NotFound("cannot read " + what + " `" + path + "`");
+  return text.str();
+}
+
+Status SyntaxError(const YAML::Exception& e) {
+  // yaml-cpp's marks are 0-based.
+  std::ostringstream msg;
+  msg << "YAML syntax error";
+  if (!e.mark.is_null()) msg << " at line " << e.mark.line + 1 << ", column " << e.mark.column + 1;
+  msg << ": " << e.msg;
+  return Status::InvalidArgument(msg.str());
+}
 
 std::string Describe(const YAML::Node& node) {
   switch (node.Type()) {

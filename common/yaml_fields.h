@@ -14,6 +14,14 @@
 
 namespace headway::yaml {
 
+// The text of the YAML file at `path`. Errors: NotFound "cannot read
+// `what` `path`" when it cannot be opened or read.
+Result<std::string> ReadDocumentText(const std::string& path, const std::string& what);
+
+// InvalidArgument "YAML syntax error at line L, column C: ..." (1-based,
+// when yaml-cpp knows the place) for a parse exception.
+Status SyntaxError(const YAML::Exception& e);
+
 // What a node holds, for messages: "\"text\"" for a scalar, "(a list)",
 // "(a mapping)", "(empty)".
 std::string Describe(const YAML::Node& node);
