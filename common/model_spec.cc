@@ -187,6 +187,13 @@ std::vector<int> ValidTpSizes(const ModelSpec& spec, int max_tp_size) {
   return out;
 }
 
+int FirstRankHoldingKvHead(const ModelSpec& spec, int tp_size, int kv_head) {
+  HW_CHECK(ValidateTpSize(spec, tp_size).ok());
+  HW_CHECK(kv_head >= 0 && kv_head < spec.num_kv_heads);
+  if (spec.num_kv_heads >= tp_size) return kv_head / (spec.num_kv_heads / tp_size);
+  return kv_head * (tp_size / spec.num_kv_heads);
+}
+
 TpShard ShardForRank(const ModelSpec& spec, int tp_size, int tp_rank) {
   HW_CHECK(ValidateTpSize(spec, tp_size).ok());
   HW_CHECK(tp_rank >= 0 && tp_rank < tp_size);

@@ -73,4 +73,10 @@ std::vector<int> ValidTpSizes(const ModelSpec& spec, int max_tp_size);
 // 0 <= tp_rank < tp_size.
 TpShard ShardForRank(const ModelSpec& spec, int tp_size, int tp_rank);
 
+// The lowest rank whose shard holds global KV head `kv_head` (the inverse of
+// ShardForRank's rule; with replication, tp_size / num_kv_heads consecutive
+// ranks hold it and this is the first). REQUIRES: ValidateTpSize(spec,
+// tp_size).ok(), 0 <= kv_head < spec.num_kv_heads.
+int FirstRankHoldingKvHead(const ModelSpec& spec, int tp_size, int kv_head);
+
 }  // namespace headway

@@ -6,11 +6,6 @@
 
 namespace headway {
 
-int FirstOwnerRank(const ModelSpec& spec, int tp_size, int kv_head) {
-  if (spec.num_kv_heads >= tp_size) return kv_head / (spec.num_kv_heads / tp_size);
-  return kv_head * (tp_size / spec.num_kv_heads);
-}
-
 Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int src_tp_size,
                                                      const std::vector<RankRows>& src,
                                                      int dst_tp_size,
@@ -33,7 +28,7 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
       const std::vector<int32_t>& to = dst[size_t(rd)][slot];
       const int layer = int(slot) / dst_local_heads;
       const int head = dst_shard.kv_head_begin + int(slot) % dst_local_heads;
-      const int rs = FirstOwnerRank(spec, src_tp_size, head);
+      const int rs = FirstRankHoldingKvHead(spec, src_tp_size, head);
       const size_t src_slot = size_t(layer) * src_local_heads +
                               size_t(head - ShardForRank(spec, src_tp_size, rs).kv_head_begin);
       const std::vector<int32_t>* from =

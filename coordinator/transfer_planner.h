@@ -29,11 +29,6 @@ struct RankBlockCopies {
   std::vector<uint32_t> dst_blocks;  // the same length: ids in the receiver's pool
 };
 
-// The first rank of an instance of `tp_size` that holds global KV head
-// `kv_head` (DESIGN.md TP sharding rule). REQUIRES: ValidateTpSize(spec,
-// tp_size) is OK and 0 <= kv_head < spec.num_kv_heads.
-int FirstOwnerRank(const ModelSpec& spec, int tp_size, int kv_head);
-
 // One rank's block rows of a sequence: [slot][logical], -1 = no block (a
 // sliding slot's block outside its window and sink), as
 // KvCacheManager::Rows returns them.

@@ -151,6 +151,24 @@ TEST(TpRuleTest, SingleKvHeadIsReplicated) {
   ExpectMessageHas(ValidateTpSize(s, 3), {"4 query heads", "divide by 3", "valid TP sizes: 1, 2, 4"});
 }
 
+// FirstRankHoldingKvHead inverts ShardForRank: it names the lowest rank
+// whose shard holds the head, with and without replication.
+TEST(TpRuleTest, FirstRankHoldingKvHeadMatchesTheShards) {
+  for (const ModelSpec& s : {Spec(8, 2, 64, 100), Spec(4, 1, 64, 100), Spec(9, 3, 1536, 100)}) {
+    for (int tp : ValidTpSizes(s, 16)) {
+      for (int h = 0; h < s.num_kv_heads; ++h) {
+        int first = -1;
+        for (int r = tp - 1; r >= 0; --r) {
+          const TpShard sh = ShardForRank(s, tp, r);
+          if (sh.kv_head_begin <= h && h < sh.kv_head_end) first = r;
+        }
+        EXPECT_EQ(FirstRankHoldingKvHead(s, tp, h), first)
+            << s.num_kv_heads << " KV heads, TP " << tp << ", head " << h;
+      }
+    }
+  }
+}
+
 TEST(TpRuleTest, ReplicationFollowsKvHeadGroups) {
   // 8 query heads over 2 KV heads at TP 4: ranks 0,1 hold KV head 0 and
   // ranks 2,3 hold KV head 1; each rank's two query heads use its KV head.
