@@ -37,22 +37,23 @@ int64_t KvCacheManager::LogicalBlocks(int64_t num_positions) const {
   return (num_positions + block_size_ - 1) / block_size_;
 }
 
-bool KvCacheManager::Needed(const SlotSpec& spec, int64_t i, int64_t first_uncomputed) const {
-  if (!spec.IsSliding() || !options_.enable_recycling) return true;
+KvCacheManager::BlockSpan KvCacheManager::Unneeded(const SlotSpec& spec,
+                                                   int64_t first_uncomputed) const {
+  if (!spec.IsSliding() || !options_.enable_recycling) return {};
   const int64_t sink_blocks = (int64_t(spec.sink) + block_size_ - 1) / block_size_;
   const int64_t live_begin =
       std::max<int64_t>(0, first_uncomputed - spec.window + 1) / block_size_;
-  return i < sink_blocks || i >= live_begin;
+  return {sink_blocks, std::max(sink_blocks, live_begin)};
 }
 
 int64_t KvCacheManager::BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
                                     int64_t first_uncomputed) const {
   const int64_t want = LogicalBlocks(num_positions);
   if (want <= have) return 0;
-  if (!spec.IsSliding()) return want - have;
-  int64_t n = 0;
-  for (int64_t i = have; i < want; ++i) n += Needed(spec, i, first_uncomputed);
-  return n;
+  const BlockSpan skip = Unneeded(spec, first_uncomputed);
+  const int64_t skipped =
+      std::max<int64_t>(0, std::min(want, skip.end) - std::max(have, skip.begin));
+  return want - have - skipped;
 }
 
 int KvCacheManager::BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const {
@@ -98,12 +99,11 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(uint64_t seq_id
     Rank& rank = ranks_[r];
     std::vector<int32_t> freed;
     for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
-      const SlotSpec& spec = rank.slot_specs[s];
-      if (!spec.IsSliding()) continue;
+      const BlockSpan drop = Unneeded(rank.slot_specs[s], table.first_uncomputed);
       std::vector<int32_t>& row = table.rows[r][s];
       SlotBlockDelta delta;
-      for (int64_t i = 0; i < int64_t(row.size()); ++i) {
-        if (row[i] < 0 || Needed(spec, i, table.first_uncomputed)) continue;
+      for (int64_t i = drop.begin; i < std::min(drop.end, int64_t(row.size())); ++i) {
+        if (row[i] < 0) continue;  // recycled already
         const CacheEntryId e = i < int64_t(table.entries.size()) ? table.entries[i] : kNoCacheEntry;
         const int32_t block = e == kNoCacheEntry ? row[i] : cache_.DropBlock(e, int(r), int(s));
         if (block >= 0) freed.push_back(block);
@@ -169,9 +169,8 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(uint64_t seq_id,
       const int64_t add = BlocksToAdd(spec, have, num_positions, table.first_uncomputed);
       std::vector<int32_t> fresh = rank.pool.Allocate(static_cast<int>(add));
       size_t next = 0;
-      for (int64_t i = have; i < want; ++i) {
-        row.push_back(Needed(spec, i, table.first_uncomputed) ? fresh[next++] : -1);
-      }
+      const BlockSpan skip = Unneeded(spec, table.first_uncomputed);
+      for (int64_t i = have; i < want; ++i) row.push_back(skip.Contains(i) ? -1 : fresh[next++]);
       std::vector<int32_t> tail(row.begin() + have, row.end());
       std::vector<SlotBlockDelta> runs;
       AppendRunDeltas(static_cast<int>(s), tail, &runs);
@@ -202,22 +201,26 @@ PrefixMatch KvCacheManager::MatchPrefix(const TokenIds& token_ids, int64_t max_p
   }
   // Cut the hit until every sliding slot still holds what the window and
   // sink of its first uncomputed position need.
-  auto resident = [&](size_t k) {
-    const int64_t first = int64_t(k) * block_size_;
+  auto resident = [&](int64_t k) {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       for (size_t s = 0; s < ranks_[r].slot_specs.size(); ++s) {
-        const SlotSpec& spec = ranks_[r].slot_specs[s];
-        if (!spec.IsSliding()) continue;
-        for (size_t i = 0; i < k; ++i) {
-          if (Needed(spec, int64_t(i), first) && cache_.blocks(match.entries[i])[r][s] < 0) {
-            return false;
+        if (!ranks_[r].slot_specs[s].IsSliding()) continue;  // full slots never miss one
+        auto all_present = [&](int64_t from, int64_t to) {
+          for (int64_t i = from; i < to; ++i) {
+            if (cache_.blocks(match.entries[size_t(i)])[r][s] < 0) return false;
           }
-        }
+          return true;
+        };
+        // The sink, then the window of position k * block_size.
+        const BlockSpan skip = Unneeded(ranks_[r].slot_specs[s], k * block_size_);
+        if (!all_present(0, std::min(k, skip.begin)) || !all_present(skip.end, k)) return false;
       }
     }
     return true;
   };
-  while (!match.entries.empty() && !resident(match.entries.size())) match.entries.pop_back();
+  while (!match.entries.empty() && !resident(int64_t(match.entries.size()))) {
+    match.entries.pop_back();
+  }
   match.num_positions = int64_t(match.entries.size()) * block_size_;
   return match;
 }
@@ -240,7 +243,7 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
       if (cache_.refcount(id) != 0) continue;
       const std::vector<int32_t>& blocks = cache_.blocks(id)[r];
       for (size_t s = 0; s < blocks.size(); ++s) {
-        if (blocks[s] >= 0 && Needed(specs[s], int64_t(i), first)) --available;
+        if (blocks[s] >= 0 && !Unneeded(specs[s], first).Contains(int64_t(i))) --available;
       }
     }
     if (needed > available) return false;
@@ -276,7 +279,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
       for (size_t i = 0; i < table.rows[r][s].size(); ++i) {
         // MatchPrefix's cut guarantees what the windows need.
         HW_CHECK(table.rows[r][s][i] >= 0 ||
-                 !Needed(ranks_[r].slot_specs[s], int64_t(i), table.first_uncomputed));
+                 Unneeded(ranks_[r].slot_specs[s], table.first_uncomputed).Contains(int64_t(i)));
       }
     }
   }

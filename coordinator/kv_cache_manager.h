@@ -226,9 +226,16 @@ class KvCacheManager {
 
   // Logical blocks [0, n) cover positions [0, num_positions).
   int64_t LogicalBlocks(int64_t num_positions) const;
-  // True if slot `spec` needs logical block `i` while `first_uncomputed` is
-  // the first position still to be computed (class comment).
-  bool Needed(const SlotSpec& spec, int64_t i, int64_t first_uncomputed) const;
+  // Logical blocks [begin, end) that lie wholly outside a slot's sink and
+  // the window of every position from the first uncomputed one on (class
+  // comment): what the slot does not need. end >= begin; empty for full
+  // slots and with recycling off.
+  struct BlockSpan {
+    int64_t begin = 0;
+    int64_t end = 0;
+    bool Contains(int64_t i) const { return i >= begin && i < end; }
+  };
+  BlockSpan Unneeded(const SlotSpec& spec, int64_t first_uncomputed) const;
   // Blocks slot `spec` still has to allocate, logical [have, want), to cover
   // [0, num_positions) from `first_uncomputed` on.
   int64_t BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
