@@ -6,7 +6,6 @@
 // differ.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <string>
 #include <vector>
 
@@ -21,28 +20,13 @@ using nlohmann::json;
 
 constexpr int kMaxTokens = 24;
 
-std::string Complete(const Deployment& d, const json& prompt) {
-  HttpReply r = d.PostJson("/v1/completions", {{"model", "smollm2"},
-                                               {"prompt", prompt},
-                                               {"max_tokens", kMaxTokens},
-                                               {"temperature", 0}});
-  EXPECT_EQ(r.status, 200) << r.body;
-  return r.status == 200 ? r.json["choices"][0]["text"].get<std::string>() : "";
-}
-
 // Each prompt alone, then all of them eight times over (72 requests),
-// concurrently.
+// concurrently; every reply must be a completion.
 std::vector<std::string> RunAll(const Deployment& d) {
-  std::vector<std::string> out;
-  const std::vector<json> prompts = SmolLm2TransferPrompts();
-  for (const json& p : prompts) out.push_back(Complete(d, p));
-  std::vector<std::future<std::string>> futures;
-  for (int round = 0; round < 8; ++round) {
-    for (const json& p : prompts) {
-      futures.push_back(std::async(std::launch::async, [&d, p] { return Complete(d, p); }));
-    }
-  }
-  for (auto& f : futures) out.push_back(f.get());
+  std::vector<std::string> out = GreedyTexts(
+      [&d](const std::string& body) { return d.Post("/v1/completions", body); },
+      SmolLm2TransferPrompts(), kMaxTokens, /*rounds=*/8);
+  for (const std::string& text : out) EXPECT_FALSE(IsErrorText(text)) << text;
   return out;
 }
 

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,47 +38,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxTokens = 24;
-
-std::string CompletionBody(const json& prompt) {
-  return json{{"model", "smollm2"},
-              {"prompt", prompt},
-              {"max_tokens", kMaxTokens},
-              {"temperature", 0}}
-      .dump();
-}
-
-// The generated text of a /v1/completions reply, or "<status N: body>" so a
-// mismatch shows the error.
-std::string TextOf(int status, const std::string& body) {
-  if (status == 200) {
-    json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("choices")) return j["choices"][0].value("text", "");
-  }
-  return "<status " + std::to_string(status) + ": " + body + ">";
-}
-
-// Every prompt alone, then all of them twice over, concurrently. `post`
-// sends one completion body and returns {status, body}.
-template <typename Post>
-std::vector<std::string> RunAll(const Post& post) {
-  const std::vector<json> prompts = SmolLm2TransferPrompts();
-  std::vector<std::string> out;
-  for (const json& p : prompts) {
-    auto [status, body] = post(CompletionBody(p));
-    out.push_back(TextOf(status, body));
-  }
-  std::vector<std::future<std::string>> futures;
-  for (int round = 0; round < 2; ++round) {
-    for (const json& p : prompts) {
-      futures.push_back(std::async(std::launch::async, [&post, p] {
-        auto [status, body] = post(CompletionBody(p));
-        return TextOf(status, body);
-      }));
-    }
-  }
-  for (auto& f : futures) out.push_back(f.get());
-  return out;
-}
+constexpr int kRounds = 2;  // every prompt alone, then all of them twice, concurrently
 
 // The first sample of `name` in a Prometheus text page; -1 if absent.
 double Metric(const std::string& page, const std::string& name) {
@@ -118,10 +77,9 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
     std::string error;
     std::unique_ptr<Deployment> local = Deployment::Start(options, &error);
     ASSERT_NE(local, nullptr) << error;
-    colocated = RunAll([&](const std::string& body) {
-      HttpReply r = local->Post("/v1/completions", body);
-      return std::pair{r.status, r.body};
-    });
+    colocated = GreedyTexts(
+        [&](const std::string& body) { return local->Post("/v1/completions", body); },
+        SmolLm2TransferPrompts(), kMaxTokens, kRounds);
   }
   const auto colocated_done = Clock::now();
 
@@ -172,10 +130,11 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     if (!healthy) return;
-    disaggregated = RunAll([&](const std::string& body) {
-      HttpReply r = HttpPost(host_a, http_port, "/v1/completions", body, 60);
-      return std::pair{r.status, r.body};
-    });
+    disaggregated = GreedyTexts(
+        [&](const std::string& body) {
+          return HttpPost(host_a, http_port, "/v1/completions", body, 60);
+        },
+        SmolLm2TransferPrompts(), kMaxTokens, kRounds);
     metrics_page = HttpGet(host_a, http_port, "/metrics", 10).body;
   });
   ASSERT_TRUE(in_ns.ok()) << in_ns.ToString();

@@ -34,31 +34,56 @@ std::string LongPrompt() {
   return SmolLm2ChatPrompt(text + "Summarise these notes in one sentence.");
 }
 
+// Writes the head pattern of both tests (every layer: KV head 0 streaming,
+// sink 20, window 64) into a fresh directory, removed at the end.
+class StreamingHeadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HW_REQUIRE_MODEL(SmolLm2Path());
+    dir_ = MakeTempDir("headway-streaming");
+    pattern_ = dir_ + "/heads.yaml";
+    std::ofstream(pattern_) << "streaming: {sink: 20, window: 64}\nevery_layer: sff\n";
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // A deployment of SmolLM2 with the pattern; nullptr (a failure) if it does
+  // not start.
+  std::unique_ptr<Deployment> Start(bool recycling, int pd_decode_tp) const {
+    DeploymentOptions options;
+    options.model_path = SmolLm2Path();
+    options.head_pattern = pattern_;
+    options.enable_recycling = recycling;
+    options.pd_decode_tp_size = pd_decode_tp;
+    std::string error;
+    std::unique_ptr<Deployment> d = Deployment::Start(options, &error);
+    EXPECT_NE(d, nullptr) << error;
+    return d;
+  }
+
+  std::string dir_;
+  std::string pattern_;
+};
+
+// The greedy text of `prompt`; the reply must be a completion.
+std::string Complete(const Deployment& d, const std::string& prompt, int max_tokens) {
+  const std::string text =
+      CompletionText(d.PostJson("/v1/completions", GreedyCompletionBody(prompt, max_tokens)));
+  EXPECT_FALSE(IsErrorText(text)) << text;
+  return text;
+}
+
 struct ServedRun {
   std::vector<std::string> texts;
   double recycled = 0;
   long free_at_start = 0, free_at_end = 0;
 };
 
-ServedRun Serve(const std::string& pattern_path, bool recycling) {
-  DeploymentOptions options;
-  options.model_path = SmolLm2Path();
-  options.head_pattern = pattern_path;
-  options.enable_recycling = recycling;
-  std::string error;
-  std::unique_ptr<Deployment> d = Deployment::Start(options, &error);
-  EXPECT_NE(d, nullptr) << error;
+ServedRun Serve(const Deployment& d) {
   ServedRun run;
-  if (d == nullptr) return run;
-  run.free_at_start = d->FreeBlocks();
-  auto complete = [&d](const std::string& prompt) {
-    HttpReply r = d->PostJson("/v1/completions", {{"model", "smollm2"},
-                                                  {"prompt", prompt},
-                                                  {"max_tokens", 32},
-                                                  {"temperature", 0}});
-    EXPECT_EQ(r.status, 200) << r.body;
-    return r.status == 200 ? r.json["choices"][0]["text"].get<std::string>() : "";
-  };
+  run.free_at_start = d.FreeBlocks();
+  auto complete = [&d](const std::string& prompt) { return Complete(d, prompt, 32); };
   // Alone; again (now a prefix-cache hit, cut to what the windows kept);
   // then twice at once; then a short prompt inside one window.
   run.texts.push_back(complete(LongPrompt()));
@@ -68,23 +93,27 @@ ServedRun Serve(const std::string& pattern_path, bool recycling) {
   run.texts.push_back(a.get());
   run.texts.push_back(b.get());
   run.texts.push_back(complete(SmolLm2ChatPrompt("What is the capital of France?")));
-  Result<PromExposition> m = ParsePrometheusText(d->Get("/metrics").body);
+  Result<PromExposition> m = ParsePrometheusText(d.Get("/metrics").body);
   EXPECT_TRUE(m.ok());
   if (m.ok()) {
     for (const PromSample* s : m->Samples("headway:kv_blocks_recycled_total")) run.recycled += s->value;
   }
-  run.free_at_end = d->FreeBlocks();
+  run.free_at_end = d.FreeBlocks();
   return run;
 }
 
-TEST(StreamingHeadsTest, RecyclingKeepsGreedyOutputAndReturnsBlocks) {
-  HW_REQUIRE_MODEL(SmolLm2Path());
-  const std::string dir = MakeTempDir("headway-streaming");
-  const std::string pattern = dir + "/heads.yaml";
-  std::ofstream(pattern) << "streaming: {sink: 20, window: 64}\nevery_layer: sff\n";
-
-  const ServedRun on = Serve(pattern, true);
-  const ServedRun off = Serve(pattern, false);
+TEST_F(StreamingHeadsTest, RecyclingKeepsGreedyOutputAndReturnsBlocks) {
+  ServedRun on, off;
+  {
+    std::unique_ptr<Deployment> d = Start(/*recycling=*/true, /*pd_decode_tp=*/0);
+    ASSERT_NE(d, nullptr);
+    on = Serve(*d);
+  }
+  {
+    std::unique_ptr<Deployment> d = Start(/*recycling=*/false, /*pd_decode_tp=*/0);
+    ASSERT_NE(d, nullptr);
+    off = Serve(*d);
+  }
   ASSERT_EQ(on.texts.size(), off.texts.size());
   for (size_t i = 0; i < on.texts.size(); ++i) {
     EXPECT_FALSE(on.texts[i].empty()) << "request " << i;
@@ -97,38 +126,22 @@ TEST(StreamingHeadsTest, RecyclingKeepsGreedyOutputAndReturnsBlocks) {
   EXPECT_EQ(off.recycled, 0);
   EXPECT_EQ(on.free_at_end, on.free_at_start);
   EXPECT_EQ(off.free_at_end, off.free_at_start);
-  std::filesystem::remove_all(dir);
 }
 
 // Disaggregated with streaming heads: the transfer moves only each
 // streaming head's sink and window blocks (the rest are -1 on the decode
 // side), and greedy output equals a colocated deployment's.
-TEST(StreamingHeadsTest, DisaggregatedMovesOnlySinkAndWindowBlocks) {
-  HW_REQUIRE_MODEL(SmolLm2Path());
-  const std::string dir = MakeTempDir("headway-streaming-pd");
-  const std::string pattern = dir + "/heads.yaml";
-  std::ofstream(pattern) << "streaming: {sink: 20, window: 64}\nevery_layer: sff\n";
+TEST_F(StreamingHeadsTest, DisaggregatedMovesOnlySinkAndWindowBlocks) {
   const std::vector<std::string> prompts = {
       LongPrompt(), SmolLm2ChatPrompt("Name three colours of the rainbow.")};
   // Whole blocks each prompt moves (all but the block of its last position).
   std::vector<int> whole_blocks;
   auto serve = [&](int pd_decode_tp, double* blocks_moved, double* fallbacks) {
-    DeploymentOptions options;
-    options.model_path = SmolLm2Path();
-    options.head_pattern = pattern;
-    options.pd_decode_tp_size = pd_decode_tp;
-    std::string error;
-    std::unique_ptr<Deployment> d = Deployment::Start(options, &error);
-    EXPECT_NE(d, nullptr) << error;
+    std::unique_ptr<Deployment> d = Start(/*recycling=*/true, pd_decode_tp);
     std::vector<std::string> texts;
     if (d == nullptr) return texts;
     for (const std::string& p : prompts) {
-      HttpReply r = d->PostJson("/v1/completions", {{"model", "smollm2"},
-                                                    {"prompt", p},
-                                                    {"max_tokens", 24},
-                                                    {"temperature", 0}});
-      EXPECT_EQ(r.status, 200) << r.body;
-      texts.push_back(r.status == 200 ? r.json["choices"][0]["text"].get<std::string>() : "");
+      texts.push_back(Complete(*d, p, 24));
       if (blocks_moved == nullptr) {
         HttpReply t = d->PostJson("/tokenize", {{"model", "smollm2"}, {"prompt", p}});
         EXPECT_EQ(t.status, 200) << t.body;
@@ -150,14 +163,14 @@ TEST(StreamingHeadsTest, DisaggregatedMovesOnlySinkAndWindowBlocks) {
   EXPECT_EQ(fallbacks, 0);
   // Full heads (2 per layer) move every whole block; each layer's streaming
   // head moves its 2 sink blocks and the blocks the window of the decode
-  // side's first position reaches (at most 5 of 16 positions for 64).
+  // side's first position reaches (at most 5 blocks of 16 positions for a
+  // window of 64).
   ASSERT_EQ(whole_blocks.size(), prompts.size());
   double most = 0;
   for (int n : whole_blocks) most += 30 * 2 * n + 30 * std::min(n, 2 + 5);
   EXPECT_LE(moved, most);
   EXPECT_LT(moved, 30 * 3 * whole_blocks[0]);  // less than all heads of the long prompt
   EXPECT_GT(moved, 0);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -147,6 +148,37 @@ long Deployment::FreeBlocks() const {
   HttpReply r = Get("/health");
   if (r.json.is_null()) return -1;
   return SumFreeBlocks(r.json);
+}
+
+nlohmann::json GreedyCompletionBody(const nlohmann::json& prompt, int max_tokens) {
+  return {{"model", "smollm2"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+std::string CompletionText(const HttpReply& reply) {
+  if (reply.status == 200 && reply.json.is_object() && reply.json.contains("choices")) {
+    return reply.json["choices"][0].value("text", "");
+  }
+  return "<status " + std::to_string(reply.status) + ": " + reply.body + ">";
+}
+
+bool IsErrorText(const std::string& text) { return text.rfind("<status ", 0) == 0; }
+
+std::vector<std::string> GreedyTexts(const std::function<HttpReply(const std::string&)>& post,
+                                     const std::vector<nlohmann::json>& prompts, int max_tokens,
+                                     int rounds) {
+  auto text_of = [&post, max_tokens](const nlohmann::json& prompt) {
+    return CompletionText(post(GreedyCompletionBody(prompt, max_tokens).dump()));
+  };
+  std::vector<std::string> out;
+  for (const nlohmann::json& p : prompts) out.push_back(text_of(p));
+  std::vector<std::future<std::string>> futures;
+  for (int round = 0; round < rounds; ++round) {
+    for (const nlohmann::json& p : prompts) {
+      futures.push_back(std::async(std::launch::async, text_of, p));
+    }
+  }
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
 }
 
 std::vector<nlohmann::json> SmolLm2TransferPrompts() {

@@ -2,6 +2,7 @@
 // by a test on free loopback ports, and an HTTP client for it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,24 @@ const std::vector<std::string>& SmolLm2TestPrompts();
 // nothing to transfer) and exactly two blocks (the decode side computes the
 // last block itself: it holds the position whose logits it needs).
 std::vector<nlohmann::json> SmolLm2TransferPrompts();
+
+// The body of a greedy (temperature 0) /v1/completions request to the model
+// "smollm2" for `prompt` (text, or an array of token ids).
+nlohmann::json GreedyCompletionBody(const nlohmann::json& prompt, int max_tokens);
+
+// The first choice's text of a 200 /v1/completions reply; for any other reply
+// "<status N: body>", so that comparing texts shows the error.
+std::string CompletionText(const HttpReply& reply);
+
+// True if `text` came from a reply that was not a 200 completion.
+bool IsErrorText(const std::string& text);
+
+// Every prompt alone, then all of them `rounds` times over concurrently,
+// each sent as GreedyCompletionBody through `post` (body -> reply); the
+// CompletionText of every reply, in that order.
+std::vector<std::string> GreedyTexts(const std::function<HttpReply(const std::string&)>& post,
+                                     const std::vector<nlohmann::json>& prompts, int max_tokens,
+                                     int rounds);
 
 // `question` as one user turn in SmolLM2's ChatML chat format, with the
 // default system turn of its chat template and the assistant turn opened.
