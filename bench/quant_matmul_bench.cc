@@ -1,6 +1,6 @@
 // The two quantised-weight matmul modes against MatmulTransB (OpenBLAS sgemm
-// on weights dequantised to f32) for SmolLM2-135M's shapes, printed as one
-// JSON object:
+// on weights dequantised to f32) for SmolLM2-135M's and Gemma 3 270M's
+// K-quant shapes, printed as one JSON object:
 //   f32act:  QuantMatmulTransBF32Act (f32 activations, batch-invariant)
 //   int8act: QuantMatmulTransB (activations rounded to 8 bits)
 //   sgemm:   MatmulTransB on the dequantised f32 matrix
@@ -8,8 +8,10 @@
 // [m,576] x [1536,576]^T Q4_1, ffn_down [m,1536] x [576,1536]^T Q4_1,
 // lm_head [m,576] x [49152,576]^T Q8_0 (the tied token_embd; only batches up
 // to --lm-head-max-m, as prefill needs the head only on each sequence's last
-// token); for each batch of m activation rows and each thread count (OpenMP
-// and OpenBLAS set alike).
+// token); Gemma 3 270M's attn_output [m,1024] x [640,1024]^T Q4_K and
+// ffn_down [m,2048] x [640,2048]^T Q6_K; for each batch of m activation rows
+// and each thread count (OpenMP and OpenBLAS set alike). --shape keeps only
+// the shapes whose name contains one of the given strings.
 //
 // Two cache states: "hot" calls one matrix over and over (it stays in cache:
 // the compute cost), "cold" cycles through copies of the matrix totalling at
@@ -60,18 +62,20 @@ double Seconds(const std::chrono::steady_clock::time_point& start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Random blocks of `type` whose f16 scales are moderate normal numbers; the
-// timing does not depend on the values.
+// Random blocks of `type` whose f16 scales (d; Q4_1's m; Q4_K's dmin) are
+// moderate normal numbers; the timing does not depend on the values.
 std::vector<uint8_t> RandomQuantised(GgmlType type, int n, int k, std::mt19937_64& rng) {
   const uint64_t bytes = GgmlBytes(type, uint64_t(n) * k).value();
-  const uint64_t block_bytes = GgmlBytes(type, 32).value();
+  const uint64_t block_bytes = GgmlBytes(type, GgmlBlockValues(type).value()).value();
   std::vector<uint8_t> w(bytes);
   std::uniform_int_distribution<int> byte(0, 255);
   for (uint8_t& b : w) b = uint8_t(byte(rng));
   const uint16_t d = 0x2000, m = 0xA000;  // 2^-7 and -2^-7
+  const uint64_t d_offset = type == GgmlType::kQ6_K ? 208 : 0;
   for (uint64_t off = 0; off < bytes; off += block_bytes) {
-    std::memcpy(&w[off], &d, 2);
+    std::memcpy(&w[off + d_offset], &d, 2);
     if (type == GgmlType::kQ4_1) std::memcpy(&w[off + 2], &m, 2);
+    if (type == GgmlType::kQ4_K) std::memcpy(&w[off + 2], &d, 2);  // dmin
   }
   return w;
 }
@@ -164,13 +168,15 @@ nlohmann::json Crossover(const nlohmann::json& rows, const char* ratio_key) {
 
 int main(int argc, char** argv) {
   using namespace headway;
-  CLI::App app{"Quantised-weight matmul modes vs f32 sgemm at SmolLM2 shapes (JSON on stdout)"};
+  CLI::App app{
+      "Quantised-weight matmul modes vs f32 sgemm at SmolLM2 and Gemma 3 shapes (JSON on stdout)"};
   int repeats = 15;
   double cold_mb = 96.0;
   int cold_max_m = 16;
   int lm_head_max_m = 64;
   std::vector<int> ms = {1, 4, 16, 64, 512};
   std::vector<int> thread_counts = {1, 2};
+  std::vector<std::string> shape_filter;
   app.add_option("--repeats", repeats, "timed repeats per figure (median)")
       ->check(CLI::PositiveNumber);
   app.add_option("--cold-mb", cold_mb, "bytes of matrix copies cycled for the cold figures, MiB")
@@ -181,6 +187,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--m", ms, "activation rows (batch sizes)")->check(CLI::PositiveNumber);
   app.add_option("--threads", thread_counts, "thread counts")->check(CLI::PositiveNumber);
+  app.add_option("--shape", shape_filter, "keep shapes whose name contains one of these");
   CLI11_PARSE(app, argc, argv);
   std::sort(ms.begin(), ms.end());
 
@@ -189,6 +196,14 @@ int main(int argc, char** argv) {
       {"ffn_up_1536x576_q4_1", 1536, 576, GgmlType::kQ4_1},
       {"ffn_down_576x1536_q4_1", 576, 1536, GgmlType::kQ4_1},
       {"lm_head_49152x576_q8_0", 49152, 576, GgmlType::kQ8_0, /*lm_head=*/true},
+      {"gemma_attn_output_640x1024_q4_k", 640, 1024, GgmlType::kQ4_K},
+      {"gemma_ffn_down_640x2048_q6_k", 640, 2048, GgmlType::kQ6_K},
+  };
+  auto selected = [&](const Shape& s) {
+    if (shape_filter.empty()) return true;
+    return std::any_of(shape_filter.begin(), shape_filter.end(), [&](const std::string& f) {
+      return s.name.find(f) != std::string::npos;
+    });
   };
   nlohmann::json results = nlohmann::json::array();
   for (int threads : thread_counts) {
@@ -196,6 +211,7 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(threads);
     for (const bool cold : {false, true}) {
       for (const Shape& s : shapes) {
+        if (!selected(s)) continue;
         const int max_m = std::min(cold ? cold_max_m : ms.back(),
                                    s.lm_head ? lm_head_max_m : ms.back());
         std::vector<int> shape_ms;

@@ -53,7 +53,7 @@ double Percentile(std::vector<double> v, double p) {
 }
 
 // Appends a step for seq 1 with fresh blocks for every slot as it grows.
-void AddStep(const LlamaModel& model, proto::StepPlan* plan, const std::vector<int32_t>& tokens,
+void AddStep(const DecoderModel& model, proto::StepPlan* plan, const std::vector<int32_t>& tokens,
              uint32_t start_pos, int* have_blocks, int* next_block) {
   proto::SequenceStep* s = plan->add_seqs();
   s->set_seq_id(1);
@@ -92,8 +92,8 @@ Status RunRank(const BenchConfig& c, int tp, int rank, Communicator* comm, RankF
   HW_RETURN_IF_ERROR(ValidateTpSize(spec, tp));
   HW_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
                       ModelWeights::Load(*file, spec, ShardForRank(spec, tp, rank)));
-  HW_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                      LlamaModel::Create(spec, std::move(weights), comm));
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model,
+                      DecoderModel::Create(spec, std::move(weights), comm));
   for (int r = 0; r < c.runs; ++r) {
     HW_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
                         KvPool::Create({kBlockSize, spec.head_dim}, int64_t(64) << 20));

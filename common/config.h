@@ -14,6 +14,7 @@
 //     kv_memory_mb: 256            # per worker
 //     enable_prefix_caching: true
 //     enable_recycling: true
+//     recycling_granularity: kv_head   # or layer
 //   scheduler:
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512
@@ -93,6 +94,10 @@ struct Config {
   int64_t kv_memory_mb = 256;           // KV pool per worker, MiB
   bool enable_prefix_caching = true;    // reuse full blocks of shared prompt prefixes
   bool enable_recycling = true;         // sliding-window blocks leave the table once out of every window
+  // "kv_head": each (layer, KV head) recycles by its own spec. "layer": a
+  // layer recycles only when all its KV heads share one sliding spec, as
+  // engines with per-layer block tables do (a comparison baseline).
+  std::string recycling_granularity = "kv_head";
   // kv_transfer: UCX block transfer between instances (comm/kv_transfer.h).
   // Workers map their pool and publish a KV endpoint at registration when
   // enabled (the section is present, or a pool has role prefill/decode).

@@ -11,6 +11,9 @@ constexpr int kMaxReportedTpSize = 64;
 // Gemma 3 alternates five sliding-window layers with one full layer
 // (llama.cpp src/llama-model.cpp, LLM_ARCH_GEMMA3: set_swa_pattern(6)).
 constexpr int kGemma3SwaPattern = 6;
+// RoPE base of Gemma 3's sliding-window layers, fixed by the architecture
+// rather than stored in the file (llama.cpp: rope_freq_base_train_swa).
+constexpr float kGemma3SlidingRopeBase = 10000.0f;
 
 std::string FileName(const std::string& path) {
   size_t slash = path.find_last_of('/');
@@ -87,7 +90,7 @@ Result<ModelSpec> LoadModelSpec(const GgufFile& file) {
   const std::string& a = spec.architecture;
   if (a != "llama" && a != "gemma3") {
     return Status::Unimplemented("GGUF file " + file.path() + " has architecture '" + a +
-                                 "'; Headway supports llama (and reads gemma3 metadata)");
+                                 "'; Headway supports llama and gemma3");
   }
 
   spec.name = FileName(file.path());
@@ -152,8 +155,10 @@ Result<ModelSpec> LoadModelSpec(const GgufFile& file) {
   spec.slot_specs.assign(static_cast<size_t>(spec.num_layers) * spec.num_kv_heads, SlotSpec{});
   if (a == "gemma3") {
     HW_ASSIGN_OR_RETURN(int window, RequiredInt(file, a + ".attention.sliding_window"));
+    spec.layer_rope_freq_base.assign(spec.num_layers, spec.rope_freq_base);
     for (int layer = 0; layer < spec.num_layers; ++layer) {
       if (layer % kGemma3SwaPattern == kGemma3SwaPattern - 1) continue;  // full layer
+      spec.layer_rope_freq_base[layer] = kGemma3SlidingRopeBase;
       for (int h = 0; h < spec.num_kv_heads; ++h) {
         spec.slot_specs[static_cast<size_t>(layer) * spec.num_kv_heads + h].window = window;
       }

@@ -19,7 +19,7 @@ namespace headway {
 // from `tokenizer.ggml.tokens`).
 struct ModelSpec {
   std::string name;          // general.name
-  std::string architecture;  // "llama"
+  std::string architecture;  // "llama" or "gemma3"
   int num_layers = 0;
   int hidden_size = 0;
   int num_heads = 0;         // query heads
@@ -29,11 +29,21 @@ struct ModelSpec {
   int vocab_size = 0;
   int context_length = 0;    // positions the model was trained for
   float rope_freq_base = 10000.0f;
+  // RoPE base of each layer, [num_layers]; empty = rope_freq_base on every
+  // layer. gemma3 turns its sliding-window layers with base 10,000 and its
+  // full layers with rope_freq_base (llama.cpp src/llama-model.cpp,
+  // LLM_ARCH_GEMMA3: rope_freq_base_train_swa).
+  std::vector<float> layer_rope_freq_base;
   float rms_norm_eps = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: LM head = token_embd
   // Attention spec per (layer, KV head) of the whole model:
   // slot_specs[layer * num_kv_heads + kv_head]. All full for llama.
   std::vector<SlotSpec> slot_specs;
+
+  // The RoPE base of `layer` (see layer_rope_freq_base).
+  float RopeFreqBase(int layer) const {
+    return layer_rope_freq_base.empty() ? rope_freq_base : layer_rope_freq_base[layer];
+  }
 };
 
 // Reads the spec from an opened GGUF. Errors name the file and key:

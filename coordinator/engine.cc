@@ -112,6 +112,9 @@ void Engine::Impl::HandleRegister(const std::string& peer, const proto::Register
     KvCacheOptions kv_options;
     kv_options.enable_prefix_caching = config.enable_prefix_caching;
     kv_options.enable_recycling = config.enable_recycling;
+    kv_options.recycling_granularity = config.recycling_granularity == "layer"
+                                           ? KvCacheOptions::Granularity::kLayer
+                                           : KvCacheOptions::Granularity::kKvHead;
     auto kv = std::make_unique<KvCacheManager>(spec, inst.tp_size, config.block_size, num_blocks,
                                                kv_options);
     SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens};

@@ -77,6 +77,15 @@ struct KvCacheOptions {
   // (config key cache.enable_recycling). Off: sliding slots keep every block
   // like full ones (the kernels still attend only within the window).
   bool enable_recycling = true;
+  // Which slots recycle (config key cache.recycling_granularity):
+  // kKvHead, every sliding slot by its own spec (Headway's head-wise
+  // layout); kLayer, only the slots of layers whose KV heads all share one
+  // sliding spec, the others kept whole like full slots, which is what an
+  // allocator with one block table per layer can do (vLLM's hybrid KV cache
+  // manager, SGLang's SWA pool). kLayer exists as the baseline of
+  // bench/recycling_bench.py.
+  enum class Granularity { kKvHead, kLayer };
+  Granularity recycling_granularity = Granularity::kKvHead;
   // The hash of the chain; tests force collisions through it.
   BlockHasher block_hasher = HashBlockTokens;
 };
@@ -186,6 +195,12 @@ class KvCacheManager {
   // Positions [0, n) the sequence's blocks cover; 0 for an unknown id.
   int64_t NumCoveredPositions(uint64_t seq_id) const;
   size_t num_sequences() const { return tables_.size(); }
+
+  // The model's slot specs as the allocator keeps blocks for them
+  // ([num_layers * num_kv_heads]): under Granularity::kLayer, the slots of a
+  // layer whose KV heads differ in spec count as full.
+  static std::vector<SlotSpec> BookkeepingSpecs(const ModelSpec& spec,
+                                                KvCacheOptions::Granularity granularity);
 
   // The most positions one sequence could ever hold with the pools empty of
   // everything else (min over ranks). Admission rejects longer requests so a

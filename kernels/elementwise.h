@@ -1,4 +1,5 @@
-// Embedding lookup, RMSNorm, RoPE and SwiGLU (CPU, f32, host memory).
+// Embedding lookup, RMSNorm, RoPE and the gated MLP activations (CPU, f32,
+// host memory).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,15 @@ void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int hea
 // SwiGLU (Shazeer 2020): out = silu(gate) * up, silu(x) = x / (1 + e^-x).
 //   gate, up, out: [n] f32 (out may alias gate)
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// GeGLU with the tanh approximation of GELU (Shazeer 2020; Gemma's
+// `gelu_pytorch_tanh`, llama.cpp ggml_gelu): out = gelu(gate) * up,
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+//   gate, up, out: [n] f32 (out may alias gate)
+void GeluTanhGated(const float* gate, const float* up, int64_t n, float* out);
+
+// out *= scale, elementwise over n values.
+void ScaleInPlace(float* out, float scale, int64_t n);
 
 // out += x, elementwise over n values.
 void AddInPlace(float* out, const float* x, int64_t n);

@@ -7,9 +7,19 @@
 //   Q4_0: 18 bytes per 32 values = f16 d | u8 qs[16];           w = d*(q - 8)
 //   Q4_1: 20 bytes per 32 values = f16 d | f16 m | u8 qs[16];       w = d*q + m
 //   Q5_0: 22 bytes per 32 values = f16 d | u8 qh[4] | u8 qs[16]; w = d*(q - 16)
+//   Q4_K: 144 bytes per 256 values = f16 d | f16 dmin | u8 scales[12] |
+//         u8 qs[128];              w = (d*sc_s)*q - dmin*m_s in sub-block s
+//   Q6_K: 210 bytes per 256 values = u8 ql[128] | u8 qh[64] | i8 scales[16] |
+//         f16 d;                            w = d*sc_t*(q - 32), t = j / 16
 //   F16:   2 bytes per value.
 // In the 4-bit types the low nibbles of qs hold values 0..15 of the block and
 // the high nibbles values 16..31; bit j of Q5_0's qh is the 5th bit of value j.
+// Q4_K has 8 sub-blocks of 32 values with 6-bit scale sc_s and min m_s
+// (packed in scales[12] as ggml-quants.c get_scale_min_k4): sub-blocks 2p and
+// 2p + 1 are the low and high nibbles of qs[32p .. 32p + 31]. Q6_K value j in
+// half h = j / 128, quarter g = (j % 128) / 32, l = j % 32 has its low 4 bits
+// in ql[64h + 32(g % 2) + l] (low nibble for g < 2, high for g >= 2) and its
+// top 2 bits in bits 2g, 2g + 1 of qh[32h + l]; one scale per 16 values.
 //
 // Two modes: QuantMatmulTransB rounds the activations to 8 bits and takes
 // integer dot products (the method below); QuantMatmulTransBF32Act keeps
@@ -21,6 +31,10 @@
 // product is then an exact integer dot sum(qw * qx), scaled in f32:
 //   Q8_0: dw*dx*dot                 Q4_1: dw*dx*dot + m*sx
 //   Q4_0: dw*dx*dot - 8*dw*sx       Q5_0: dw*dx*dot - 16*dw*sx
+// The K types go one 32-value sub-block (one activation block) at a time:
+//   Q4_K: (d*sc_s)*dx*dot - (dmin*m_s)*sx
+//   Q6_K: d*dx*(sc_a*dot_a + sc_b*dot_b), dot over the signed q - 32, a and b
+//         the sub-block's two 16-value halves (the scale products are integer)
 // F16 weights multiply the f32 activations directly (no activation rounding).
 //
 // Accuracy against the exact product with the dequantised weights W: rounding
@@ -37,19 +51,22 @@
 namespace headway::cpu {
 
 // True for the weight types QuantMatmulTransB and QuantMatmulTransBF32Act
-// handle: Q8_0, Q4_0, Q4_1, Q5_0 and F16.
+// handle: Q8_0, Q4_0, Q4_1, Q5_0, F16 (blocks of 32 values) and Q4_K, Q6_K
+// (super-blocks of 256 values).
 bool QuantMatmulSupported(GgmlType type);
 
 // y = x * W^T with W stored quantised, the layout of a linear layer whose
 // weight rows are outputs (GGUF's ne = {k, n}):
 //   x: [m, k] f32 row-major; y: [m, n] f32 row-major (overwritten);
 //   w_quant: n rows of k values of `w_type`, row i starting at byte
-//            i * row_bytes, row_bytes = k / 32 * block bytes (F16: 2 * k).
+//            i * row_bytes, row_bytes = k / block values * block bytes
+//            (block values 256 for Q4_K and Q6_K, else 32; F16: 2 * k).
 // Parallel over output rows n with OpenMP (the calling thread's team size);
 // each weight row is read once and reused for all m activation rows. Scratch
 // of about m * (k + k / 4) bytes is allocated per call. Thread-safe for
 // distinct y. m == 0 or n == 0 writes nothing; k == 0 writes zeros.
-// REQUIRES: QuantMatmulSupported(w_type), k % 32 == 0, m, n, k >= 0 (checked:
+// REQUIRES: QuantMatmulSupported(w_type), k % 32 == 0 (k % 256 == 0 for Q4_K
+// and Q6_K), m, n, k >= 0 (checked:
 // a violation aborts, as it is a caller's bug; validate types and shapes when
 // the weights are loaded).
 void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n,
@@ -65,9 +82,13 @@ void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, 
 // rows.
 //
 // Weights: w = d*q (Q8_0), d*(q - 8) (Q4_0), d*(q - 16) (Q5_0), the f16
-// value (F16), each exact in f32, and fma(d, q, m) (Q4_1), the f32 nearest
-// to d*q + m; these are the values worker/dequant.h produces when its
-// d*q + m is contracted to an FMA, as at -march=x86-64-v3.
+// value (F16), (d*sc_t)*(q - 32) (Q6_K), each exact in f32, fma(d, q, m)
+// (Q4_1), the f32 nearest to d*q + m, and fma(d*sc_s, q, -(dmin*m_s))
+// (Q4_K; d*sc_s and dmin*m_s are exact), the f32 nearest to the exact value;
+// these are the values worker/dequant.h produces when its d*q + m is
+// contracted to an FMA, as at -march=x86-64-v3 (for Q4_K and Q6_K whether or
+// not it is, as the products before the last step are exact). K super-blocks
+// are dequantised 32 values at a time, which does not change the order below.
 //
 // Summation order, fixed per output so that results are batch-invariant:
 // y[r, i] depends only on x[r, :] and weight row i, bit for bit, whatever m,

@@ -33,7 +33,7 @@
 #include "kernels/threads.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_sender.h"
-#include "worker/llama_model.h"
+#include "worker/decoder_model.h"
 #include "worker/model_weights.h"
 #include "worker/step_executor.h"
 #include "worker/worker_loop.h"
@@ -209,8 +209,8 @@ int main(int argc, char** argv) {
     if (!created.ok()) return Fail("TP group", created.status());
     comm = std::move(*created);
   }
-  Result<std::unique_ptr<LlamaModel>> model =
-      LlamaModel::Create(*spec, std::move(*weights), comm.get());
+  Result<std::unique_ptr<DecoderModel>> model =
+      DecoderModel::Create(*spec, std::move(*weights), comm.get());
   if (!model.ok()) return Fail("model", model.status());
 
   const KvCacheLayout layout{config->block_size, spec->head_dim};

@@ -65,7 +65,7 @@ Result<LinearWeight> LoadMatrix(const GgufFile& file, const std::string& name, i
   }
 
   if (cpu::QuantMatmulSupported(info->type) && col_begin % block.block_values == 0 &&
-      w.cols % 32 == 0) {
+      w.cols % block.block_values == 0) {
     const uint64_t byte_begin = col_begin / block.block_values * block.block_bytes;
     const uint64_t slice_bytes = w.cols / block.block_values * block.block_bytes;
     w.quant_type = info->type;
@@ -123,6 +123,13 @@ Status LoadLayer(const GgufFile& file, const ModelSpec& spec, const TpShard& sha
                                        shard.intermediate_begin, shard.intermediate_end));
   HW_ASSIGN_OR_RETURN(w.w_down, LoadColumns(file, p + "ffn_down.weight", inter, hidden,
                                             shard.intermediate_begin, shard.intermediate_end));
+  if (spec.architecture == "gemma3") {
+    HW_ASSIGN_OR_RETURN(w.attn_q_norm, LoadVector(file, p + "attn_q_norm.weight", hd));
+    HW_ASSIGN_OR_RETURN(w.attn_k_norm, LoadVector(file, p + "attn_k_norm.weight", hd));
+    HW_ASSIGN_OR_RETURN(w.post_attention_norm,
+                        LoadVector(file, p + "post_attention_norm.weight", hidden));
+    HW_ASSIGN_OR_RETURN(w.post_ffw_norm, LoadVector(file, p + "post_ffw_norm.weight", hidden));
+  }
   return Status::Ok();
 }
 
@@ -186,6 +193,12 @@ std::unique_ptr<ModelWeights> ModelWeights::TEST_Random(const ModelSpec& spec,
     l.w_gate = random_linear(inter, hidden);
     l.w_up = random_linear(inter, hidden);
     l.w_down = random_linear(hidden, inter);
+    if (spec.architecture == "gemma3") {
+      l.attn_q_norm.assign(hd, 1.0f);
+      l.attn_k_norm.assign(hd, 1.0f);
+      l.post_attention_norm.assign(hidden, 1.0f);
+      l.post_ffw_norm.assign(hidden, 1.0f);
+    }
   }
   return w;
 }
@@ -194,7 +207,9 @@ size_t ModelWeights::num_bytes() const {
   size_t n = token_embd_.num_bytes() + output_.num_bytes() +
              output_norm_.size() * sizeof(float);
   for (const LayerWeights& l : layers_) {
-    n += (l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float);
+    n += (l.attn_norm.size() + l.ffn_norm.size() + l.attn_q_norm.size() +
+          l.attn_k_norm.size() + l.post_attention_norm.size() + l.post_ffw_norm.size()) *
+         sizeof(float);
     for (const LinearWeight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       n += m->num_bytes();
     }

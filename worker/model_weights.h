@@ -1,11 +1,13 @@
-// The weights of one TP shard of a llama-architecture model, dequantised to
+// The weights of one TP shard of a llama- or gemma3-architecture model, dequantised to
 // f32 in host memory at load time; matrices also keep their stored
 // quantised blocks for decode-sized products (worker/linear.h).
 //
 // GGUF tensor names (llama.cpp `LLM_ARCH_LLAMA`): token_embd.weight,
 // output_norm.weight, optional output.weight (absent = tied to token_embd),
 // and per layer N: blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
-// ffn_norm, ffn_gate, ffn_up, ffn_down}.weight. A GGUF matrix with
+// ffn_norm, ffn_gate, ffn_up, ffn_down}.weight; gemma3 (LLM_ARCH_GEMMA3) adds
+// blk.N.{attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm}.weight,
+// its norm weights already stored as 1 + w by the converter. A GGUF matrix with
 // ne = {n_in, n_out} is a row-major [n_out, n_in] matrix (rows = outputs), the
 // layout cpu::MatmulTransB takes.
 //
@@ -29,6 +31,12 @@ namespace headway {
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
+  // gemma3 only (empty for llama): RMSNorm of each Q and K head before RoPE,
+  // and of the attention and MLP outputs before their residual adds.
+  std::vector<float> attn_q_norm;          // [head_dim]
+  std::vector<float> attn_k_norm;          // [head_dim]
+  std::vector<float> post_attention_norm;  // [hidden]
+  std::vector<float> post_ffw_norm;        // [hidden]
   LinearWeight wq;               // [n_local_heads * head_dim, hidden]
   LinearWeight wk;               // [n_local_kv_heads * head_dim, hidden]
   LinearWeight wv;               // [n_local_kv_heads * head_dim, hidden]

@@ -17,7 +17,7 @@
 #include "common/status.h"
 #include "proto/control.pb.h"
 #include "worker/kv_pool.h"
-#include "worker/llama_model.h"
+#include "worker/decoder_model.h"
 #include "worker/sequence_state.h"
 
 namespace headway {
@@ -34,7 +34,7 @@ struct StepExecutorOptions {
 class StepExecutor {
  public:
   // `model` and `pool` must outlive the executor. Not thread-safe.
-  StepExecutor(LlamaModel* model, KvPool* pool, const StepExecutorOptions& options);
+  StepExecutor(DecoderModel* model, KvPool* pool, const StepExecutorOptions& options);
 
   StepExecutor(const StepExecutor&) = delete;
   StepExecutor& operator=(const StepExecutor&) = delete;
@@ -83,7 +83,7 @@ class StepExecutor {
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;
 
-  LlamaModel* const model_;
+  DecoderModel* const model_;
   KvPool* const pool_;
   const StepExecutorOptions options_;
   const uint64_t seed_base_;

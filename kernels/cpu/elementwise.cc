@@ -87,6 +87,20 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluTanhGated(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void ScaleInPlace(float* out, float scale, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] *= scale;
+}
+
 void AddInPlace(float* out, const float* x, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] += x[i];

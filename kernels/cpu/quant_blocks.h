@@ -10,7 +10,22 @@
 
 namespace headway::cpu::internal {
 
-// Bytes of one 32-value block (F16: 32 values of 2 bytes); 0 if unsupported.
+// Values per block: 256 for the K types' super-blocks, 32 otherwise (F16
+// counts as blocks of 32 values); 0 if unsupported.
+constexpr int BlockValues(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kF16: return 32;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: return 256;
+    default: return 0;
+  }
+}
+
+// Bytes of one block of BlockValues(type) values; 0 if unsupported.
 constexpr int BlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return 34;
@@ -18,7 +33,31 @@ constexpr int BlockBytes(GgmlType type) {
     case GgmlType::kQ4_1: return 20;
     case GgmlType::kQ5_0: return 22;
     case GgmlType::kF16: return 64;
+    case GgmlType::kQ4_K: return 144;
+    case GgmlType::kQ6_K: return 210;
     default: return 0;
+  }
+}
+
+// Byte offsets inside a Q4_K super-block (f16 d | f16 dmin | u8 scales[12] |
+// u8 qs[128]) and a Q6_K one (u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d).
+constexpr int kQ4KScales = 4;
+constexpr int kQ4KQs = 16;
+constexpr int kQ6KQh = 128;
+constexpr int kQ6KScales = 192;
+constexpr int kQ6KD = 208;
+
+// The 6-bit scale and min of 32-value sub-block j (0..7) of a Q4_K
+// super-block whose 12 packed scale bytes start at `q` (ggml-quants.c
+// get_scale_min_k4): j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 in
+// the nibbles of byte j + 4 with the top 2 bits of bytes j - 4 and j.
+inline void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
 }
 

@@ -8,8 +8,17 @@
 // takes one FMA per block, and the 8 lanes are reduced as
 // ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) before the offset term (sum of m*sx
 // over blocks, one FMA per block) is added. Integer dots cannot overflow or
-// saturate: |qw| <= 128 (Q8_0; 31 for Q5_0), |qx| <= 127, so a 16-bit pair
-// sum is at most 2*128*127 = 32512.
+// saturate: |qw| <= 128 (Q8_0; 31 for Q5_0, 32 for Q6_K), |qx| <= 127, so a
+// 16-bit pair sum is at most 2*128*127 = 32512.
+//
+// The K types are taken one 32-value sub-block (one activation block) at a
+// time, with the integer method as for the 32-value types: Q4_K sub-block j
+// is a Q4_1-like block with scale d*sc_j and offset -dmin*m_j (both exact in
+// f32: an 11-bit by 6-bit product); Q6_K sub-blocks hold signed q - 32 in
+// [-32, 31] with one scale per 16 values, so each 4-value lane's integer sum
+// (|.| <= 4*32*127) is multiplied by its scale (|sc| <= 128) as an integer
+// (|.| <= 2080768 < 2^24, exact in f32) before the block's one FMA with
+// d*dx.
 #include "kernels/quant_matmul.h"
 
 #include "kernels/cpu/quant_blocks.h"
@@ -32,10 +41,18 @@ namespace headway::cpu {
 namespace {
 
 using internal::BlockBytes;
+using internal::BlockValues;
 using internal::HalfToFloat;
+using internal::kQ4KQs;
+using internal::kQ4KScales;
+using internal::kQ6KD;
+using internal::kQ6KQh;
+using internal::kQ6KScales;
 using internal::LoadU16;
+using internal::ScaleMinK4;
 
-constexpr int kBlock = 32;    // values per block, weights and activations
+// Values per activation block and per weight block or K sub-block.
+constexpr int kBlock = 32;
 constexpr int kLanes = 8;     // f32 accumulator lanes per output
 constexpr int kRowTile = 4;   // activation rows sharing one unpacked weight block
 constexpr int kColGroup = 4;  // weight rows per unit of work shared out to threads
@@ -67,18 +84,23 @@ void QuantizeBlockPortable(const float* x, ActivationBlocks* a, int64_t b) {
   a->s[b] = d * static_cast<float>(sum);
 }
 
-// A weight block unpacked to 32 integers q with w = scale * q + offset, so
-// that the block's product with an activation block is
-// scale*dx*dot(q, qx) + offset*sx (Q4_0: offset = -8*scale; Q5_0: -16*scale).
+// A weight block (or K sub-block) unpacked to 32 integers q with
+// w_j = scale * lane_scale[j / 4] * q_j + offset, so that the block's product
+// with an activation block is
+// scale*dx*sum_l(lane_scale[l] * dot_l(q, qx)) + offset*sx (Q4_0: offset =
+// -8*scale; Q5_0: -16*scale; lane_scale is 1 but for Q6_K).
 struct WeightBlockPortable {
   int q[kBlock];
+  int lane_scale[kLanes];
   float scale;
   float offset;
 };
 
-void UnpackPortable(GgmlType type, const uint8_t* blk, WeightBlockPortable* w) {
+// Sub-block `s` (0 but for the K types, 0..7) of block `blk`.
+void UnpackPortable(GgmlType type, const uint8_t* blk, int s, WeightBlockPortable* w) {
   w->scale = HalfToFloat(LoadU16(blk));
   w->offset = 0.0f;
+  for (int l = 0; l < kLanes; ++l) w->lane_scale[l] = 1;
   switch (type) {
     case GgmlType::kQ8_0: {
       const auto* qs = reinterpret_cast<const int8_t*>(blk + 2);
@@ -106,6 +128,28 @@ void UnpackPortable(GgmlType type, const uint8_t* blk, WeightBlockPortable* w) {
       w->offset = -16.0f * w->scale;
       break;
     }
+    case GgmlType::kQ4_K: {
+      int sc = 0, mn = 0;
+      ScaleMinK4(s, blk + kQ4KScales, &sc, &mn);
+      const uint8_t* qs = blk + kQ4KQs + 32 * (s / 2);
+      for (int j = 0; j < kBlock; ++j) w->q[j] = (qs[j] >> (4 * (s & 1))) & 0x0F;
+      w->offset = -(HalfToFloat(LoadU16(blk + 2)) * static_cast<float>(mn));
+      w->scale *= static_cast<float>(sc);
+      break;
+    }
+    case GgmlType::kQ6_K: {
+      // Layout as in DequantBlockPortable of quant_matmul_f32act.cc.
+      const int h = s / 4, g = s % 4;
+      const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
+      const uint8_t* qh = blk + kQ6KQh + 32 * h;
+      for (int j = 0; j < kBlock; ++j) {
+        w->q[j] = (((ql[j] >> (4 * (g >> 1))) & 0x0F) | (((qh[j] >> (2 * g)) & 3) << 4)) - 32;
+      }
+      const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6KScales) + 8 * h + 2 * g;
+      for (int l = 0; l < kLanes; ++l) w->lane_scale[l] = scales[l / 4];
+      w->scale = HalfToFloat(LoadU16(blk + kQ6KD));
+      break;
+    }
     default: break;
   }
 }
@@ -120,11 +164,12 @@ void RowPortable(GgmlType type, const float* x, const ActivationBlocks& a, const
                  int m, int n, int k, int i, float* y) {
   const int nb = k / kBlock;
   const int block_bytes = BlockBytes(type);
+  const int chunks = BlockValues(type) / kBlock;
   for (int r = 0; r < m; ++r) {
     float acc[kLanes] = {};
     float offset_sum = 0.0f;
     for (int b = 0; b < nb; ++b) {
-      const uint8_t* blk = w_row + size_t(b) * block_bytes;
+      const uint8_t* blk = w_row + size_t(b / chunks) * block_bytes;
       if (type == GgmlType::kF16) {
         const float* xb = x + size_t(r) * k + size_t(b) * kBlock;
         for (int t = 0; t < kBlock / kLanes; ++t) {
@@ -136,14 +181,14 @@ void RowPortable(GgmlType type, const float* x, const ActivationBlocks& a, const
         continue;
       }
       WeightBlockPortable w;
-      UnpackPortable(type, blk, &w);
+      UnpackPortable(type, blk, b % chunks, &w);
       const size_t ab = size_t(r) * nb + b;
       const int8_t* qx = a.qs.data() + ab * kBlock;
       const float dd = w.scale * a.d[ab];
       for (int l = 0; l < kLanes; ++l) {
         int lane = 0;
         for (int j = 4 * l; j < 4 * l + 4; ++j) lane += w.q[j] * qx[j];
-        acc[l] = std::fma(dd, static_cast<float>(lane), acc[l]);
+        acc[l] = std::fma(dd, static_cast<float>(lane * w.lane_scale[l]), acc[l]);
       }
       offset_sum = std::fma(w.offset, a.s[ab], offset_sum);
     }
@@ -218,19 +263,24 @@ inline __m256i HighBitsToBytes(const uint8_t* qh) {
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
-// Weight block `blk` of row c unpacked for the 8-bit dot: `q` holds unsigned
-// bytes (|q| for Q8_0, whose signs are in `q_signed`).
+// Weight block `blk` (sub-block s of it for the K types) unpacked for the
+// 8-bit dot: `q` holds unsigned bytes (|q| for Q8_0 and Q6_K, whose signs are
+// in `q_signed`); `lane_scale` is Q6_K's integer scale per 4-value lane.
 struct WeightBlockAvx2 {
   __m256i q;
   __m256i q_signed;
+  __m256i lane_scale;
   float scale;
   float offset;
 };
 
 template <GgmlType kType>
-inline WeightBlockAvx2 UnpackAvx2(const uint8_t* blk) {
+inline WeightBlockAvx2 UnpackAvx2(const uint8_t* blk, int s) {
   WeightBlockAvx2 w;
-  if constexpr (kType != GgmlType::kQ4_1) w.scale = HalfToFloatAvx2(blk);
+  if constexpr (kType != GgmlType::kQ4_1 && kType != GgmlType::kQ4_K &&
+                kType != GgmlType::kQ6_K) {
+    w.scale = HalfToFloatAvx2(blk);
+  }
   w.offset = 0.0f;
   w.q_signed = _mm256_setzero_si256();
   if constexpr (kType == GgmlType::kQ8_0) {
@@ -247,9 +297,37 @@ inline WeightBlockAvx2 UnpackAvx2(const uint8_t* blk) {
     const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
     w.scale = _mm_cvtss_f32(dm);
     w.offset = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-  } else {  // Q5_0
+  } else if constexpr (kType == GgmlType::kQ5_0) {
     w.q = _mm256_or_si256(NibblesToBytes(blk + 6), HighBitsToBytes(blk + 2));
     w.offset = -16.0f * w.scale;
+  } else if constexpr (kType == GgmlType::kQ4_K) {
+    uint32_t dm_bits;
+    std::memcpy(&dm_bits, blk, 4);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
+    int sc = 0, mn = 0;
+    ScaleMinK4(s, blk + kQ4KScales, &sc, &mn);
+    w.scale = _mm_cvtss_f32(dm) * static_cast<float>(sc);
+    w.offset = -(_mm_cvtss_f32(_mm_movehdup_ps(dm)) * static_cast<float>(mn));
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KQs + 32 * (s >> 1)));
+    w.q = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(4 * (s & 1))),
+                           _mm256_set1_epi8(0x0F));
+  } else {  // Q6_K
+    const int h = s >> 2, g = s & 3;
+    const __m256i ql =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
+    const __m256i qh =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6KQh + 32 * h));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (g >> 1))),
+                                        _mm256_set1_epi8(0x0F));
+    // Masked to 2 bits per byte first, so the 16-bit shift left stays in its byte.
+    const __m256i hi = _mm256_slli_epi16(
+        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), _mm256_set1_epi8(3)), 4);
+    w.q_signed = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    w.q = _mm256_sign_epi8(w.q_signed, w.q_signed);
+    const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6KScales) + 8 * h + 2 * g;
+    w.lane_scale = _mm256_set_m128i(_mm_set1_epi32(scales[1]), _mm_set1_epi32(scales[0]));
+    w.scale = HalfToFloatAvx2(blk + kQ6KD);
   }
   return w;
 }
@@ -262,8 +340,10 @@ void TileAvx2(const float* x, const ActivationBlocks& a, const uint8_t* w, size_
               int r0, int i0, int n, int k, float* y) {
   const int nb = k / kBlock;
   constexpr int kBytes = BlockBytes(kType);
+  constexpr int kChunks = BlockValues(kType) / kBlock;
   constexpr bool kHasOffset = kType == GgmlType::kQ4_0 || kType == GgmlType::kQ4_1 ||
-                              kType == GgmlType::kQ5_0;
+                              kType == GgmlType::kQ5_0 || kType == GgmlType::kQ4_K;
+  constexpr bool kSigned = kType == GgmlType::kQ8_0 || kType == GgmlType::kQ6_K;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[R][C];
   float offset_sum[R][C];
@@ -294,7 +374,7 @@ void TileAvx2(const float* x, const ActivationBlocks& a, const uint8_t* w, size_
       WeightBlockAvx2 wb[C];
       __m256 scale[C];
       for (int c = 0; c < C; ++c) {
-        wb[c] = UnpackAvx2<kType>(rows[c] + size_t(b) * kBytes);
+        wb[c] = UnpackAvx2<kType>(rows[c] + size_t(b / kChunks) * kBytes, b % kChunks);
         scale[c] = _mm256_set1_ps(wb[c].scale);
       }
       for (int r = 0; r < R; ++r) {
@@ -306,12 +386,14 @@ void TileAvx2(const float* x, const ActivationBlocks& a, const uint8_t* w, size_
         const float sx = a.s[ab];
         for (int c = 0; c < C; ++c) {
           __m256i p16;
-          if constexpr (kType == GgmlType::kQ8_0) {
+          if constexpr (kSigned) {
             p16 = _mm256_maddubs_epi16(wb[c].q, _mm256_sign_epi8(qx, wb[c].q_signed));
           } else {
             p16 = _mm256_maddubs_epi16(wb[c].q, qx);
           }
-          const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+          __m256i p32 = _mm256_madd_epi16(p16, ones);
+          if constexpr (kType == GgmlType::kQ6_K) p32 = _mm256_mullo_epi32(p32, wb[c].lane_scale);
+          const __m256 lanes = _mm256_cvtepi32_ps(p32);
           acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(scale[c], dx), lanes, acc[r][c]);
           if constexpr (kHasOffset) offset_sum[r][c] = std::fma(wb[c].offset, sx, offset_sum[r][c]);
         }
@@ -373,6 +455,12 @@ void GroupAvx2(GgmlType type, const float* x, const ActivationBlocks& a, const u
     case GgmlType::kF16:
       GroupAvx2<GgmlType::kF16>(x, a, w, row_bytes, m, i_begin, i_end, n, k, y);
       break;
+    case GgmlType::kQ4_K:
+      GroupAvx2<GgmlType::kQ4_K>(x, a, w, row_bytes, m, i_begin, i_end, n, k, y);
+      break;
+    case GgmlType::kQ6_K:
+      GroupAvx2<GgmlType::kQ6_K>(x, a, w, row_bytes, m, i_begin, i_end, n, k, y);
+      break;
     default: break;
   }
 }
@@ -382,7 +470,7 @@ void GroupAvx2(GgmlType type, const float* x, const ActivationBlocks& a, const u
 void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n, int k,
          float* y) {
   HW_CHECK(QuantMatmulSupported(w_type));
-  HW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kBlock == 0);
+  HW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % BlockValues(w_type) == 0);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::fill(y, y + size_t(m) * n, 0.0f);
@@ -398,7 +486,7 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
   a.qs.resize(size_t(total_blocks) * kBlock);
   a.d.resize(total_blocks);
   a.s.resize(total_blocks);
-  const size_t row_bytes = size_t(nb) * BlockBytes(w_type);
+  const size_t row_bytes = size_t(k / BlockValues(w_type)) * BlockBytes(w_type);
   const bool threads = int64_t{n} * k >= kMinWeightsForThreads;
   const int num_groups = (n + kColGroup - 1) / kColGroup;
 

@@ -12,6 +12,9 @@
 //     dequantisation cost is shared by all m rows.
 // The portable path dequantises a weight row into a scratch row and runs the
 // same lanes with std::fma, so it agrees bit for bit with the AVX2 path.
+// Q4_K and Q6_K super-blocks have their sub-block scales unpacked once per
+// block and weight row (KScales), then are dequantised 32 values (one
+// sub-block) at a time, in value order, so their FMA order is the header's.
 #include "kernels/quant_matmul.h"
 
 #include "kernels/cpu/quant_blocks.h"
@@ -21,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -34,10 +39,17 @@ namespace headway::cpu {
 namespace {
 
 using internal::BlockBytes;
+using internal::BlockValues;
 using internal::HalfToFloat;
+using internal::kQ4KQs;
+using internal::kQ4KScales;
+using internal::kQ6KD;
+using internal::kQ6KQh;
+using internal::kQ6KScales;
 using internal::LoadU16;
+using internal::ScaleMinK4;
 
-constexpr int kBlock = 32;     // values per weight block
+constexpr int kChunk = 32;     // values dequantised together (a K super-block has 8)
 constexpr int kLanes = 8;      // f32 lanes per output accumulator
 constexpr int kColGroup = 4;   // weight rows per unit of work, register path
 constexpr int kRegisterPathMaxRows = 4;
@@ -54,8 +66,9 @@ int ScratchRows(int k) {
   return std::clamp(kScratchFloats / k / 3 * 3, 3, kMaxScratchRows);
 }
 
-// One block's 32 weights, rounded as the header states.
+// One block's BlockValues(type) weights, rounded as the header states.
 void DequantBlockPortable(GgmlType type, const uint8_t* blk, float* w) {
+  constexpr int kBlock = 32;
   const float d = HalfToFloat(LoadU16(blk));
   switch (type) {
     case GgmlType::kQ8_0: {
@@ -95,6 +108,40 @@ void DequantBlockPortable(GgmlType type, const uint8_t* blk, float* w) {
     case GgmlType::kF16:
       for (int j = 0; j < kBlock; ++j) w[j] = HalfToFloat(LoadU16(blk + 2 * j));
       break;
+    case GgmlType::kQ4_K: {
+      // Sub-block s: values 32s .. 32s+31 from the low (s even) or high
+      // (s odd) nibbles of qs[32 * (s / 2) ..].
+      const float dmin = HalfToFloat(LoadU16(blk + 2));
+      for (int s = 0; s < 8; ++s) {
+        int sc = 0, mn = 0;
+        ScaleMinK4(s, blk + kQ4KScales, &sc, &mn);
+        const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
+        const uint8_t* qs = blk + kQ4KQs + 32 * (s / 2);
+        const int shift = 4 * (s & 1);
+        for (int l = 0; l < 32; ++l) {
+          w[32 * s + l] = std::fma(d1, static_cast<float>((qs[l] >> shift) & 0x0F), -m1);
+        }
+      }
+      break;
+    }
+    case GgmlType::kQ6_K: {
+      // Half h (128 values), quarter g: low 4 bits from the low (g < 2) or
+      // high nibbles of ql[64h + 32(g % 2) ..], top 2 bits from bits 2g, 2g+1
+      // of qh[32h ..]; one scale per 16 values.
+      const float d6 = HalfToFloat(LoadU16(blk + kQ6KD));
+      const auto* scales = reinterpret_cast<const int8_t*>(blk + kQ6KScales);
+      for (int s = 0; s < 8; ++s) {
+        const int h = s / 4, g = s % 4;
+        const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
+        const uint8_t* qh = blk + kQ6KQh + 32 * h;
+        for (int l = 0; l < 32; ++l) {
+          const int q = (((ql[l] >> (4 * (g >> 1))) & 0x0F) | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
+          w[32 * s + l] =
+              (d6 * static_cast<float>(scales[8 * h + 2 * g + l / 16])) * static_cast<float>(q);
+        }
+      }
+      break;
+    }
     default: break;
   }
 }
@@ -129,8 +176,120 @@ inline __m256i LoadBytesU32(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The 32 weights of `blk` as w[t] = values 8t .. 8t+7, rounded as
-// DequantBlockPortable.
+// The per-sub-block factors of one K super-block, unpacked once per block
+// and weight row and shared by its 8 sub-blocks: Q4_K scale[s] = d*sc_s,
+// offset[s] = -(dmin*m_s); Q6_K scale[t] = d*sc_t for its 16 scales. Each
+// is an exact product, equal to DequantBlockPortable's.
+struct KScales {
+  alignas(32) float scale[16];
+  alignas(32) float offset[8];
+};
+
+template <GgmlType kType>
+inline void UnpackKScalesAvx2(const uint8_t* blk, KScales* ks) {
+  if constexpr (kType == GgmlType::kQ4_K) {
+    // get_scale_min_k4 for all 8 sub-blocks at once, 4 bytes per step: bytes
+    // 0..3 hold sc_0..3 and (top bits) sc_4..7's high bits, bytes 4..7 the
+    // same for the mins, bytes 8..11 the low nibbles of sc_4..7 / m_4..7.
+    uint32_t u[3];
+    std::memcpy(u, blk + kQ4KScales, 12);
+    const uint32_t sc_lo = u[0] & 0x3F3F3F3Fu;
+    const uint32_t mn_lo = u[1] & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0)));
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_setr_epi32(static_cast<int>(mn_lo), static_cast<int>(mn_hi), 0, 0)));
+    uint32_t dm_bits;
+    std::memcpy(&dm_bits, blk, 4);
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
+    const __m256 d = _mm256_broadcastss_ps(dm);
+    const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    _mm256_store_ps(ks->scale, _mm256_mul_ps(d, sc));
+    // Negated after the product, as the portable path.
+    _mm256_store_ps(ks->offset, _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f)));
+  } else {  // Q6_K
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(blk + kQ6KD)));
+    for (int half = 0; half < 2; ++half) {
+      const __m256i sc = _mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kQ6KScales + 8 * half)));
+      _mm256_store_ps(ks->scale + 8 * half, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+    }
+  }
+}
+
+// 32 signed bytes as q[t] = bytes 8t .. 8t+7 widened to i32.
+inline void WidenBytes(__m256i v, __m256i q[4]) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  q[0] = _mm256_cvtepi8_epi32(lo);
+  q[1] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo));
+  q[2] = _mm256_cvtepi8_epi32(hi);
+  q[3] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi));
+}
+
+// Weights 32S .. 32S+31 of K super-block `blk` (sub-block S) as w[t] =
+// values 32S + 8t .. 32S + 8t + 7, rounded as DequantBlockPortable. Two
+// ways to unpack Q6_K's bits, the same values: kWideLoads widens each group
+// of 8 bytes as it is loaded (faster with 3 or 4 activation rows), otherwise
+// all 32 are combined as bytes and widened after (faster with 1 or 2).
+template <GgmlType kType, int S, bool kWideLoads>
+inline void DequantSubBlockAvx2(const uint8_t* blk, const KScales& ks, __m256 w[4]) {
+  if constexpr (kType == GgmlType::kQ4_K) {
+    const __m256 d1 = _mm256_broadcast_ss(&ks.scale[S]);
+    const __m256 neg_m1 = _mm256_broadcast_ss(&ks.offset[S]);
+    const uint8_t* qs = blk + kQ4KQs + 32 * (S / 2);
+    const __m256i low = _mm256_set1_epi32(0x0F);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i q =
+          _mm256_and_si256(_mm256_srli_epi32(LoadBytesU32(qs + 8 * t), 4 * (S & 1)), low);
+      w[t] = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(q), neg_m1);
+    }
+  } else {  // Q6_K
+    constexpr int h = S / 4, g = S % 4;
+    const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
+    const uint8_t* qh = blk + kQ6KQh + 32 * h;
+    const __m256 scale[2] = {_mm256_broadcast_ss(&ks.scale[8 * h + 2 * g]),
+                             _mm256_broadcast_ss(&ks.scale[8 * h + 2 * g + 1])};
+    __m256i q[4];
+    if constexpr (kWideLoads) {
+      const __m256i low = _mm256_set1_epi32(0x0F), two_bits = _mm256_set1_epi32(3);
+      for (int t = 0; t < 4; ++t) {
+        const __m256i lo =
+            _mm256_and_si256(_mm256_srli_epi32(LoadBytesU32(ql + 8 * t), 4 * (g >> 1)), low);
+        const __m256i hi =
+            _mm256_and_si256(_mm256_srli_epi32(LoadBytesU32(qh + 8 * t), 2 * g), two_bits);
+        q[t] = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                _mm256_set1_epi32(32));
+      }
+    } else {
+      const __m256i lo = _mm256_and_si256(
+          _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)), 4 * (g >> 1)),
+          _mm256_set1_epi8(0x0F));
+      // Masked to 2 bits per byte before the 16-bit shift left, so no bit
+      // crosses into the next byte.
+      const __m256i hi = _mm256_slli_epi16(
+          _mm256_and_si256(
+              _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)), 2 * g),
+              _mm256_set1_epi8(3)),
+          4);
+      WidenBytes(_mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32)), q);
+    }
+    for (int t = 0; t < 4; ++t) w[t] = _mm256_mul_ps(scale[t >> 1], _mm256_cvtepi32_ps(q[t]));
+  }
+}
+
+// f(std::integral_constant<int, S>) for S = 0 .. 7 in order, S a constant
+// in each call so that sub-block offsets and shifts are immediates.
+template <class F>
+inline void ForEachSubBlock(F&& f) {
+  [&]<int... S>(std::integer_sequence<int, S...>) {
+    (f(std::integral_constant<int, S>{}), ...);
+  }(std::make_integer_sequence<int, 8>{});
+}
+
+// The 32 weights of `blk` (a 32-value type) as w[t] = values 8t .. 8t+7,
+// rounded as DequantBlockPortable.
 template <GgmlType kType>
 inline void DequantBlockAvx2(const uint8_t* blk, __m256 w[4]) {
   if constexpr (kType == GgmlType::kF16) {
@@ -189,23 +348,41 @@ template <GgmlType kType, int R, int C>
 void RegisterTileAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i0, int n, int k,
                       float* y) {
   constexpr int kBytes = BlockBytes(kType);
-  const int nb = k / kBlock;
+  constexpr int kValues = BlockValues(kType);
+  const int nb = k / kValues;
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   }
   const uint8_t* rows[C];
   for (int c = 0; c < C; ++c) rows[c] = w + size_t(i0 + c) * row_bytes;
-  for (int b = 0; b < nb; ++b) {
-    for (int c = 0; c < C; ++c) {
-      __m256 wv[4];
-      DequantBlockAvx2<kType>(rows[c] + size_t(b) * kBytes, wv);
-      for (int r = 0; r < R; ++r) {
-        const float* xb = x + size_t(r) * k + size_t(b) * kBlock;
-        for (int t = 0; t < 4; ++t) {
-          acc[r][c] = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(xb + 8 * t), acc[r][c]);
-        }
+  // The FMAs of one 32-value chunk of weights (the weights of column c).
+  auto fma_chunk = [&](int c, const __m256 wv[4], size_t x_offset) {
+    for (int r = 0; r < R; ++r) {
+      const float* xb = x + size_t(r) * k + x_offset;
+      for (int t = 0; t < 4; ++t) {
+        acc[r][c] = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(xb + 8 * t), acc[r][c]);
       }
+    }
+  };
+  for (int b = 0; b < nb; ++b) {
+    if constexpr (kValues == kChunk) {
+      for (int c = 0; c < C; ++c) {
+        __m256 wv[4];
+        DequantBlockAvx2<kType>(rows[c] + size_t(b) * kBytes, wv);
+        fma_chunk(c, wv, size_t(b) * kValues);
+      }
+    } else {
+      KScales ks[C];
+      for (int c = 0; c < C; ++c) UnpackKScalesAvx2<kType>(rows[c] + size_t(b) * kBytes, &ks[c]);
+      ForEachSubBlock([&](auto sub) {
+        for (int c = 0; c < C; ++c) {
+          __m256 wv[4];
+          DequantSubBlockAvx2<kType, sub.value, (R > 2)>(rows[c] + size_t(b) * kBytes, ks[c],
+                                                         wv);
+          fma_chunk(c, wv, size_t(b) * kValues + sub.value * kChunk);
+        }
+      });
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -241,10 +418,23 @@ void RegisterGroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int m
 template <GgmlType kType>
 void DequantRowAvx2(const uint8_t* row, int k, float* out) {
   constexpr int kBytes = BlockBytes(kType);
-  for (int b = 0; b < k / kBlock; ++b) {
-    __m256 wv[4];
-    DequantBlockAvx2<kType>(row + size_t(b) * kBytes, wv);
-    for (int t = 0; t < 4; ++t) _mm256_storeu_ps(out + b * kBlock + 8 * t, wv[t]);
+  constexpr int kValues = BlockValues(kType);
+  for (int b = 0; b < k / kValues; ++b) {
+    const uint8_t* blk = row + size_t(b) * kBytes;
+    float* o = out + size_t(b) * kValues;
+    if constexpr (kValues == kChunk) {
+      __m256 wv[4];
+      DequantBlockAvx2<kType>(blk, wv);
+      for (int t = 0; t < 4; ++t) _mm256_storeu_ps(o + 8 * t, wv[t]);
+    } else {
+      KScales ks;
+      UnpackKScalesAvx2<kType>(blk, &ks);
+      ForEachSubBlock([&](auto sub) {
+        __m256 wv[4];
+        DequantSubBlockAvx2<kType, sub.value, false>(blk, ks, wv);
+        for (int t = 0; t < 4; ++t) _mm256_storeu_ps(o + sub.value * kChunk + 8 * t, wv[t]);
+      });
+    }
   }
 }
 
@@ -329,6 +519,12 @@ void GroupAvx2(GgmlType type, const float* x, const uint8_t* w, size_t row_bytes
     case GgmlType::kF16:
       GroupAvx2<GgmlType::kF16>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
       break;
+    case GgmlType::kQ4_K:
+      GroupAvx2<GgmlType::kQ4_K>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
+      break;
+    case GgmlType::kQ6_K:
+      GroupAvx2<GgmlType::kQ6_K>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
+      break;
     default: break;
   }
 }
@@ -338,7 +534,7 @@ void GroupAvx2(GgmlType type, const float* x, const uint8_t* w, size_t row_bytes
 void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n, int k,
          float* y) {
   HW_CHECK(QuantMatmulSupported(w_type));
-  HW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % kBlock == 0);
+  HW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % BlockValues(w_type) == 0);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::fill(y, y + size_t(m) * n, 0.0f);
@@ -347,7 +543,8 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
 #ifndef HEADWAY_QMM_F32ACT_AVX2
   simd = false;
 #endif
-  const size_t row_bytes = size_t(k / kBlock) * BlockBytes(w_type);
+  const int block_values = BlockValues(w_type);
+  const size_t row_bytes = size_t(k / block_values) * BlockBytes(w_type);
   const bool threads = int64_t{n} * k >= kMinWeightsForThreads;
   // The group size only decides which thread computes an output, never how.
   const bool scratch_path = simd && m > kRegisterPathMaxRows;
@@ -368,9 +565,9 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
 #endif
       for (int i = i_begin; i < i_end; ++i) {
         const uint8_t* row = w_quant + size_t(i) * row_bytes;
-        for (int b = 0; b < k / kBlock; ++b) {
+        for (int b = 0; b < k / block_values; ++b) {
           DequantBlockPortable(w_type, row + size_t(b) * BlockBytes(w_type),
-                               scratch.data() + size_t(b) * kBlock);
+                               scratch.data() + size_t(b) * block_values);
         }
         RowPortable(x, scratch.data(), m, n, k, i, y);
       }

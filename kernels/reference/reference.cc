@@ -52,6 +52,15 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void GeluTanhGated(const float* gate, const float* up, int64_t n, float* out) {
+  const double kPi = 3.14159265358979323846;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double inner = std::sqrt(2.0 / kPi) * (g + 0.044715 * g * g * g);
+    out[i] = float(0.5 * g * (1.0 + std::tanh(inner)) * up[i]);
+  }
+}
+
 void MatmulTransB(const float* x, const float* w, int m, int n, int k, float* y) {
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {

@@ -16,6 +16,7 @@ void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps
 void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
           float freq_base, cpu::RopeStyle style);
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+void GeluTanhGated(const float* gate, const float* up, int64_t n, float* out);
 void MatmulTransB(const float* x, const float* w, int m, int n, int k, float* y);
 
 // Attention computed from contiguous per-sequence K/V histories, not the pool:

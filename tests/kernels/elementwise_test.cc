@@ -135,6 +135,34 @@ TEST(SwiGluTest, MatchesReferenceAndAliases) {
   ExpectClose(gate, want);
 }
 
+TEST(GeluTanhGatedTest, MatchesReferenceAndAliases) {
+  const int64_t n = 2048 * 3 + 7;
+  std::vector<float> gate = RandomVector(n, 9, -12.0f, 12.0f);
+  const std::vector<float> up = RandomVector(n, 10, -2.0f, 2.0f);
+  std::vector<float> want(n);
+  reference::GeluTanhGated(gate.data(), up.data(), n, want.data());
+  cpu::GeluTanhGated(gate.data(), up.data(), n, gate.data());
+  ExpectClose(gate, want);
+}
+
+TEST(GeluTanhGatedTest, KnownValues) {
+  // gelu_tanh(1) = 0.8411920, gelu_tanh(-1) = -0.1588080 (PyTorch
+  // torch.nn.functional.gelu(x, approximate="tanh")), gelu(0) = 0.
+  const std::vector<float> gate = {1.0f, -1.0f, 0.0f};
+  const std::vector<float> up = {1.0f, 2.0f, 5.0f};
+  std::vector<float> out(3);
+  cpu::GeluTanhGated(gate.data(), up.data(), 3, out.data());
+  EXPECT_NEAR(out[0], 0.8411920f, 1e-6f);
+  EXPECT_NEAR(out[1], -2.0f * 0.1588080f, 1e-6f);
+  EXPECT_EQ(out[2], 0.0f);
+}
+
+TEST(ScaleInPlaceTest, Scales) {
+  std::vector<float> out = {1.0f, -2.0f, 0.5f};
+  cpu::ScaleInPlace(out.data(), 4.0f, 3);
+  EXPECT_EQ(out, (std::vector<float>{4.0f, -8.0f, 2.0f}));
+}
+
 TEST(AddInPlaceTest, Adds) {
   std::vector<float> out = RandomVector(1001, 7);
   const std::vector<float> x = RandomVector(1001, 8);

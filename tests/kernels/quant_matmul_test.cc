@@ -11,10 +11,17 @@
 // activation rounding and get only the f32 term.
 //
 // Tolerance, f32 activations (QuantMatmulTransBF32Act): f32 rounding only,
-// 1e-5 * sum_j |x_j w_j| + 1e-6 (the recursive-summation bound for k <= 1536
-// in 8 lanes is about 2e-6 of it). Its batch invariance is checked bit for
-// bit: one activation row at several positions in batches of 1 to 100 rows
-// of other random rows, and under 1 and 2 OpenMP threads.
+// 1e-5 * sum_j |x_j w_j| + 1e-6 (the worst-case recursive-summation bound
+// in 8 lanes, (k / 8 + 3) * 2^-24 of it, is 1.2e-5 at k = 1536 and 1.5e-5
+// at k = 2048, but the rounding errors of random data stay far below it;
+// a wrong weight exceeds it by orders of magnitude). Its batch invariance
+// is checked bit for bit: one activation row at several positions in
+// batches of 1 to 100 rows of other random rows, and under 1 and 2 OpenMP
+// threads.
+//
+// Q4_K and Q6_K (256-value super-blocks) run at k = 256, 1024 and 2048
+// (Gemma 3 270M's attn_output and ffn_down) with random quants, random
+// sub-block scales and finite f16 super-block scales.
 //
 // In both modes the portable and AVX2 paths share the summation order and
 // must agree bit for bit.
@@ -48,22 +55,40 @@ float Half(const uint8_t* p) {
   return sign * std::ldexp(float(mant | 0x400), exp - 25);
 }
 
+bool IsK(GgmlType type) { return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K; }
+
+int BlockValues(GgmlType type) { return IsK(type) ? 256 : kBlock; }
+
 int BlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return 34;
     case GgmlType::kQ4_0: return 18;
     case GgmlType::kQ4_1: return 20;
     case GgmlType::kQ5_0: return 22;
+    case GgmlType::kQ4_K: return 144;
+    case GgmlType::kQ6_K: return 210;
     default: return 64;  // F16
   }
 }
 
-// Dequantises one row of k values, following the layouts in worker/dequant.h.
+// Q4_K's 6-bit scale and min of sub-block j (ggml-quants.c get_scale_min_k4).
+void ScaleMinK4(int j, const uint8_t* q, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Dequantises one row of k values, following the layouts in worker/dequant.h
+// (and, for Q4_K and Q6_K, its loops, which are ggml's dequantize_row_q*_K).
 std::vector<float> DequantizeRow(GgmlType type, const uint8_t* row, int k) {
   std::vector<float> out(k);
-  for (int b = 0; b < k / kBlock; ++b) {
+  for (int b = 0; b < k / BlockValues(type); ++b) {
     const uint8_t* blk = row + b * BlockBytes(type);
-    float* y = out.data() + b * kBlock;
+    float* y = out.data() + b * BlockValues(type);
     switch (type) {
       case GgmlType::kQ8_0:
         for (int j = 0; j < kBlock; ++j) y[j] = Half(blk) * float(int8_t(blk[2 + j]));
@@ -91,6 +116,40 @@ std::vector<float> DequantizeRow(GgmlType type, const uint8_t* row, int k) {
         }
         break;
       }
+      case GgmlType::kQ4_K: {
+        const float d = Half(blk), dmin = Half(blk + 2);
+        const uint8_t* q = blk + 16;
+        for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+          int sc = 0, mn = 0;
+          ScaleMinK4(is, blk + 4, &sc, &mn);
+          const float d1 = d * float(sc), m1 = dmin * float(mn);
+          ScaleMinK4(is + 1, blk + 4, &sc, &mn);
+          const float d2 = d * float(sc), m2 = dmin * float(mn);
+          for (int l = 0; l < 32; ++l) y[j + l] = d1 * float(q[l] & 0x0F) - m1;
+          for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * float(q[l] >> 4) - m2;
+        }
+        break;
+      }
+      case GgmlType::kQ6_K: {
+        const uint8_t* ql = blk;
+        const uint8_t* qh = blk + 128;
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+        const float d = Half(blk + 208);
+        for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+          for (int l = 0; l < 32; ++l) {
+            const int is = l / 16;
+            const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * float(sc[is]) * float(q1);
+            y[l + 32] = d * float(sc[is + 2]) * float(q2);
+            y[l + 64] = d * float(sc[is + 4]) * float(q3);
+            y[l + 96] = d * float(sc[is + 6]) * float(q4);
+          }
+        }
+        break;
+      }
       default:
         for (int j = 0; j < kBlock; ++j) y[j] = Half(blk + 2 * j);
     }
@@ -100,7 +159,8 @@ std::vector<float> DequantizeRow(GgmlType type, const uint8_t* row, int k) {
 
 // n rows of k values of `type`. Q8_0 / Q4_1 come from ggml's quantisers
 // applied to uniform values in [-1, 1); the other types get random quants
-// and random normal f16 scales.
+// (and random Q4_K / Q6_K sub-block scales) and random normal f16 super-scales
+// (d, and Q4_K's dmin), never NaN or infinite.
 std::vector<uint8_t> RandomWeights(GgmlType type, int n, int k, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_1) {
@@ -108,7 +168,7 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int n, int k, std::mt19937_64&
     for (float& v : values) v = dist(rng);
     return type == GgmlType::kQ8_0 ? testing::QuantizeQ8_0(values) : testing::QuantizeQ4_1(values);
   }
-  std::vector<uint8_t> bytes(size_t(n) * k / kBlock * BlockBytes(type));
+  std::vector<uint8_t> bytes(size_t(n) * k / BlockValues(type) * BlockBytes(type));
   std::uniform_int_distribution<int> byte(0, 255);
   for (uint8_t& v : bytes) v = uint8_t(byte(rng));
   auto put_half = [](uint8_t* p, float f) {
@@ -118,6 +178,13 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int n, int k, std::mt19937_64&
   for (size_t off = 0; off < bytes.size(); off += BlockBytes(type)) {
     if (type == GgmlType::kF16) {
       for (int j = 0; j < kBlock; ++j) put_half(&bytes[off + 2 * j], dist(rng));
+    } else if (type == GgmlType::kQ4_K) {
+      // Sub-block scales up to 63 and quants up to 15: d * 945 at most.
+      put_half(&bytes[off], 0.0001f + 0.002f * std::fabs(dist(rng)));      // d
+      put_half(&bytes[off + 2], 0.0001f + 0.002f * std::fabs(dist(rng)));  // dmin
+    } else if (type == GgmlType::kQ6_K) {
+      // |scale * (q - 32)| <= 4096.
+      put_half(&bytes[off + 208], 0.00005f + 0.0005f * std::fabs(dist(rng)));
     } else {
       put_half(&bytes[off], 0.001f + 0.1f * std::fabs(dist(rng)));  // the block scale
     }
@@ -159,7 +226,7 @@ void Check(const Case& c, uint64_t seed) {
   // A few large activations, as in real hidden states, widen some blocks' dx.
   for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
   const std::vector<uint8_t> wq = RandomWeights(c.type, c.n, c.k, rng);
-  const size_t row_bytes = size_t(c.k) / kBlock * BlockBytes(c.type);
+  const size_t row_bytes = size_t(c.k) / BlockValues(c.type) * BlockBytes(c.type);
   std::vector<float> w(size_t(c.n) * c.k);
   for (int i = 0; i < c.n; ++i) {
     const std::vector<float> row = DequantizeRow(c.type, wq.data() + i * row_bytes, c.k);
@@ -200,10 +267,17 @@ void Check(const Case& c, uint64_t seed) {
   }
 }
 
+// SmolLM2's k (576, 1536) for the 32-value types; Gemma 3 270M's (1024 for
+// Q4_K attn_output, 2048 for Q6_K ffn_down) for the K types.
+std::vector<int> TestKs(GgmlType type) {
+  if (IsK(type)) return {256, 1024, 2048};
+  return {32, 576, 1536};
+}
+
 void CheckAllShapes(GgmlType type, uint64_t seed, Mode mode = Mode::kInt8Activations) {
   for (int m : {1, 2, 5, 16}) {
-    for (int k : {32, 576, 1536}) {
-      for (int n : {1, 7, 192, 576}) Check({type, m, n, k, mode}, seed++);
+    for (int k : TestKs(type)) {
+      for (int n : {1, 7, 192, 640}) Check({type, m, n, k, mode}, seed++);
     }
   }
 }
@@ -213,14 +287,22 @@ TEST(QuantMatmulTest, Q8_0MatchesDequantisedReference) { CheckAllShapes(GgmlType
 TEST(QuantMatmulTest, Q4_0MatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ4_0, 300); }
 TEST(QuantMatmulTest, Q5_0MatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ5_0, 400); }
 TEST(QuantMatmulTest, F16MatchesDequantisedReference) { CheckAllShapes(GgmlType::kF16, 500); }
+TEST(QuantMatmulTest, Q4_KMatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ4_K, 550); }
+TEST(QuantMatmulTest, Q6_KMatchesDequantisedReference) { CheckAllShapes(GgmlType::kQ6_K, 580); }
+
+constexpr GgmlType kAllTypes[] = {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                                  GgmlType::kQ5_0, GgmlType::kF16,  GgmlType::kQ4_K,
+                                  GgmlType::kQ6_K};
+
+// The smallest k with more than one block: 64, or 512 for the K types.
+int TwoBlocks(GgmlType type) { return 2 * BlockValues(type); }
 
 TEST(QuantMatmulTest, EveryTileShape) {
   // Activation-row tails of 1..3 rows and weight-row tails of 1..3 rows.
   uint64_t seed = 600;
-  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0,
-                        GgmlType::kF16}) {
+  for (GgmlType type : kAllTypes) {
     for (int m : {3, 4, 6, 7}) {
-      for (int n : {2, 3, 4, 5, 6, 9}) Check({type, m, n, 64}, seed++);
+      for (int n : {2, 3, 4, 5, 6, 9}) Check({type, m, n, TwoBlocks(type)}, seed++);
     }
   }
 }
@@ -242,11 +324,8 @@ TEST(QuantMatmulTest, EmptySumIsZero) {
 }
 
 TEST(QuantMatmulTest, SupportedTypes) {
-  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                     GgmlType::kF16}) {
-    EXPECT_TRUE(cpu::QuantMatmulSupported(t)) << GgmlTypeName(t);
-  }
-  for (GgmlType t : {GgmlType::kF32, GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ6_K,
+  for (GgmlType t : kAllTypes) EXPECT_TRUE(cpu::QuantMatmulSupported(t)) << GgmlTypeName(t);
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kBF16, GgmlType::kQ5_K, GgmlType::kQ2_K,
                      GgmlType::kQ5_1}) {
     EXPECT_FALSE(cpu::QuantMatmulSupported(t)) << GgmlTypeName(t);
   }
@@ -261,9 +340,6 @@ TEST(QuantMatmulTest, SimdPathIsCompiledIn) {
 }
 
 // ---- QuantMatmulTransBF32Act
-
-constexpr GgmlType kAllTypes[] = {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                                  GgmlType::kQ5_0, GgmlType::kF16};
 
 TEST(QuantMatmulF32ActTest, Q4_1MatchesDequantisedReference) {
   CheckAllShapes(GgmlType::kQ4_1, 1100, Mode::kF32Activations);
@@ -280,16 +356,22 @@ TEST(QuantMatmulF32ActTest, Q5_0MatchesDequantisedReference) {
 TEST(QuantMatmulF32ActTest, F16MatchesDequantisedReference) {
   CheckAllShapes(GgmlType::kF16, 1500, Mode::kF32Activations);
 }
+TEST(QuantMatmulF32ActTest, Q4_KMatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kQ4_K, 1550, Mode::kF32Activations);
+}
+TEST(QuantMatmulF32ActTest, Q6_KMatchesDequantisedReference) {
+  CheckAllShapes(GgmlType::kQ6_K, 1580, Mode::kF32Activations);
+}
 
 TEST(QuantMatmulF32ActTest, EveryTileShape) {
   // Row counts through the register path (1..4) and the scratch path with
   // every 4-row tail; weight-row counts with every column tail, and more
-  // rows than one scratch group holds (k = 64: 32 rows per group).
+  // rows than one scratch group holds (at most 30 rows per group).
   uint64_t seed = 1600;
   for (GgmlType type : kAllTypes) {
     for (int m : {1, 2, 3, 4, 5, 6, 7, 8}) {
       for (int n : {1, 2, 3, 4, 5, 6, 9, 33, 70}) {
-        Check({type, m, n, 64, Mode::kF32Activations}, seed++);
+        Check({type, m, n, TwoBlocks(type), Mode::kF32Activations}, seed++);
       }
     }
   }
@@ -322,7 +404,8 @@ TEST(QuantMatmulF32ActTest, BatchInvariantBits) {
   // n = 200 spans several column groups and tails of both paths.
   uint64_t seed = 1700;
   for (GgmlType type : kAllTypes) {
-    for (int k : {64, 576, 1536}) {
+    for (int k : TestKs(type)) {
+      if (k == kBlock) k = 2 * kBlock;
       const int n = 200;
       SCOPED_TRACE(GgmlTypeName(type) + " k=" + std::to_string(k));
       std::mt19937_64 rng(seed++);
@@ -354,9 +437,10 @@ TEST(QuantMatmulF32ActTest, BatchInvariantBits) {
 TEST(QuantMatmulF32ActTest, ThreadCountInvariantBits) {
   // n * k is far above the threading threshold, so both calls split the
   // columns; with 1 thread one thread does them all.
-  const int n = 576, k = 576;
+  const int n = 576;
   std::mt19937_64 rng(1800);
-  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0}) {
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const int k = IsK(type) ? 1024 : 576;
     const std::vector<uint8_t> wq = RandomWeights(type, n, k, rng);
     for (int m : {1, 3, 16, 100}) {
       SCOPED_TRACE(GgmlTypeName(type) + " m=" + std::to_string(m));
@@ -416,16 +500,22 @@ TEST(QuantMatmulDeathTest, UnsupportedTypeIsACallerBug) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenMP threads may exist
   std::vector<float> x(32), y(1);
   std::vector<uint8_t> w(256);
-  EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ4_K, 1, 1, 32, y.data()),
+  EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ5_K, 1, 1, 256, y.data()),
                "QuantMatmulSupported");
   EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ8_0, 1, 1, 31, y.data()),
-               "k % kBlock");
+               "k % BlockValues");
+  // K types need whole 256-value super-blocks.
+  EXPECT_DEATH(cpu::QuantMatmulTransB(x.data(), w.data(), GgmlType::kQ4_K, 1, 1, 32, y.data()),
+               "k % BlockValues");
   EXPECT_DEATH(
-      cpu::QuantMatmulTransBF32Act(x.data(), w.data(), GgmlType::kQ4_K, 1, 1, 32, y.data()),
+      cpu::QuantMatmulTransBF32Act(x.data(), w.data(), GgmlType::kQ5_K, 1, 1, 256, y.data()),
       "QuantMatmulSupported");
   EXPECT_DEATH(
       cpu::QuantMatmulTransBF32Act(x.data(), w.data(), GgmlType::kQ8_0, 1, 1, 31, y.data()),
-      "k % kBlock");
+      "k % BlockValues");
+  EXPECT_DEATH(
+      cpu::QuantMatmulTransBF32Act(x.data(), w.data(), GgmlType::kQ6_K, 1, 1, 768 - 32, y.data()),
+      "k % BlockValues");
 }
 
 }  // namespace

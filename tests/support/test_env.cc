@@ -11,6 +11,10 @@ std::string EnvOr(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return (v && *v) ? std::string(v) : fallback;
 }
+
+std::string ModelDir() {
+  return EnvOr("HEADWAY_MODEL_DIR", EnvOr("HOME", "/root") + "/.cache/headway/models");
+}
 }  // namespace
 
 std::string TestDataPath(const std::string& relative) {
@@ -23,11 +27,9 @@ std::string BinaryPath(const std::string& name) {
 
 std::string SourceDir() { return EnvOr("HEADWAY_SOURCE_DIR", "."); }
 
-std::string SmolLm2Path() {
-  std::string home = EnvOr("HOME", "/root");
-  std::string dir = EnvOr("HEADWAY_MODEL_DIR", home + "/.cache/headway/models");
-  return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::string SmolLm2Path() { return ModelDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+std::string Gemma3Path() { return ModelDir() + "/gemma-3-270m-q4_k_m.gguf"; }
 
 bool HaveModel(const std::string& path) {
   if (std::filesystem::exists(path)) return true;

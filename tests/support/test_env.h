@@ -20,6 +20,9 @@ std::string SourceDir();
 // Absolute path of the SmolLM2-135M-Instruct Q4_1 GGUF.
 std::string SmolLm2Path();
 
+// Absolute path of the Gemma 3 270M (base) Q4_K_M GGUF.
+std::string Gemma3Path();
+
 // True if the model file exists. When it does not and HEADWAY_REQUIRE_MODEL=1
 // (as in CI), the calling test fails instead of skipping.
 bool HaveModel(const std::string& path);

@@ -29,12 +29,17 @@
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "tests/support/test_env.h"
+#include "tests/worker/real_model_fixture.h"
 #include "worker/step_executor.h"
 
 namespace headway {
 namespace {
 
-constexpr int kBlockSize = 16;
+using testing::ExpectTop10;
+using testing::Ids;
+using testing::MaxDiff;
+using testing::ReadJson;
+
 constexpr int64_t kPoolBytes = int64_t(64) << 20;
 
 // Largest |ours - reference| allowed over the reference's 50 best logits of
@@ -56,164 +61,26 @@ constexpr float kLlamaCppTolerance = 0.6f;
 constexpr float kTieMargin = 0.5f;
 constexpr int kHorizon = 16;
 
-nlohmann::json ReadJson(const std::string& relative) {
-  std::ifstream in(testing::TestDataPath(relative));
-  EXPECT_TRUE(in.good()) << "cannot read " << testing::TestDataPath(relative);
-  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-}
-
-class SmolLm2Test : public ::testing::Test {
- protected:
+class SmolLm2Test : public testing::RealModelFixture {
+protected:
   static void SetUpTestSuite() {
-    const std::string path = testing::SmolLm2Path();
-    if (!std::filesystem::exists(path)) return;
-    auto file = GgufFile::Open(path);
-    ASSERT_TRUE(file.ok()) << file.status().ToString();
-    auto spec = LoadModelSpec(**file);
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    auto weights = ModelWeights::Load(**file, *spec, ShardForRank(*spec, 1, 0));
-    ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-    auto model = LlamaModel::Create(*spec, std::move(*weights));
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::move(*model).release();
+    model_store_ = testing::LoadRealModel(testing::SmolLm2Path()).release();
   }
   static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
+    delete model_store_;
+    model_store_ = nullptr;
   }
 
   void SetUp() override {
     HW_REQUIRE_MODEL(testing::SmolLm2Path());
-    ASSERT_NE(model_, nullptr);
-    pool_ = std::move(KvPool::Create({kBlockSize, model_->spec().head_dim}, kPoolBytes)).value();
-    StepExecutorOptions options;
-    options.seed_base = 1;
-    executor_ = std::make_unique<StepExecutor>(model_, pool_.get(), options);
+    ASSERT_NE(model_store_, nullptr);
+    StartExecutor(model_store_, kPoolBytes);
   }
 
-  // Adds `tokens` of `seq_id` at `start_pos`, giving every slot the blocks
-  // the new positions need.
-  proto::SequenceStep* Add(proto::StepPlan* plan, uint64_t seq_id,
-                           const std::vector<int32_t>& tokens, uint32_t start_pos, bool sample) {
-    proto::SequenceStep* step = plan->add_seqs();
-    step->set_seq_id(seq_id);
-    step->set_is_new(start_pos == 0);
-    step->set_start_pos(start_pos);
-    step->set_sample(sample);
-    step->mutable_sampling()->set_num_logprobs(5);
-    for (int32_t t : tokens) step->add_token_ids(t);
-    int& have = blocks_[seq_id];
-    const int need = int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
-    if (need > have) {
-      for (int slot = 0; slot < model_->num_slots(); ++slot) {
-        proto::SlotDelta* d = step->add_deltas();
-        d->set_slot(slot);
-        d->set_first_logical(have);
-        for (int i = have; i < need; ++i) d->add_appended(next_block_++);
-      }
-      have = need;
-    }
-    return step;
-  }
-
-  // Greedy continuations of `prompts` run together in one batch, each
-  // prefilled in chunks of `chunk` tokens; returns `n` tokens per prompt.
-  std::vector<std::vector<int32_t>> Generate(const std::vector<std::vector<int32_t>>& prompts,
-                                             int n, int chunk) {
-    std::vector<std::vector<int32_t>> out(prompts.size());
-    std::vector<uint32_t> pos(prompts.size(), 0);
-    bool done = false;
-    while (!done) {
-      proto::StepPlan plan;
-      plan.set_step_id(++step_id_);
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        const uint64_t seq = seq_base_ + i;
-        if (pos[i] < prompts[i].size()) {
-          const size_t len = std::min<size_t>(chunk, prompts[i].size() - pos[i]);
-          std::vector<int32_t> part(prompts[i].begin() + pos[i],
-                                    prompts[i].begin() + pos[i] + len);
-          Add(&plan, seq, part, pos[i], pos[i] + len == prompts[i].size());
-          pos[i] += uint32_t(len);
-        } else if (int(out[i].size()) < n) {
-          Add(&plan, seq, {out[i].back()}, pos[i], true)->set_num_generated(out[i].size());
-          pos[i] += 1;
-        }
-      }
-      proto::StepResult r = executor_->Execute(plan);
-      EXPECT_EQ(r.error(), "");
-      if (!r.error().empty()) break;
-      for (const proto::SampledToken& t : r.tokens()) {
-        out[t.seq_id() - seq_base_].push_back(t.token_id());
-      }
-      done = true;
-      for (const auto& o : out) done = done && int(o.size()) >= n;
-    }
-    seq_base_ += 1000;
-    return out;
-  }
-
-  std::vector<std::vector<float>> LastPromptLogits(const nlohmann::json& ref);
-
-  static LlamaModel* model_;
-  std::unique_ptr<KvPool> pool_;
-  std::unique_ptr<StepExecutor> executor_;
-  std::map<uint64_t, int> blocks_;
-  int next_block_ = 0;
-  uint64_t step_id_ = 0;
-  uint64_t seq_base_ = 100;
+  static DecoderModel *model_store_;
 };
 
-LlamaModel* SmolLm2Test::model_ = nullptr;
-
-std::vector<int32_t> Ids(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
-
-// Max |logits[id] - ref| over the reference's first `n` (id, logit) pairs.
-float MaxDiff(const std::vector<float>& logits, const nlohmann::json& ids,
-              const nlohmann::json& ref, int n) {
-  float max_diff = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    max_diff = std::max(max_diff, std::fabs(logits[ids[i].get<int>()] - ref[i].get<float>()));
-  }
-  return max_diff;
-}
-
-// Expects the reference's top-10 tokens among ours, except those within
-// `slack` of the reference's 11th logit (near-equal logits may swap there).
-void ExpectTop10(const std::vector<float>& logits, const nlohmann::json& ids,
-                 const nlohmann::json& ref, float slack) {
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + 10, order.end(),
-                    [&](int a, int b) { return logits[a] > logits[b]; });
-  const std::set<int32_t> ours(order.begin(), order.begin() + 10);
-  for (int i = 0; i < 10; ++i) {
-    if (ref[i].get<float>() - ref[10].get<float>() > slack) {
-      EXPECT_TRUE(ours.count(ids[i].get<int>())) << "reference #" << i << " token " << ids[i];
-    }
-  }
-  if (ref[0].get<float>() - ref[1].get<float>() > slack) {
-    EXPECT_EQ(order[0], ids[0].get<int>());
-  }
-}
-
-// Prefills every reference prompt in one batch and returns the logits of
-// each prompt's last position, [num_cases][vocab].
-std::vector<std::vector<float>> SmolLm2Test::LastPromptLogits(const nlohmann::json& ref) {
-  proto::StepPlan plan;
-  plan.set_step_id(++step_id_);
-  for (const nlohmann::json& c : ref["cases"]) {
-    Add(&plan, seq_base_++, Ids(c["prompt_ids"]), 0, true);
-  }
-  EXPECT_EQ(executor_->Execute(plan).error(), "");
-  const size_t vocab = size_t(model_->vocab_size());
-  std::vector<std::vector<float>> out;
-  const std::vector<float>& all = executor_->TEST_last_logits();
-  EXPECT_EQ(all.size(), vocab * ref["cases"].size());
-  for (size_t i = 0; i * vocab < all.size(); ++i) {
-    out.emplace_back(all.begin() + i * vocab, all.begin() + (i + 1) * vocab);
-  }
-  return out;
-}
+DecoderModel *SmolLm2Test::model_store_ = nullptr;
 
 class SmolLm2PathTest : public SmolLm2Test,
                         public ::testing::WithParamInterface<MatmulPath> {};
@@ -226,18 +93,23 @@ TEST_P(SmolLm2PathTest, MatchesNumpyF32Reference) {
   model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const nlohmann::json& c = ref["cases"][i];
+    const nlohmann::json &c = ref["cases"][i];
     SCOPED_TRACE(c["name"].get<std::string>());
-    const float diff = MaxDiff(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
+    const float diff =
+        MaxDiff(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
     EXPECT_LE(diff, kF32Tolerance);
-    ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 2 * kF32Tolerance);
-    std::printf("[ measured ] %s: path %d, max |logit diff| over the top 50 vs numpy f32: "
-                "%.6f\n", c["name"].get<std::string>().c_str(), int(GetParam()), diff);
+    ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"],
+                2 * kF32Tolerance);
+    std::printf("[ measured ] %s: path %d, max |logit diff| over the top 50 vs "
+                "numpy f32: "
+                "%.6f\n",
+                c["name"].get<std::string>().c_str(), int(GetParam()), diff);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(F32Activations, SmolLm2PathTest,
-                         ::testing::Values(MatmulPath::kF32, MatmulPath::kQuantisedF32Act));
+                         ::testing::Values(MatmulPath::kF32,
+                                           MatmulPath::kQuantisedF32Act));
 
 TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
   const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
@@ -247,13 +119,17 @@ TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
   model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const nlohmann::json& c = ref["cases"][i];
+    const nlohmann::json &c = ref["cases"][i];
     SCOPED_TRACE(c["name"].get<std::string>());
-    const float diff = MaxDiff(logits[i], c["last_top_ids"], c["last_top_logits"], 50);
+    const float diff =
+        MaxDiff(logits[i], c["last_top_ids"], c["last_top_logits"], 50);
     EXPECT_LE(diff, kLlamaCppTolerance);
-    ExpectTop10(logits[i], c["last_top_ids"], c["last_top_logits"], 2 * kLlamaCppTolerance);
-    std::printf("[ measured ] %s: quantised path, max |logit diff| over the top 50 vs "
-                "llama.cpp: %.4f\n", c["name"].get<std::string>().c_str(), diff);
+    ExpectTop10(logits[i], c["last_top_ids"], c["last_top_logits"],
+                2 * kLlamaCppTolerance);
+    std::printf(
+        "[ measured ] %s: quantised path, max |logit diff| over the top 50 vs "
+        "llama.cpp: %.4f\n",
+        c["name"].get<std::string>().c_str(), diff);
   }
 }
 
@@ -267,7 +143,7 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
   const size_t num = ref["cases"].size();
   std::vector<std::vector<int32_t>> prompts, expected;
   std::vector<std::vector<float>> margins;
-  for (const nlohmann::json& c : ref["cases"]) {
+  for (const nlohmann::json &c : ref["cases"]) {
     prompts.push_back(Ids(c["prompt_ids"]));
     expected.push_back(Ids(c["greedy_ids"]));
     margins.push_back(c["greedy_margins"].get<std::vector<float>>());
@@ -288,24 +164,29 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
     ASSERT_EQ(r.tokens_size(), int(num));
     for (size_t i = 0; i < num; ++i) {
       const bool same = r.tokens(i).token_id() == expected[i][step];
-      if (!same && first_mismatch[i] < 0) first_mismatch[i] = step;
+      if (!same && first_mismatch[i] < 0)
+        first_mismatch[i] = step;
       if (margins[i][step] >= kTieMargin) {
         ++compared[i];
         agreed[i] += same;
-        EXPECT_TRUE(same) << ref["cases"][i]["name"] << " step " << step << ": Headway "
-                          << r.tokens(i).token_id() << ", llama.cpp " << expected[i][step]
+        EXPECT_TRUE(same) << ref["cases"][i]["name"] << " step " << step
+                          << ": Headway " << r.tokens(i).token_id()
+                          << ", llama.cpp " << expected[i][step]
                           << " (llama.cpp margin " << margins[i][step] << ")";
       }
     }
   }
   int total = 0;
   for (size_t i = 0; i < num; ++i) {
-    std::printf("[ measured ] %s: %d/%d non-tie steps agree; first disagreement (any margin) "
-                "at step %d\n", ref["cases"][i]["name"].get<std::string>().c_str(), agreed[i],
+    std::printf("[ measured ] %s: %d/%d non-tie steps agree; first "
+                "disagreement (any margin) "
+                "at step %d\n",
+                ref["cases"][i]["name"].get<std::string>().c_str(), agreed[i],
                 compared[i], first_mismatch[i]);
     total += compared[i];
   }
-  EXPECT_GE(total, 32);  // not vacuous: most of the 4 x 16 steps are compared (43 now)
+  EXPECT_GE(total,
+            32); // not vacuous: most of the 4 x 16 steps are compared (43 now)
 }
 
 TEST_F(SmolLm2Test, GreedyTokensIndependentOfBatchingAndChunking) {
@@ -316,10 +197,12 @@ TEST_F(SmolLm2Test, GreedyTokensIndependentOfBatchingAndChunking) {
   constexpr int kTokens = 8;
   const std::vector<int32_t> alone = Generate({chatml}, kTokens, 1 << 20)[0];
   // Batched with two other sequences (their prefill rows mix with its rows).
-  EXPECT_EQ(Generate({chatml, other1, other2}, kTokens, 1 << 20)[0], alone) << "batched";
+  EXPECT_EQ(Generate({chatml, other1, other2}, kTokens, 1 << 20)[0], alone)
+      << "batched";
   // 37 prompt tokens in chunks of 7 (block size 16: chunk ends fall inside
   // blocks), batched with another sequence that decodes meanwhile.
-  EXPECT_EQ(Generate({chatml, other1}, kTokens, 7)[0], alone) << "chunks of 7, batched";
+  EXPECT_EQ(Generate({chatml, other1}, kTokens, 7)[0], alone)
+      << "chunks of 7, batched";
 }
 
 // Teacher-forced perplexity of a 288-token English passage (Alice's
@@ -345,7 +228,8 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   std::vector<LayerBlockTable> tables(num_layers);
   int next = 0;
   for (int l = 0; l < num_layers; ++l) {
-    for (int i = 0; i < n_kv * blocks_per_row; ++i) table_ids[l].push_back(next++);
+    for (int i = 0; i < n_kv * blocks_per_row; ++i)
+      table_ids[l].push_back(next++);
     tables[l] = LayerBlockTable{table_ids[l].data(), n_kv, blocks_per_row};
   }
   std::vector<int32_t> positions(n), rows(n);
@@ -366,10 +250,11 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   const int vocab = model_->vocab_size();
   double nll = 0.0;
   for (int i = 0; i + 1 < n; ++i) {
-    const float* row = logits.data() + size_t(i) * vocab;
+    const float *row = logits.data() + size_t(i) * vocab;
     const float mx = *std::max_element(row, row + vocab);
     double sum = 0.0;
-    for (int v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - mx);
+    for (int v = 0; v < vocab; ++v)
+      sum += std::exp(double(row[v]) - mx);
     nll -= double(row[ids[i + 1]]) - mx - std::log(sum);
   }
   const double ppl = std::exp(nll / (n - 1));
@@ -377,5 +262,5 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   EXPECT_NEAR(ppl / ref_ppl, 1.0, 0.03);
 }
 
-}  // namespace
-}  // namespace headway
+} // namespace
+} // namespace headway

@@ -47,7 +47,7 @@ class Harness {
  public:
   Harness() {
     const ModelSpec spec = TinySpec();
-    model_ = std::move(LlamaModel::Create(
+    model_ = std::move(DecoderModel::Create(
                            spec, ModelWeights::TEST_Random(spec, FullShard(spec), 7, 0.2f)))
                  .value();
     pool_ = std::move(KvPool::Create({kBlockSize, spec.head_dim},
@@ -85,10 +85,10 @@ class Harness {
 
   proto::StepResult Run(const proto::StepPlan& plan) { return executor_->Execute(plan); }
   StepExecutor& executor() { return *executor_; }
-  LlamaModel& model() { return *model_; }
+  DecoderModel& model() { return *model_; }
 
  private:
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<DecoderModel> model_;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepExecutor> executor_;
   std::map<uint64_t, int> blocks_;

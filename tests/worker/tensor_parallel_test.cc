@@ -27,7 +27,7 @@
 #include "tests/support/gguf_writer.h"
 #include "tests/support/process.h"
 #include "worker/kv_pool.h"
-#include "worker/llama_model.h"
+#include "worker/decoder_model.h"
 #include "worker/model_weights.h"
 
 namespace headway {
@@ -53,8 +53,8 @@ Status RunRank(const std::string& path, int tp_size, int tp_rank, Communicator* 
   const TpShard shard = ShardForRank(spec, tp_size, tp_rank);
   HW_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
                       ModelWeights::Load(*file, spec, shard));
-  HW_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                      LlamaModel::Create(spec, std::move(weights), comm));
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model,
+                      DecoderModel::Create(spec, std::move(weights), comm));
   const int num_seqs = int(kPrompts.size());
   const int n_kv = shard.num_local_kv_heads();
   const KvCacheLayout layout{kBlockSize, spec.head_dim};
@@ -265,7 +265,7 @@ TEST(TensorParallelConfigTest, ModelWithoutCommunicatorIsRefusedAboveTp1) {
   Result<std::unique_ptr<ModelWeights>> w =
       ModelWeights::Load(*tiny.file, tiny.spec, ShardForRank(tiny.spec, 2, 0));
   ASSERT_TRUE(w.ok());
-  Result<std::unique_ptr<LlamaModel>> m = LlamaModel::Create(tiny.spec, std::move(*w), nullptr);
+  Result<std::unique_ptr<DecoderModel>> m = DecoderModel::Create(tiny.spec, std::move(*w), nullptr);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("needs a communicator"), std::string::npos);
 }

@@ -1,4 +1,4 @@
-#include "worker/llama_model.h"
+#include "worker/decoder_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,12 +11,12 @@
 
 namespace headway {
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelSpec& spec,
+Result<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelSpec& spec,
                                                        std::unique_ptr<ModelWeights> weights,
                                                        Communicator* comm) {
-  if (spec.architecture != "llama") {
+  if (spec.architecture != "llama" && spec.architecture != "gemma3") {
     return Status::Unimplemented("model architecture '" + spec.architecture +
-                                 "' is not supported (only llama)");
+                                 "' is not supported (only llama and gemma3)");
   }
   if (weights == nullptr || weights->num_layers() != spec.num_layers) {
     return Status::InvalidArgument("weights do not match model spec '" + spec.name + "'");
@@ -41,12 +41,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelSpec& spec,
                                    std::to_string(spec.slot_specs.size()) +
                                    " slot specs, expected num_layers * num_kv_heads");
   }
-  return std::unique_ptr<LlamaModel>(new LlamaModel(spec, std::move(weights), comm));
+  return std::unique_ptr<DecoderModel>(new DecoderModel(spec, std::move(weights), comm));
 }
 
-LlamaModel::LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights,
+DecoderModel::DecoderModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights,
                        Communicator* comm)
-    : spec_(spec), weights_(std::move(weights)), comm_(comm) {
+    : spec_(spec), arch_(ArchitectureOf(spec)), weights_(std::move(weights)), comm_(comm) {
   const TpShard& s = weights_->shard();
   for (int l = 0; l < spec_.num_layers; ++l) {
     for (int h = s.kv_head_begin; h < s.kv_head_end; ++h) {
@@ -55,7 +55,19 @@ LlamaModel::LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weig
   }
 }
 
-void LlamaModel::EnsureScratch(int n_tokens) {
+DecoderModel::Architecture DecoderModel::ArchitectureOf(const ModelSpec& spec) {
+  Architecture a;
+  if (spec.architecture == "gemma3") {
+    a.rope_style = cpu::RopeStyle::kNeox;
+    a.qk_norm = true;
+    a.post_norms = true;
+    a.gelu_tanh_mlp = true;
+    a.embedding_scale = std::sqrt(static_cast<float>(spec.hidden_size));
+  }
+  return a;
+}
+
+void DecoderModel::EnsureScratch(int n_tokens) {
   if (n_tokens <= scratch_tokens_) return;
   const TpShard& s = shard();
   const size_t n = size_t(n_tokens);
@@ -72,7 +84,7 @@ void LlamaModel::EnsureScratch(int n_tokens) {
   scratch_tokens_ = n_tokens;
 }
 
-Status LlamaModel::AllReduce(float* data, size_t count) {
+Status DecoderModel::AllReduce(float* data, size_t count) {
   if (comm_ == nullptr || comm_->size() == 1) return Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
   Status s = comm_->AllReduceSum(data, count);
@@ -80,7 +92,7 @@ Status LlamaModel::AllReduce(float* data, size_t count) {
   return s;
 }
 
-Status LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) {
+Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) {
   const TpShard& s = shard();
   const int n = batch.layout.num_tokens();
   const int hidden = spec_.hidden_size;
@@ -98,6 +110,9 @@ Status LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<
   cpu::EmbeddingShard(weights_->token_embd().f32.data(), s.vocab_begin, s.vocab_end,
                       batch.token_ids, n, hidden, x_.data());
   HW_RETURN_IF_ERROR(AllReduce(x_.data(), hidden_floats).WithContext("embedding all-reduce"));
+  if (arch_.embedding_scale != 1.0f) {
+    cpu::ScaleInPlace(x_.data(), arch_.embedding_scale, int64_t(hidden_floats));
+  }
   for (int l = 0; l < spec_.num_layers; ++l) {
     const LayerWeights& w = weights_->layer(l);
     const LayerBlockTable& table = batch.tables[l];
@@ -106,29 +121,42 @@ Status LlamaModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<
     ApplyLinear(w.wq, h_.data(), n, q_.data(), matmul_path_);
     ApplyLinear(w.wk, h_.data(), n, k_.data(), matmul_path_);
     ApplyLinear(w.wv, h_.data(), n, v_.data(), matmul_path_);
-    cpu::Rope(q_.data(), batch.positions, n, n_heads, hd, spec_.rope_freq_base,
-              cpu::RopeStyle::kInterleaved);
-    cpu::Rope(k_.data(), batch.positions, n, n_kv, hd, spec_.rope_freq_base,
-              cpu::RopeStyle::kInterleaved);
+    if (arch_.qk_norm) {
+      cpu::RmsNorm(q_.data(), w.attn_q_norm.data(), n * n_heads, hd, eps, q_.data());
+      cpu::RmsNorm(k_.data(), w.attn_k_norm.data(), n * n_kv, hd, eps, k_.data());
+    }
+    const float rope_base = spec_.RopeFreqBase(l);
+    cpu::Rope(q_.data(), batch.positions, n, n_heads, hd, rope_base, arch_.rope_style);
+    cpu::Rope(k_.data(), batch.positions, n, n_kv, hd, rope_base, arch_.rope_style);
     cpu::AppendKv(k_.data(), v_.data(), batch.layout, table, layout, pool->data());
     cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table,
                         &local_specs_[size_t(l) * n_kv], layout, n_heads, scale, attn_.data());
     ApplyLinear(w.wo, attn_.data(), n, proj_.data(), matmul_path_);
     HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("attention all-reduce"));
+    if (arch_.post_norms) {
+      cpu::RmsNorm(proj_.data(), w.post_attention_norm.data(), n, hidden, eps, proj_.data());
+    }
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
     // MLP block.
     cpu::RmsNorm(x_.data(), w.ffn_norm.data(), n, hidden, eps, h_.data());
     ApplyLinear(w.w_gate, h_.data(), n, gate_.data(), matmul_path_);
     ApplyLinear(w.w_up, h_.data(), n, up_.data(), matmul_path_);
-    cpu::SwiGlu(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
+    if (arch_.gelu_tanh_mlp) {
+      cpu::GeluTanhGated(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
+    } else {
+      cpu::SwiGlu(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
+    }
     ApplyLinear(w.w_down, gate_.data(), n, proj_.data(), matmul_path_);
     HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("MLP all-reduce"));
+    if (arch_.post_norms) {
+      cpu::RmsNorm(proj_.data(), w.post_ffw_norm.data(), n, hidden, eps, proj_.data());
+    }
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
   }
   return ComputeLogits(batch, logits);
 }
 
-Status LlamaModel::ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits) {
+Status DecoderModel::ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits) {
   const TpShard& s = shard();
   const int hidden = spec_.hidden_size;
 

@@ -1,22 +1,32 @@
-// The llama forward pass over head-wise KV blocks, for one TP rank.
+// The decoder-only transformer forward pass over head-wise KV blocks, for one
+// TP rank: the llama and gemma3 architectures.
 //
 // One call runs a batch that mixes prefill chunks and decode tokens
 // (kernels/kv_cache.h BatchLayout):
-//   x = embedding(tokens)                                   // [n, hidden]
+//   x = embedding(tokens)                        // [n, hidden]; gemma3: * sqrt(hidden)
 //   per layer:
 //     h = rmsnorm(x) ; q, k, v = h Wq^T, h Wk^T, h Wv^T
-//     rope(q), rope(k)   (interleaved pairs: the GGUF converter permutes the
-//                         Q/K rows of llama weights; llama.cpp LLAMA_ROPE_TYPE_NORM)
-//     append_kv(k, v) ; a = paged_attention(q) ; x += a Wo^T
-//     h = rmsnorm(x) ; x += (silu(h Wgate^T) * h Wup^T) Wdown^T
+//     gemma3: q, k = rmsnorm per head (attn_q_norm, attn_k_norm)
+//     rope(q), rope(k)   llama: interleaved pairs (the GGUF converter permutes
+//                        the Q/K rows of llama weights; LLAMA_ROPE_TYPE_NORM);
+//                        gemma3: NeoX halves, base per layer (ModelSpec::RopeFreqBase)
+//     append_kv(k, v) ; a = paged_attention(q) / sqrt(head_dim) ; o = a Wo^T
+//     gemma3: o = rmsnorm(o) (post_attention_norm)
+//     x += o
+//     h = rmsnorm(x) ; m = (act(h Wgate^T) * h Wup^T) Wdown^T
+//                        act = silu (llama) or gelu-tanh (gemma3)
+//     gemma3: m = rmsnorm(m) (post_ffw_norm)
+//     x += m
 //   logits = rmsnorm(x[rows]) Wlm^T only for the requested rows.
 // With TP (Megatron-LM, Shoeybi et al. 2019): Wq/Wk/Wv and Wgate/Wup are
 // column-parallel (this rank's heads / MLP rows), Wo and Wdown row-parallel,
 // so `a Wo^T` and the MLP output are partial sums, completed by one
-// all-reduce each; the embedding and LM head are vocab-parallel (an all-reduce
-// after the lookup; the logits gathered to rank 0, which samples).
-// Reference: llama.cpp src/llama-model.cpp (llm_build_llama), Hugging Face
-// transformers LlamaModel.
+// all-reduce each (before gemma3's post-norms, which need the whole sum); the
+// embedding and LM head are vocab-parallel (an all-reduce after the lookup;
+// the logits gathered to rank 0, which samples).
+// References: llama.cpp src/llama-model.cpp (llm_build_llama,
+// llm_build_gemma3_iswa), Hugging Face transformers LlamaModel and
+// Gemma3TextModel.
 #pragma once
 
 #include <memory>
@@ -25,6 +35,7 @@
 #include "common/model_spec.h"
 #include "comm/communicator.h"
 #include "common/status.h"
+#include "kernels/elementwise.h"
 #include "kernels/kv_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/model_weights.h"
@@ -47,19 +58,19 @@ struct ForwardBatch {
 };
 
 // Not thread-safe: a model owns scratch buffers reused across calls.
-class LlamaModel {
+class DecoderModel {
  public:
   // Takes the rank's weights. `comm` joins the ranks of the instance: it
   // must outlive the model; nullptr is allowed only at tp_size 1. Errors:
-  // Unimplemented for an architecture other than llama; InvalidArgument if
+  // Unimplemented for an architecture other than llama and gemma3; InvalidArgument if
   // the weights do not belong to `spec`, or if `comm` is missing or its
   // rank/size differ from the shard's.
-  static Result<std::unique_ptr<LlamaModel>> Create(const ModelSpec& spec,
+  static Result<std::unique_ptr<DecoderModel>> Create(const ModelSpec& spec,
                                                     std::unique_ptr<ModelWeights> weights,
                                                     Communicator* comm = nullptr);
 
-  LlamaModel(const LlamaModel&) = delete;
-  LlamaModel& operator=(const LlamaModel&) = delete;
+  DecoderModel(const DecoderModel&) = delete;
+  DecoderModel& operator=(const DecoderModel&) = delete;
 
   const ModelSpec& spec() const { return spec_; }
   const TpShard& shard() const { return weights_->shard(); }
@@ -90,14 +101,25 @@ class LlamaModel {
   void TEST_set_matmul_path(MatmulPath path) { matmul_path_ = path; }
 
  private:
-  LlamaModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights, Communicator* comm);
+  DecoderModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights, Communicator* comm);
   void EnsureScratch(int n_tokens);
   // Sums `data` over the ranks (no-op at TP 1).
   Status AllReduce(float* data, size_t count);
   // Final norm and LM head of the logit rows; gathers to rank 0.
   Status ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits);
 
+  // What the architecture changes in the forward pass (see the top of the file).
+  struct Architecture {
+    cpu::RopeStyle rope_style = cpu::RopeStyle::kInterleaved;
+    bool qk_norm = false;       // RMSNorm of each Q and K head before RoPE
+    bool post_norms = false;    // RMSNorm of attention and MLP outputs
+    bool gelu_tanh_mlp = false; // GeGLU (tanh) instead of SwiGLU
+    float embedding_scale = 1.0f;
+  };
+  static Architecture ArchitectureOf(const ModelSpec& spec);
+
   const ModelSpec spec_;
+  const Architecture arch_;
   const std::unique_ptr<ModelWeights> weights_;
   Communicator* const comm_;  // nullptr at TP 1
   double collective_seconds_ = 0.0;
