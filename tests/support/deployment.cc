@@ -22,7 +22,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
   std::ostringstream y;
   y << "model:\n"
     << "  path: " << o.model_path << "\n"
-    << "  served_name: smollm2\n";
+    << "  served_name: " << o.served_name << "\n";
   if (!o.head_pattern.empty()) y << "  head_pattern: " << o.head_pattern << "\n";
   y << "coordinator:\n"
     << "  http_host: " << o.host << "\n"
@@ -33,6 +33,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  block_size: " << o.block_size << "\n"
     << "  kv_memory_mb: " << o.kv_memory_mb << "\n"
     << "  enable_recycling: " << (o.enable_recycling ? "true" : "false") << "\n"
+    << "  enable_prefix_caching: " << (o.enable_prefix_caching ? "true" : "false") << "\n"
     << "scheduler:\n"
     << "  max_num_seqs: " << o.max_num_seqs << "\n"
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"

@@ -15,6 +15,7 @@ namespace headway::testing {
 
 struct DeploymentOptions {
   std::string model_path;             // absolute GGUF path
+  std::string served_name = "smollm2";  // model.served_name
   int block_size = 16;
   int kv_memory_mb = 64;
   int max_num_seqs = 32;
@@ -34,6 +35,7 @@ struct DeploymentOptions {
   std::string decode_host = "127.0.0.1";
   std::string head_pattern;           // model.head_pattern ("" = none)
   bool enable_recycling = true;       // cache.enable_recycling
+  bool enable_prefix_caching = true;  // cache.enable_prefix_caching
   int heartbeat_timeout_ms = 0;       // 0 = the config default
   std::string extra_yaml;             // appended verbatim at top level
 };
