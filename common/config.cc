@@ -28,75 +28,64 @@ using yaml::RequireMap;
 // ValidateConfig then checks ranges and cross-field rules, so values that come
 // from command-line flags get the same checks and the same messages.
 
-std::string Child(const std::string &path, const std::string &key) {
+std::string Child(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
 
-std::string Index(const std::string &path, size_t i) {
+std::string Index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
 }
 
-Result<PoolRole> ParseRole(const YAML::Node &node, const std::string &key) {
+Result<PoolRole> ParseRole(const YAML::Node& node, const std::string& key) {
   std::string text;
   HW_RETURN_IF_ERROR(ReadString(node, key, text));
-  if (text == "mixed")
-    return PoolRole::kMixed;
-  if (text == "prefill")
-    return PoolRole::kPrefill;
-  if (text == "decode")
-    return PoolRole::kDecode;
+  if (text == "mixed") return PoolRole::kMixed;
+  if (text == "prefill") return PoolRole::kPrefill;
+  if (text == "decode") return PoolRole::kDecode;
   return BadValue(key, "\"" + text + "\"", "one of mixed, prefill, decode");
 }
 
-Status ParseModel(const YAML::Node &node, Config &config) {
+Status ParseModel(const YAML::Node& node, Config& config) {
   const std::string path = "model";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(
-      CheckKeys(node, path, {"path", "served_name", "head_pattern"}));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"path", "served_name", "head_pattern"}));
   if (!node["path"]) {
-    return Status::InvalidArgument(
-        "missing key `model.path`: must be the GGUF file (absolute, "
-        "or relative to the model directory)");
+    return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
+                                   "or relative to the model directory)");
   }
   HW_RETURN_IF_ERROR(ReadString(node["path"], "model.path", config.model_path));
   if (node["served_name"]) {
-    HW_RETURN_IF_ERROR(ReadString(node["served_name"], "model.served_name",
-                                  config.served_model_name));
+    HW_RETURN_IF_ERROR(
+        ReadString(node["served_name"], "model.served_name", config.served_model_name));
   }
   if (node["head_pattern"]) {
-    HW_RETURN_IF_ERROR(ReadString(node["head_pattern"], "model.head_pattern",
-                                  config.head_pattern_path));
+    HW_RETURN_IF_ERROR(
+        ReadString(node["head_pattern"], "model.head_pattern", config.head_pattern_path));
     // An empty value would silently mean "no pattern": the key is there, so
     // the writer meant a file.
     if (config.head_pattern_path.empty()) {
-      return BadValue(
-          "model.head_pattern", "\"\"",
-          "a head-pattern YAML file (absolute, or relative to the config "
-          "file's "
-          "directory); leave the key out for the model's own attention specs");
+      return BadValue("model.head_pattern", "\"\"",
+                      "a head-pattern YAML file (absolute, or relative to the config file's "
+                      "directory); leave the key out for the model's own attention specs");
     }
   }
   return Status::Ok();
 }
 
-Status ParseCoordinator(const YAML::Node &node, Config &config) {
+Status ParseCoordinator(const YAML::Node& node, Config& config) {
   const std::string path = "coordinator";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(
-      CheckKeys(node, path,
-                {"http_host", "http_port", "control_address",
-                 "heartbeat_interval_ms", "heartbeat_timeout_ms"}));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path,
+                               {"http_host", "http_port", "control_address",
+                                "heartbeat_interval_ms", "heartbeat_timeout_ms"}));
   if (node["http_host"]) {
-    HW_RETURN_IF_ERROR(ReadString(node["http_host"], "coordinator.http_host",
-                                  config.http_host));
+    HW_RETURN_IF_ERROR(ReadString(node["http_host"], "coordinator.http_host", config.http_host));
   }
   if (node["http_port"]) {
-    HW_RETURN_IF_ERROR(
-        ReadInt(node["http_port"], "coordinator.http_port", config.http_port));
+    HW_RETURN_IF_ERROR(ReadInt(node["http_port"], "coordinator.http_port", config.http_port));
   }
   if (node["control_address"]) {
-    HW_RETURN_IF_ERROR(ReadString(node["control_address"],
-                                  "coordinator.control_address",
+    HW_RETURN_IF_ERROR(ReadString(node["control_address"], "coordinator.control_address",
                                   config.control_address));
   }
   if (node["heartbeat_interval_ms"]) {
@@ -105,127 +94,110 @@ Status ParseCoordinator(const YAML::Node &node, Config &config) {
                                config.heartbeat_interval_ms));
   }
   if (node["heartbeat_timeout_ms"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_timeout_ms"],
-                               "coordinator.heartbeat_timeout_ms",
+    HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_timeout_ms"], "coordinator.heartbeat_timeout_ms",
                                config.heartbeat_timeout_ms));
   }
   return Status::Ok();
 }
 
-Status ParseCache(const YAML::Node &node, Config &config) {
+Status ParseCache(const YAML::Node& node, Config& config) {
   const std::string path = "cache";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(
-      CheckKeys(node, path,
-                {"block_size", "kv_memory_mb", "enable_prefix_caching",
-                 "enable_recycling", "recycling_granularity"}));
+      CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching",
+                             "enable_recycling", "recycling_granularity"}));
   if (node["block_size"]) {
-    HW_RETURN_IF_ERROR(
-        ReadInt(node["block_size"], "cache.block_size", config.block_size));
+    HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
   }
   if (node["kv_memory_mb"]) {
-    HW_RETURN_IF_ERROR(ReadInt64(node["kv_memory_mb"], "cache.kv_memory_mb",
-                                 config.kv_memory_mb));
+    HW_RETURN_IF_ERROR(ReadInt64(node["kv_memory_mb"], "cache.kv_memory_mb", config.kv_memory_mb));
   }
   if (node["enable_prefix_caching"]) {
-    HW_RETURN_IF_ERROR(ReadBool(node["enable_prefix_caching"],
-                                "cache.enable_prefix_caching",
+    HW_RETURN_IF_ERROR(ReadBool(node["enable_prefix_caching"], "cache.enable_prefix_caching",
                                 config.enable_prefix_caching));
   }
   if (node["enable_recycling"]) {
-    HW_RETURN_IF_ERROR(ReadBool(node["enable_recycling"],
-                                "cache.enable_recycling",
+    HW_RETURN_IF_ERROR(ReadBool(node["enable_recycling"], "cache.enable_recycling",
                                 config.enable_recycling));
   }
   if (node["recycling_granularity"]) {
     const std::string key = "cache.recycling_granularity";
     HW_RETURN_IF_ERROR(ReadString(node["recycling_granularity"], key,
                                   config.recycling_granularity));
-    if (config.recycling_granularity != "kv_head" &&
-        config.recycling_granularity != "layer") {
-      return BadValue(key, "\"" + config.recycling_granularity + "\"",
-                      "one of kv_head, layer");
+    if (config.recycling_granularity != "kv_head" && config.recycling_granularity != "layer") {
+      return BadValue(key, "\"" + config.recycling_granularity + "\"", "one of kv_head, layer");
     }
   }
   return Status::Ok();
 }
 
-Status ParseKvTransfer(const YAML::Node &node, Config &config) {
+Status ParseKvTransfer(const YAML::Node& node, Config& config) {
   const std::string path = "kv_transfer";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(
-      CheckKeys(node, path, {"enabled", "transports", "timeout_ms"}));
-  config.kv_transfer_enabled =
-      true; // the section asks for it unless it says otherwise
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"enabled", "transports", "timeout_ms"}));
+  config.kv_transfer_enabled = true;  // the section asks for it unless it says otherwise
   if (node["enabled"]) {
-    HW_RETURN_IF_ERROR(ReadBool(node["enabled"], "kv_transfer.enabled",
-                                config.kv_transfer_enabled));
+    HW_RETURN_IF_ERROR(
+        ReadBool(node["enabled"], "kv_transfer.enabled", config.kv_transfer_enabled));
   }
   if (node["transports"]) {
     HW_RETURN_IF_ERROR(ReadString(node["transports"], "kv_transfer.transports",
                                   config.kv_transfer_transports));
   }
   if (node["timeout_ms"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["timeout_ms"], "kv_transfer.timeout_ms",
-                               config.kv_transfer_timeout_ms));
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["timeout_ms"], "kv_transfer.timeout_ms", config.kv_transfer_timeout_ms));
   }
   return Status::Ok();
 }
 
-Status ParseScheduler(const YAML::Node &node, Config &config) {
+Status ParseScheduler(const YAML::Node& node, Config& config) {
   const std::string path = "scheduler";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(CheckKeys(
-      node, path, {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}));
+  HW_RETURN_IF_ERROR(
+      CheckKeys(node, path, {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}));
   if (node["max_num_seqs"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["max_num_seqs"], "scheduler.max_num_seqs",
-                               config.max_num_seqs));
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["max_num_seqs"], "scheduler.max_num_seqs", config.max_num_seqs));
   }
   if (node["max_num_batched_tokens"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["max_num_batched_tokens"],
-                               "scheduler.max_num_batched_tokens",
+    HW_RETURN_IF_ERROR(ReadInt(node["max_num_batched_tokens"], "scheduler.max_num_batched_tokens",
                                config.max_num_batched_tokens));
   }
   if (node["max_model_len"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["max_model_len"], "scheduler.max_model_len",
-                               config.max_model_len));
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["max_model_len"], "scheduler.max_model_len", config.max_model_len));
   }
   return Status::Ok();
 }
 
-Status ParseInstance(const YAML::Node &node, const std::string &path,
-                     InstanceConfig &instance) {
+Status ParseInstance(const YAML::Node& node, const std::string& path, InstanceConfig& instance) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(CheckKeys(node, path,
-                               {"tp_size", "device", "hosts", "num_threads",
-                                "collective", "collective_timeout_ms"}));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"tp_size", "device", "hosts", "num_threads",
+                                             "collective", "collective_timeout_ms"}));
   if (node["tp_size"]) {
-    HW_RETURN_IF_ERROR(
-        ReadInt(node["tp_size"], Child(path, "tp_size"), instance.tp_size));
+    HW_RETURN_IF_ERROR(ReadInt(node["tp_size"], Child(path, "tp_size"), instance.tp_size));
   }
   if (node["device"]) {
-    HW_RETURN_IF_ERROR(
-        ReadString(node["device"], Child(path, "device"), instance.device));
+    HW_RETURN_IF_ERROR(ReadString(node["device"], Child(path, "device"), instance.device));
   }
   if (node["num_threads"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["num_threads"], Child(path, "num_threads"),
-                               instance.num_threads));
+    HW_RETURN_IF_ERROR(
+        ReadInt(node["num_threads"], Child(path, "num_threads"), instance.num_threads));
   }
   if (node["collective"]) {
-    HW_RETURN_IF_ERROR(ReadString(node["collective"], Child(path, "collective"),
-                                  instance.collective));
+    HW_RETURN_IF_ERROR(
+        ReadString(node["collective"], Child(path, "collective"), instance.collective));
   }
   if (node["collective_timeout_ms"]) {
-    HW_RETURN_IF_ERROR(ReadInt(node["collective_timeout_ms"],
-                               Child(path, "collective_timeout_ms"),
+    HW_RETURN_IF_ERROR(ReadInt(node["collective_timeout_ms"], Child(path, "collective_timeout_ms"),
                                instance.collective_timeout_ms));
   }
   if (node["hosts"]) {
     const YAML::Node hosts = node["hosts"];
     const std::string key = Child(path, "hosts");
     if (!hosts.IsSequence()) {
-      return BadValue(key, Describe(hosts),
-                      "a list of host names, e.g. [127.0.0.1]");
+      return BadValue(key, Describe(hosts), "a list of host names, e.g. [127.0.0.1]");
     }
     instance.hosts.clear();
     for (size_t i = 0; i < hosts.size(); ++i) {
@@ -237,26 +209,21 @@ Status ParseInstance(const YAML::Node &node, const std::string &path,
   return Status::Ok();
 }
 
-Status ParsePool(const YAML::Node &node, const std::string &path,
-                 PoolConfig &pool) {
+Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& pool) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(CheckKeys(node, path, {"name", "role", "instances"}));
-  if (node["name"])
-    HW_RETURN_IF_ERROR(
-        ReadString(node["name"], Child(path, "name"), pool.name));
+  if (node["name"]) HW_RETURN_IF_ERROR(ReadString(node["name"], Child(path, "name"), pool.name));
   if (node["role"]) {
-    HW_ASSIGN_OR_RETURN(pool.role,
-                        ParseRole(node["role"], Child(path, "role")));
+    HW_ASSIGN_OR_RETURN(pool.role, ParseRole(node["role"], Child(path, "role")));
   }
   const std::string key = Child(path, "instances");
   const YAML::Node instances = node["instances"];
   if (!instances) {
-    return Status::InvalidArgument(
-        "missing key `" + key + "`: must be a list of at least one instance");
+    return Status::InvalidArgument("missing key `" + key +
+                                   "`: must be a list of at least one instance");
   }
   if (!instances.IsSequence()) {
-    return BadValue(key, Describe(instances),
-                    "a list of at least one instance");
+    return BadValue(key, Describe(instances), "a list of at least one instance");
   }
   for (size_t i = 0; i < instances.size(); ++i) {
     InstanceConfig instance;
@@ -266,29 +233,22 @@ Status ParsePool(const YAML::Node &node, const std::string &path,
   return Status::Ok();
 }
 
-Status ParseDocument(const YAML::Node &root, Config &config) {
+Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
-  HW_RETURN_IF_ERROR(CheckKeys(
-      root, "",
-      {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools"}));
+  HW_RETURN_IF_ERROR(
+      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools"}));
   if (!root["model"]) {
-    return Status::InvalidArgument(
-        "missing key `model.path`: must be the GGUF file (absolute, "
-        "or relative to the model directory)");
+    return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
+                                   "or relative to the model directory)");
   }
   HW_RETURN_IF_ERROR(ParseModel(root["model"], config));
-  if (root["coordinator"])
-    HW_RETURN_IF_ERROR(ParseCoordinator(root["coordinator"], config));
-  if (root["cache"])
-    HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
-  if (root["scheduler"])
-    HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
-  if (root["kv_transfer"])
-    HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
+  if (root["coordinator"]) HW_RETURN_IF_ERROR(ParseCoordinator(root["coordinator"], config));
+  if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
+  if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
+  if (root["kv_transfer"]) HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
   const YAML::Node pools = root["pools"];
   if (pools) {
-    if (!pools.IsSequence())
-      return BadValue("pools", Describe(pools), "a list of pools");
+    if (!pools.IsSequence()) return BadValue("pools", Describe(pools), "a list of pools");
     for (size_t i = 0; i < pools.size(); ++i) {
       PoolConfig pool;
       HW_RETURN_IF_ERROR(ParsePool(pools[i], Index("pools", i), pool));
@@ -300,54 +260,43 @@ Status ParseDocument(const YAML::Node &root, Config &config) {
 
 // ---- range checks ----------------------------------------------------------
 
-Status CheckAtLeast(const std::string &key, int64_t value, int64_t min) {
-  if (value >= min)
-    return Status::Ok();
-  return BadValue(key, std::to_string(value),
-                  "an integer >= " + std::to_string(min));
+Status CheckAtLeast(const std::string& key, int64_t value, int64_t min) {
+  if (value >= min) return Status::Ok();
+  return BadValue(key, std::to_string(value), "an integer >= " + std::to_string(min));
 }
 
 // "cpu" or "cuda:N" with N a non-negative integer.
-bool IsValidDevice(const std::string &device) {
-  if (device == "cpu")
-    return true;
+bool IsValidDevice(const std::string& device) {
+  if (device == "cpu") return true;
   constexpr std::string_view kCuda = "cuda:";
-  if (device.size() <= kCuda.size() ||
-      device.compare(0, kCuda.size(), kCuda) != 0)
-    return false;
+  if (device.size() <= kCuda.size() || device.compare(0, kCuda.size(), kCuda) != 0) return false;
   for (size_t i = kCuda.size(); i < device.size(); ++i) {
-    if (device[i] < '0' || device[i] > '9')
-      return false;
+    if (device[i] < '0' || device[i] > '9') return false;
   }
   return device.size() - kCuda.size() <= 4;
 }
 
-Status ValidateInstance(const InstanceConfig &instance,
-                        const std::string &path) {
+Status ValidateInstance(const InstanceConfig& instance, const std::string& path) {
   HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "tp_size"), instance.tp_size, 1));
   if (!IsValidDevice(instance.device)) {
     return BadValue(Child(path, "device"), "\"" + instance.device + "\"",
                     "\"cpu\" or \"cuda:N\" (N = GPU index)");
   }
-  HW_RETURN_IF_ERROR(
-      CheckAtLeast(Child(path, "num_threads"), instance.num_threads, 0));
-  const std::string &c = instance.collective;
+  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "num_threads"), instance.num_threads, 0));
+  const std::string& c = instance.collective;
   if (!c.empty() && c != "gloo" && c != "shm" && c != "nccl") {
-    return BadValue(Child(path, "collective"), "\"" + c + "\"",
-                    "\"gloo\", \"shm\" or \"nccl\"");
+    return BadValue(Child(path, "collective"), "\"" + c + "\"", "\"gloo\", \"shm\" or \"nccl\"");
   }
   const bool cuda = instance.device != "cpu";
   if (c == "nccl" && !cuda) {
-    return BadValue(
-        Child(path, "collective"), "\"nccl\"",
-        "\"gloo\" or \"shm\" for device \"cpu\" (NCCL needs CUDA devices)");
+    return BadValue(Child(path, "collective"), "\"nccl\"",
+                    "\"gloo\" or \"shm\" for device \"cpu\" (NCCL needs CUDA devices)");
   }
   if (c == "shm" && instance.hosts.size() > 1) {
-    for (const std::string &host : instance.hosts) {
+    for (const std::string& host : instance.hosts) {
       if (host != instance.hosts[0]) {
         return BadValue(Child(path, "collective"), "\"shm\"",
-                        "\"gloo\" when the ranks are on different hosts (shm "
-                        "needs one host)");
+                        "\"gloo\" when the ranks are on different hosts (shm needs one host)");
       }
     }
   }
@@ -355,27 +304,23 @@ Status ValidateInstance(const InstanceConfig &instance,
                                   instance.collective_timeout_ms, 1));
   const size_t num_hosts = instance.hosts.size();
   if (num_hosts != 1 && num_hosts != static_cast<size_t>(instance.tp_size)) {
-    return BadValue(
-        Child(path, "hosts"),
-        "a list of " + std::to_string(num_hosts) + " hosts",
-        "1 host (all ranks) or tp_size = " + std::to_string(instance.tp_size) +
-            " hosts (one per TP rank)");
+    return BadValue(Child(path, "hosts"), "a list of " + std::to_string(num_hosts) + " hosts",
+                    "1 host (all ranks) or tp_size = " + std::to_string(instance.tp_size) +
+                        " hosts (one per TP rank)");
   }
   for (size_t i = 0; i < num_hosts; ++i) {
     if (instance.hosts[i].empty()) {
-      return BadValue(Index(Child(path, "hosts"), i), "\"\"",
-                      "a host name or IP address");
+      return BadValue(Index(Child(path, "hosts"), i), "\"\"", "a host name or IP address");
     }
   }
   return Status::Ok();
 }
 
-} // namespace
+}  // namespace
 
 PoolRole Config::RoleOf(int instance_id) const {
-  for (const PoolConfig &pool : pools) {
-    if (instance_id < int(pool.instances.size()))
-      return pool.role;
+  for (const PoolConfig& pool : pools) {
+    if (instance_id < int(pool.instances.size())) return pool.role;
     instance_id -= int(pool.instances.size());
   }
   HW_CHECK(false);
@@ -383,102 +328,84 @@ PoolRole Config::RoleOf(int instance_id) const {
 }
 
 bool Config::KvTransferEnabled() const {
-  if (kv_transfer_enabled)
-    return true;
-  for (const PoolConfig &pool : pools) {
-    if (pool.role != PoolRole::kMixed)
-      return true;
+  if (kv_transfer_enabled) return true;
+  for (const PoolConfig& pool : pools) {
+    if (pool.role != PoolRole::kMixed) return true;
   }
   return false;
 }
 
 std::string InstanceConfig::CollectiveBackend() const {
-  if (!collective.empty())
-    return collective;
-  if (device != "cpu")
-    return "nccl";
-  for (const std::string &host : hosts) {
-    if (host != hosts[0])
-      return "gloo";
+  if (!collective.empty()) return collective;
+  if (device != "cpu") return "nccl";
+  for (const std::string& host : hosts) {
+    if (host != hosts[0]) return "gloo";
   }
   return "shm";
 }
 
-const char *PoolRoleName(PoolRole role) {
+const char* PoolRoleName(PoolRole role) {
   switch (role) {
-  case PoolRole::kMixed:
-    return "mixed";
-  case PoolRole::kPrefill:
-    return "prefill";
-  case PoolRole::kDecode:
-    return "decode";
+    case PoolRole::kMixed: return "mixed";
+    case PoolRole::kPrefill: return "prefill";
+    case PoolRole::kDecode: return "decode";
   }
   return "unknown";
 }
 
-std::vector<const InstanceConfig *> Config::Instances() const {
-  std::vector<const InstanceConfig *> out;
-  for (const PoolConfig &pool : pools) {
-    for (const InstanceConfig &instance : pool.instances)
-      out.push_back(&instance);
+std::vector<const InstanceConfig*> Config::Instances() const {
+  std::vector<const InstanceConfig*> out;
+  for (const PoolConfig& pool : pools) {
+    for (const InstanceConfig& instance : pool.instances) out.push_back(&instance);
   }
   return out;
 }
 
-Status ValidateConfig(const Config &config) {
+Status ValidateConfig(const Config& config) {
   if (config.model_path.empty()) {
-    return BadValue("model.path", "\"\"",
-                    "the GGUF file (absolute, or relative to the model "
-                    "directory)");
+    return BadValue("model.path", "\"\"", "the GGUF file (absolute, or relative to the model "
+                                          "directory)");
   }
   if (config.http_host.empty()) {
-    return BadValue("coordinator.http_host", "\"\"",
-                    "a host name or IP address to listen on");
+    return BadValue("coordinator.http_host", "\"\"", "a host name or IP address to listen on");
   }
   if (config.http_port < 0 || config.http_port > 65535) {
     return BadValue("coordinator.http_port", std::to_string(config.http_port),
                     "an integer in [0, 65535]");
   }
-  const std::string &address = config.control_address;
+  const std::string& address = config.control_address;
   if (address.rfind("tcp://", 0) != 0 && address.rfind("ipc://", 0) != 0) {
     return BadValue("coordinator.control_address", "\"" + address + "\"",
-                    "a ZeroMQ address such as tcp://127.0.0.1:5557 or "
-                    "ipc:///tmp/headway.sock");
+                    "a ZeroMQ address such as tcp://127.0.0.1:5557 or ipc:///tmp/headway.sock");
   }
-  HW_RETURN_IF_ERROR(CheckAtLeast("coordinator.heartbeat_interval_ms",
-                                  config.heartbeat_interval_ms, 1));
+  HW_RETURN_IF_ERROR(
+      CheckAtLeast("coordinator.heartbeat_interval_ms", config.heartbeat_interval_ms, 1));
   if (config.heartbeat_timeout_ms <= config.heartbeat_interval_ms) {
-    return BadValue("coordinator.heartbeat_timeout_ms",
-                    std::to_string(config.heartbeat_timeout_ms),
+    return BadValue("coordinator.heartbeat_timeout_ms", std::to_string(config.heartbeat_timeout_ms),
                     "greater than coordinator.heartbeat_interval_ms = " +
                         std::to_string(config.heartbeat_interval_ms));
   }
   const int block_size = config.block_size;
-  if (block_size < 1 || block_size > 256 ||
-      (block_size & (block_size - 1)) != 0) {
+  if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     return BadValue("cache.block_size", std::to_string(block_size),
                     "a power of two in [1, 256]");
   }
+  HW_RETURN_IF_ERROR(CheckAtLeast("cache.kv_memory_mb", config.kv_memory_mb, 1));
+  HW_RETURN_IF_ERROR(CheckAtLeast("kv_transfer.timeout_ms", config.kv_transfer_timeout_ms, 1));
+  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_num_seqs", config.max_num_seqs, 1));
   HW_RETURN_IF_ERROR(
-      CheckAtLeast("cache.kv_memory_mb", config.kv_memory_mb, 1));
-  HW_RETURN_IF_ERROR(
-      CheckAtLeast("kv_transfer.timeout_ms", config.kv_transfer_timeout_ms, 1));
-  HW_RETURN_IF_ERROR(
-      CheckAtLeast("scheduler.max_num_seqs", config.max_num_seqs, 1));
-  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_num_batched_tokens",
-                                  config.max_num_batched_tokens, 1));
-  HW_RETURN_IF_ERROR(
-      CheckAtLeast("scheduler.max_model_len", config.max_model_len, 1));
+      CheckAtLeast("scheduler.max_num_batched_tokens", config.max_num_batched_tokens, 1));
+  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_model_len", config.max_model_len, 1));
 
   if (config.pools.empty()) {
-    return Status::InvalidArgument("missing key `pools`: must be a list of at "
-                                   "least one pool with at least one instance");
+    return Status::InvalidArgument(
+        "missing key `pools`: must be a list of at least one pool with at least one instance");
   }
   std::set<std::string> names;
   bool have_prefill = false;
   bool have_decode = false;
   for (size_t p = 0; p < config.pools.size(); ++p) {
-    const PoolConfig &pool = config.pools[p];
+    const PoolConfig& pool = config.pools[p];
     const std::string path = Index("pools", p);
     if (pool.name.empty() || !names.insert(pool.name).second) {
       return BadValue(Child(path, "name"), "\"" + pool.name + "\"",
@@ -487,12 +414,10 @@ Status ValidateConfig(const Config &config) {
     have_prefill = have_prefill || pool.role == PoolRole::kPrefill;
     have_decode = have_decode || pool.role == PoolRole::kDecode;
     if (pool.instances.empty()) {
-      return BadValue(Child(path, "instances"), "an empty list",
-                      "a list of at least one instance");
+      return BadValue(Child(path, "instances"), "an empty list", "a list of at least one instance");
     }
     for (size_t i = 0; i < pool.instances.size(); ++i) {
-      HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i],
-                                          Index(Child(path, "instances"), i)));
+      HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], Index(Child(path, "instances"), i)));
     }
   }
   // Prefilled sequences need somewhere to decode, and decode instances only
@@ -506,48 +431,43 @@ Status ValidateConfig(const Config &config) {
   return Status::Ok();
 }
 
-Result<Config> ParseConfig(const std::string &yaml_text) {
+Result<Config> ParseConfig(const std::string& yaml_text) {
   Config config;
   try {
     const YAML::Node root = YAML::Load(yaml_text);
     HW_RETURN_IF_ERROR(ParseDocument(root, config));
-  } catch (const YAML::Exception &e) {
+  } catch (const YAML::Exception& e) {
     return yaml::SyntaxError(e);
   }
   HW_RETURN_IF_ERROR(ValidateConfig(config));
   return config;
 }
 
-Result<Config> LoadConfigFile(const std::string &path) {
-  HW_ASSIGN_OR_RETURN(std::string text,
-                      yaml::ReadDocumentText(path, "config file"));
+Result<Config> LoadConfigFile(const std::string& path) {
+  HW_ASSIGN_OR_RETURN(std::string text, yaml::ReadDocumentText(path, "config file"));
   Result<Config> config = ParseConfig(text);
-  if (!config.ok())
-    return config.status().WithContext(path);
+  if (!config.ok()) return config.status().WithContext(path);
   if (!config->head_pattern_path.empty()) {
     namespace fs = std::filesystem;
     fs::path pattern(config->head_pattern_path);
     if (pattern.is_relative()) {
       std::error_code ec;
       fs::path base = fs::absolute(fs::path(path), ec).parent_path();
-      if (!ec)
-        pattern = base / pattern;
+      if (!ec) pattern = base / pattern;
     }
     config->head_pattern_path = pattern.lexically_normal().string();
   }
   return config;
 }
 
-void ResolveModelPath(Config &config, const std::string &model_dir) {
+void ResolveModelPath(Config& config, const std::string& model_dir) {
   namespace fs = std::filesystem;
   fs::path path(config.model_path);
-  if (path.is_relative() && !model_dir.empty())
-    path = fs::path(model_dir) / path;
+  if (path.is_relative() && !model_dir.empty()) path = fs::path(model_dir) / path;
   std::error_code ec;
   fs::path absolute = fs::absolute(path, ec);
-  if (!ec)
-    path = absolute;
+  if (!ec) path = absolute;
   config.model_path = path.lexically_normal().string();
 }
 
-} // namespace headway
+}  // namespace headway

@@ -12,7 +12,7 @@
 namespace headway {
 namespace {
 
-constexpr const char *kMinimal = R"(
+constexpr const char* kMinimal = R"(
 model:
   path: model.gguf
 pools:
@@ -23,7 +23,7 @@ pools:
 )";
 
 // The example documented at the top of common/config.h.
-constexpr const char *kFull = R"(
+constexpr const char* kFull = R"(
 model:
   path: SmolLM2-135M-Instruct.Q4_1.gguf
   served_name: smollm2-135m-instruct
@@ -49,26 +49,21 @@ pools:
 )";
 
 // Replaces the first occurrence of `from` in `text` with `to`.
-std::string Edit(std::string text, const std::string &from,
-                 const std::string &to) {
+std::string Edit(std::string text, const std::string& from, const std::string& to) {
   size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
-  if (at != std::string::npos)
-    text.replace(at, from.size(), to);
+  if (at != std::string::npos) text.replace(at, from.size(), to);
   return text;
 }
 
 // Asserts that `yaml` fails with InvalidArgument mentioning every part.
-void ExpectError(const std::string &yaml,
-                 std::initializer_list<std::string> parts) {
+void ExpectError(const std::string& yaml, std::initializer_list<std::string> parts) {
   Result<Config> config = ParseConfig(yaml);
   ASSERT_FALSE(config.ok()) << yaml;
-  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument)
-      << config.status().ToString();
-  for (const std::string &part : parts) {
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << config.status().ToString();
+  for (const std::string& part : parts) {
     EXPECT_NE(config.status().message().find(part), std::string::npos)
-        << "message `" << config.status().message() << "` lacks `" << part
-        << "`";
+        << "message `" << config.status().message() << "` lacks `" << part << "`";
   }
 }
 
@@ -89,7 +84,7 @@ TEST(ConfigTest, ParsesDocumentedExample) {
   EXPECT_EQ(config->pools[0].name, "main");
   EXPECT_EQ(config->pools[0].role, PoolRole::kMixed);
   ASSERT_EQ(config->pools[0].instances.size(), 1u);
-  const InstanceConfig &instance = config->pools[0].instances[0];
+  const InstanceConfig& instance = config->pools[0].instances[0];
   EXPECT_EQ(instance.tp_size, 1);
   EXPECT_EQ(instance.device, "cpu");
   EXPECT_EQ(instance.hosts, std::vector<std::string>{"127.0.0.1"});
@@ -102,8 +97,7 @@ TEST(ConfigTest, MinimalUsesDefaults) {
   Config defaults;
   EXPECT_EQ(config->http_port, defaults.http_port);
   EXPECT_EQ(config->block_size, defaults.block_size);
-  EXPECT_EQ(config->pools[0].instances[0].hosts,
-            std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(config->pools[0].instances[0].hosts, std::vector<std::string>{"127.0.0.1"});
 }
 
 TEST(ConfigTest, ShippedLocalConfigIsValid) {
@@ -115,8 +109,7 @@ TEST(ConfigTest, ShippedLocalConfigIsValid) {
 }
 
 TEST(ConfigTest, ShippedTp3ConfigIsValid) {
-  Result<Config> config =
-      LoadConfigFile(testing::SourceDir() + "/deploy/configs/tp3.yaml");
+  Result<Config> config = LoadConfigFile(testing::SourceDir() + "/deploy/configs/tp3.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_EQ(config->Instances().size(), 1u);
   EXPECT_EQ(config->Instances()[0]->tp_size, 3);
@@ -124,36 +117,29 @@ TEST(ConfigTest, ShippedTp3ConfigIsValid) {
 }
 
 TEST(ConfigTest, CollectiveBackendAndItsDefaults) {
-  const std::string base = Edit(kFull, "num_threads: 2",
-                                "num_threads: 2\n        collective: gloo\n    "
-                                "    collective_timeout_ms: 5000");
+  const std::string base = Edit(kFull, "num_threads: 2", "num_threads: 2\n        collective: gloo\n        collective_timeout_ms: 5000");
   Result<Config> config = ParseConfig(base);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->Instances()[0]->CollectiveBackend(), "gloo");
   EXPECT_EQ(config->Instances()[0]->collective_timeout_ms, 5000);
 
   InstanceConfig instance;
-  EXPECT_EQ(instance.CollectiveBackend(), "shm"); // cpu, one host
+  EXPECT_EQ(instance.CollectiveBackend(), "shm");  // cpu, one host
   instance.tp_size = 2;
   instance.hosts = {"10.0.0.1", "10.0.0.2"};
   EXPECT_EQ(instance.CollectiveBackend(), "gloo");
   instance.device = "cuda:0";
   EXPECT_EQ(instance.CollectiveBackend(), "nccl");
 
-  ExpectError(
-      Edit(base, "collective: gloo", "collective: mpi"),
-      {"pools[0].instances[0].collective", "mpi", "gloo", "shm", "nccl"});
+  ExpectError(Edit(base, "collective: gloo", "collective: mpi"),
+              {"pools[0].instances[0].collective", "mpi", "gloo", "shm", "nccl"});
   ExpectError(Edit(base, "collective: gloo", "collective: nccl"),
               {"pools[0].instances[0].collective", "nccl", "CUDA"});
-  ExpectError(
-      Edit(Edit(base, "collective: gloo", "collective: shm"),
-           "tp_size: 1\n        device: cpu\n        hosts: [127.0.0.1]",
-           "tp_size: 2\n        device: cpu\n        hosts: [10.0.0.1, "
-           "10.0.0.2]"),
-      {"pools[0].instances[0].collective", "shm", "one host"});
-  ExpectError(
-      Edit(base, "collective_timeout_ms: 5000", "collective_timeout_ms: 0"),
-      {"pools[0].instances[0].collective_timeout_ms", "0"});
+  ExpectError(Edit(Edit(base, "collective: gloo", "collective: shm"), "tp_size: 1\n        device: cpu\n        hosts: [127.0.0.1]",
+                   "tp_size: 2\n        device: cpu\n        hosts: [10.0.0.1, 10.0.0.2]"),
+              {"pools[0].instances[0].collective", "shm", "one host"});
+  ExpectError(Edit(base, "collective_timeout_ms: 5000", "collective_timeout_ms: 0"),
+              {"pools[0].instances[0].collective_timeout_ms", "0"});
 }
 
 TEST(ConfigTest, KvTransferSection) {
@@ -161,17 +147,14 @@ TEST(ConfigTest, KvTransferSection) {
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->KvTransferEnabled());
   const std::string yaml =
-      std::string(kMinimal) +
-      "kv_transfer:\n  transports: tcp\n  timeout_ms: 2000\n";
+      std::string(kMinimal) + "kv_transfer:\n  transports: tcp\n  timeout_ms: 2000\n";
   Result<Config> config = ParseConfig(yaml);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_TRUE(config->KvTransferEnabled());
   EXPECT_EQ(config->kv_transfer_transports, "tcp");
   EXPECT_EQ(config->kv_transfer_timeout_ms, 2000);
-  ExpectError(Edit(yaml, "timeout_ms: 2000", "timeout_ms: 0"),
-              {"kv_transfer.timeout_ms", "0"});
-  ExpectError(Edit(yaml, "transports:", "tls:"),
-              {"kv_transfer", "tls", "transports"});
+  ExpectError(Edit(yaml, "timeout_ms: 2000", "timeout_ms: 0"), {"kv_transfer.timeout_ms", "0"});
+  ExpectError(Edit(yaml, "transports:", "tls:"), {"kv_transfer", "tls", "transports"});
 }
 
 TEST(ConfigTest, InstancesAreInPoolThenInstanceOrder) {
@@ -186,7 +169,7 @@ pools:
     instances: [{tp_size: 2}]
 )");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  std::vector<const InstanceConfig *> instances = config->Instances();
+  std::vector<const InstanceConfig*> instances = config->Instances();
   ASSERT_EQ(instances.size(), 3u);
   EXPECT_EQ(instances[0]->tp_size, 1);
   EXPECT_EQ(instances[1]->tp_size, 3);
@@ -198,10 +181,8 @@ TEST(ConfigTest, UnknownKeyNamesKeyAndAllowedKeys) {
   ExpectError(Edit(kFull, "block_size:", "blocksize:"),
               {"cache.blocksize", "block_size", "kv_memory_mb"});
   ExpectError(Edit(kFull, "num_threads:", "threads:"),
-              {"pools[0].instances[0].threads", "tp_size", "device", "hosts",
-               "num_threads"});
-  ExpectError(std::string(kMinimal) + "extra: 1\n",
-              {"extra", "model", "pools"});
+              {"pools[0].instances[0].threads", "tp_size", "device", "hosts", "num_threads"});
+  ExpectError(std::string(kMinimal) + "extra: 1\n", {"extra", "model", "pools"});
 }
 
 TEST(ConfigTest, BlockSizeMustBePowerOfTwoUpTo256) {
@@ -209,12 +190,9 @@ TEST(ConfigTest, BlockSizeMustBePowerOfTwoUpTo256) {
               {"cache.block_size", "48", "power of two in [1, 256]"});
   ExpectError(Edit(kFull, "block_size: 16", "block_size: 512"),
               {"cache.block_size", "512", "power of two"});
-  ExpectError(Edit(kFull, "block_size: 16", "block_size: 0"),
-              {"cache.block_size", "0"});
+  ExpectError(Edit(kFull, "block_size: 16", "block_size: 0"), {"cache.block_size", "0"});
   for (int ok : {1, 2, 64, 256}) {
-    EXPECT_TRUE(ParseConfig(Edit(kFull, "block_size: 16",
-                                 "block_size: " + std::to_string(ok)))
-                    .ok());
+    EXPECT_TRUE(ParseConfig(Edit(kFull, "block_size: 16", "block_size: " + std::to_string(ok))).ok());
   }
 }
 
@@ -223,9 +201,8 @@ TEST(ConfigTest, LimitsMustBePositive) {
               {"cache.kv_memory_mb", "0", ">= 1"});
   ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: -1"),
               {"scheduler.max_num_seqs", "-1", ">= 1"});
-  ExpectError(
-      Edit(kFull, "max_num_batched_tokens: 512", "max_num_batched_tokens: 0"),
-      {"scheduler.max_num_batched_tokens", "0", ">= 1"});
+  ExpectError(Edit(kFull, "max_num_batched_tokens: 512", "max_num_batched_tokens: 0"),
+              {"scheduler.max_num_batched_tokens", "0", ">= 1"});
   ExpectError(Edit(kFull, "max_model_len: 2048", "max_model_len: 0"),
               {"scheduler.max_model_len", "0", ">= 1"});
 }
@@ -255,8 +232,7 @@ TEST(ConfigTest, RoleMustBeKnown) {
 }
 
 TEST(ConfigTest, PrefillNeedsDecode) {
-  ExpectError(Edit(kFull, "role: mixed", "role: prefill"),
-              {"prefill", "decode"});
+  ExpectError(Edit(kFull, "role: mixed", "role: prefill"), {"prefill", "decode"});
 }
 
 TEST(ConfigTest, TpSizeAndDevice) {
@@ -264,20 +240,17 @@ TEST(ConfigTest, TpSizeAndDevice) {
               {"pools[0].instances[0].tp_size", "0", ">= 1"});
   ExpectError(Edit(kFull, "device: cpu", "device: tpu"),
               {"pools[0].instances[0].device", "tpu", "cpu", "cuda:N"});
-  ExpectError(Edit(kFull, "device: cpu", "device: \"cuda:x\""),
-              {"pools[0].instances[0].device", "cuda:x"});
+  ExpectError(Edit(kFull, "device: cpu", "device: \"cuda:x\""), {"pools[0].instances[0].device", "cuda:x"});
   EXPECT_TRUE(ParseConfig(Edit(kFull, "device: cpu", "device: cuda:1")).ok());
 }
 
 TEST(ConfigTest, HostsMustMatchTpSize) {
   std::string tp3 = Edit(kFull, "tp_size: 1", "tp_size: 3");
-  EXPECT_TRUE(ParseConfig(tp3).ok()); // one host for all ranks
-  EXPECT_TRUE(
-      ParseConfig(Edit(tp3, "hosts: [127.0.0.1]", "hosts: [a, b, c]")).ok());
+  EXPECT_TRUE(ParseConfig(tp3).ok());  // one host for all ranks
+  EXPECT_TRUE(ParseConfig(Edit(tp3, "hosts: [127.0.0.1]", "hosts: [a, b, c]")).ok());
   ExpectError(Edit(tp3, "hosts: [127.0.0.1]", "hosts: [a, b]"),
               {"pools[0].instances[0].hosts", "2 hosts", "tp_size = 3"});
-  ExpectError(Edit(tp3, "hosts: [127.0.0.1]", "hosts: []"),
-              {"pools[0].instances[0].hosts", "0"});
+  ExpectError(Edit(tp3, "hosts: [127.0.0.1]", "hosts: []"), {"pools[0].instances[0].hosts", "0"});
 }
 
 TEST(ConfigTest, NeedsPoolsWithInstances) {
@@ -287,15 +260,14 @@ TEST(ConfigTest, NeedsPoolsWithInstances) {
               {"pools[0].instances", "empty", "at least one"});
   ExpectError("model: {path: m.gguf}\npools: [{name: a, role: mixed}]\n",
               {"pools[0].instances", "at least one"});
-  ExpectError("model: {path: m.gguf}\npools: [{name: a, instances: [{}]}, "
-              "{name: a, instances: [{}]}]\n",
-              {"pools[1].name", "\"a\""});
+  ExpectError(
+      "model: {path: m.gguf}\npools: [{name: a, instances: [{}]}, {name: a, instances: [{}]}]\n",
+      {"pools[1].name", "\"a\""});
 }
 
 TEST(ConfigTest, ModelPathRequired) {
   ExpectError("pools: [{instances: [{}]}]\n", {"model.path"});
-  ExpectError("model: {served_name: x}\npools: [{instances: [{}]}]\n",
-              {"model.path"});
+  ExpectError("model: {served_name: x}\npools: [{instances: [{}]}]\n", {"model.path"});
 }
 
 TEST(ConfigTest, SyntaxErrorIsInvalidArgumentWithLine) {
@@ -316,8 +288,7 @@ TEST(ConfigTest, ValidateConfigChecksOverrides) {
 TEST(ConfigTest, LoadConfigFileErrors) {
   Result<Config> missing = LoadConfigFile("/nonexistent/headway.yaml");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("/nonexistent/headway.yaml"),
-            std::string::npos);
+  EXPECT_NE(missing.status().message().find("/nonexistent/headway.yaml"), std::string::npos);
 
   std::string path = ::testing::TempDir() + "/headway_config_test.yaml";
   {
@@ -348,13 +319,11 @@ TEST(ConfigTest, PrefixCachingIsOnByDefaultAndCanBeTurnedOff) {
   Result<Config> on = ParseConfig(kFull);
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_TRUE(on->enable_prefix_caching);
-  Result<Config> off =
-      ParseConfig(Edit(kFull, "kv_memory_mb: 256",
-                       "kv_memory_mb: 256\n  enable_prefix_caching: false"));
+  Result<Config> off = ParseConfig(
+      Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  enable_prefix_caching: false"));
   ASSERT_TRUE(off.ok()) << off.status().ToString();
   EXPECT_FALSE(off->enable_prefix_caching);
-  ExpectError(Edit(kFull, "kv_memory_mb: 256",
-                   "kv_memory_mb: 256\n  enable_prefix_caching: 3"),
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  enable_prefix_caching: 3"),
               {"cache.enable_prefix_caching", "3", "true or false"});
 }
 
@@ -362,38 +331,33 @@ TEST(ConfigTest, RecyclingGranularity) {
   Result<Config> by_default = ParseConfig(kFull);
   ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
   EXPECT_EQ(by_default->recycling_granularity, "kv_head");
-  Result<Config> layer =
-      ParseConfig(Edit(kFull, "kv_memory_mb: 256",
-                       "kv_memory_mb: 256\n  recycling_granularity: layer"));
+  Result<Config> layer = ParseConfig(
+      Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  recycling_granularity: layer"));
   ASSERT_TRUE(layer.ok()) << layer.status().ToString();
   EXPECT_EQ(layer->recycling_granularity, "layer");
-  ExpectError(Edit(kFull, "kv_memory_mb: 256",
-                   "kv_memory_mb: 256\n  recycling_granularity: head"),
-              {"cache.recycling_granularity", "head", "kv_head, layer"});
+  ExpectError(
+      Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  recycling_granularity: head"),
+      {"cache.recycling_granularity", "head", "kv_head, layer"});
 }
 
 TEST(ConfigTest, HeadPatternIsOptional) {
   Result<Config> config = ParseConfig(kFull);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->head_pattern_path, "");
-  Result<Config> with =
-      ParseConfig(Edit(kFull, "served_name: smollm2-135m-instruct",
-                       "served_name: smollm2-135m-instruct\n"
-                       "  head_pattern: heads/streaming.yaml"));
+  Result<Config> with = ParseConfig(Edit(kFull, "served_name: smollm2-135m-instruct",
+                                         "served_name: smollm2-135m-instruct\n"
+                                         "  head_pattern: heads/streaming.yaml"));
   ASSERT_TRUE(with.ok()) << with.status().ToString();
-  EXPECT_EQ(with->head_pattern_path,
-            "heads/streaming.yaml"); // ParseConfig keeps it as written
+  EXPECT_EQ(with->head_pattern_path, "heads/streaming.yaml");  // ParseConfig keeps it as written
 }
 
 TEST(ConfigTest, HeadPatternMustBeANonEmptyString) {
   ExpectError(Edit(kFull, "served_name: smollm2-135m-instruct",
                    "served_name: smollm2-135m-instruct\n  head_pattern: \"\""),
-              {"model.head_pattern", "\"\"", "head-pattern YAML file",
-               "leave the key out"});
-  ExpectError(
-      Edit(kFull, "served_name: smollm2-135m-instruct",
-           "served_name: smollm2-135m-instruct\n  head_pattern: [a.yaml]"),
-      {"model.head_pattern", "(a list)", "a string"});
+              {"model.head_pattern", "\"\"", "head-pattern YAML file", "leave the key out"});
+  ExpectError(Edit(kFull, "served_name: smollm2-135m-instruct",
+                   "served_name: smollm2-135m-instruct\n  head_pattern: [a.yaml]"),
+              {"model.head_pattern", "(a list)", "a string"});
   ExpectError(Edit(kFull, "served_name: smollm2-135m-instruct",
                    "served_name: smollm2-135m-instruct\n  head_patern: a.yaml"),
               {"unknown key `model.head_patern`", "head_pattern"});
@@ -401,13 +365,11 @@ TEST(ConfigTest, HeadPatternMustBeANonEmptyString) {
 
 TEST(ConfigTest, LoadConfigFileResolvesHeadPatternAgainstTheConfigDirectory) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / "headway_config_head_pattern";
+  const fs::path dir = fs::path(::testing::TempDir()) / "headway_config_head_pattern";
   fs::create_directories(dir / "sub");
-  const std::string with_pattern =
-      Edit(kFull, "served_name: smollm2-135m-instruct",
-           "served_name: smollm2-135m-instruct\n"
-           "  head_pattern: ../heads.yaml");
+  const std::string with_pattern = Edit(kFull, "served_name: smollm2-135m-instruct",
+                                        "served_name: smollm2-135m-instruct\n"
+                                        "  head_pattern: ../heads.yaml");
   const fs::path path = dir / "sub" / "deploy.yaml";
   {
     std::ofstream out(path);
@@ -415,8 +377,7 @@ TEST(ConfigTest, LoadConfigFileResolvesHeadPatternAgainstTheConfigDirectory) {
   }
   Result<Config> config = LoadConfigFile(path.string());
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  EXPECT_EQ(config->head_pattern_path,
-            (dir / "heads.yaml").lexically_normal().string());
+  EXPECT_EQ(config->head_pattern_path, (dir / "heads.yaml").lexically_normal().string());
   {
     std::ofstream out(path);
     out << Edit(with_pattern, "../heads.yaml", "/abs/heads.yaml");
@@ -428,8 +389,8 @@ TEST(ConfigTest, LoadConfigFileResolvesHeadPatternAgainstTheConfigDirectory) {
 }
 
 TEST(ConfigTest, ShippedStreamingConfigIsValid) {
-  Result<Config> config = LoadConfigFile(
-      testing::SourceDir() + "/deploy/configs/smollm2-streaming.yaml");
+  Result<Config> config =
+      LoadConfigFile(testing::SourceDir() + "/deploy/configs/smollm2-streaming.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   const std::filesystem::path expected = std::filesystem::absolute(
       testing::SourceDir() + "/deploy/configs/smollm2-streaming-heads.yaml");
@@ -438,12 +399,11 @@ TEST(ConfigTest, ShippedStreamingConfigIsValid) {
 }
 
 TEST(ConfigTest, ShippedGemma3ConfigIsValid) {
-  Result<Config> config =
-      LoadConfigFile(testing::SourceDir() + "/deploy/configs/gemma3.yaml");
+  Result<Config> config = LoadConfigFile(testing::SourceDir() + "/deploy/configs/gemma3.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->model_path, "gemma-3-270m-q4_k_m.gguf");
   EXPECT_TRUE(config->enable_recycling);
 }
 
-} // namespace
-} // namespace headway
+}  // namespace
+}  // namespace headway

@@ -23,7 +23,7 @@ constexpr int kBlock = 16;
 ModelSpec SlidingSpec(int window, int sink) {
   ModelSpec spec = FakeLlamaSpec(2);
   for (int layer = 0; layer < spec.num_layers; ++layer) {
-    SlotSpec &s = spec.slot_specs[size_t(layer) * spec.num_kv_heads];
+    SlotSpec& s = spec.slot_specs[size_t(layer) * spec.num_kv_heads];
     s.window = window;
     s.sink = sink;
   }
@@ -31,18 +31,17 @@ ModelSpec SlidingSpec(int window, int sink) {
 }
 
 // Logical blocks of `row` that hold a block.
-std::vector<int> Live(const std::vector<int32_t> &row) {
+std::vector<int> Live(const std::vector<int32_t>& row) {
   std::vector<int> live;
   for (size_t i = 0; i < row.size(); ++i) {
-    if (row[i] >= 0)
-      live.push_back(int(i));
+    if (row[i] >= 0) live.push_back(int(i));
   }
   return live;
 }
 
 // Computes positions [0, end) of `seq` one position at a time, recycling
 // before each step as the scheduler does.
-void ComputeUpTo(KvCacheManager &kv, uint64_t seq, int64_t from, int64_t end) {
+void ComputeUpTo(KvCacheManager& kv, uint64_t seq, int64_t from, int64_t end) {
   for (int64_t p = from; p < end; ++p) {
     (void)kv.Recycle(seq, p);
     ASSERT_TRUE(kv.CanAppend(seq, p + 1));
@@ -55,19 +54,18 @@ TEST(KvRecyclingTest, WindowEdges) {
   // Window 32 = 2 blocks, no sink: block 0 leaves the window once the first
   // uncomputed position p has p - 32 + 1 >= 16.
   KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {200});
-  const int sliding = 0, full = 1; // slots of layer 0
-  ComputeUpTo(kv, 1, 0, 31);       // p = window - 1
+  const int sliding = 0, full = 1;  // slots of layer 0
+  ComputeUpTo(kv, 1, 0, 31);        // p = window - 1
   EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{0, 1}));
-  ComputeUpTo(kv, 1, 31, 32); // p = window
+  ComputeUpTo(kv, 1, 31, 32);       // p = window
   EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{0, 1}));
-  ComputeUpTo(kv, 1, 32, 33); // p = window + 1: keys 2.. still need block 0
+  ComputeUpTo(kv, 1, 32, 33);       // p = window + 1: keys 2.. still need block 0
   EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{0, 1, 2}));
-  ComputeUpTo(kv, 1, 33, 47); // p = 47: keys from 16 on
+  ComputeUpTo(kv, 1, 33, 47);       // p = 47: keys from 16 on
   EXPECT_EQ(Live(kv.TEST_Row(1, 0, sliding)), (std::vector<int>{1, 2}));
   EXPECT_EQ(kv.TEST_Row(1, 0, sliding)[0], -1);
-  EXPECT_EQ(Live(kv.TEST_Row(1, 0, full)).size(),
-            3u);                           // full slots keep everything
-  EXPECT_EQ(kv.num_recycled_blocks(), 2u); // one per layer
+  EXPECT_EQ(Live(kv.TEST_Row(1, 0, full)).size(), 3u);  // full slots keep everything
+  EXPECT_EQ(kv.num_recycled_blocks(), 2u);               // one per layer
   EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
 }
 
@@ -93,23 +91,22 @@ TEST(KvRecyclingTest, LateStartSkipsTheGapBetweenSinkAndWindow) {
   EXPECT_EQ(kv.TEST_Row(1, 0, 0).size(), 20u);
   EXPECT_EQ(free_before - kv.Usage(0).num_free, 4 * 20 + 2 * 4);
   int sliding_runs = 0;
-  for (const SlotBlockDelta &d : deltas[0])
-    sliding_runs += d.slot % 3 == 0;
-  EXPECT_EQ(sliding_runs, 4); // two runs per sliding slot
+  for (const SlotBlockDelta& d : deltas[0]) sliding_runs += d.slot % 3 == 0;
+  EXPECT_EQ(sliding_runs, 4);  // two runs per sliding slot
   EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
 }
 
 TEST(KvRecyclingTest, RecycleDeltasNameTheIndices) {
   KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {200});
   ComputeUpTo(kv, 1, 0, 47);
-  auto deltas = kv.Recycle(1, 80); // keys from 49 on: blocks 1 and 2 go
-  ASSERT_EQ(deltas[0].size(), 2u); // the sliding slot of each layer
-  for (const SlotBlockDelta &d : deltas[0]) {
+  auto deltas = kv.Recycle(1, 80);  // keys from 49 on: blocks 1 and 2 go
+  ASSERT_EQ(deltas[0].size(), 2u);  // the sliding slot of each layer
+  for (const SlotBlockDelta& d : deltas[0]) {
     EXPECT_TRUE(d.appended.empty());
     EXPECT_EQ(d.recycled, (std::vector<int32_t>{1, 2}));
     EXPECT_EQ(d.first_logical, 3);
   }
-  EXPECT_TRUE(kv.Recycle(1, 80)[0].empty()); // nothing twice
+  EXPECT_TRUE(kv.Recycle(1, 80)[0].empty());  // nothing twice
 }
 
 TEST(KvRecyclingTest, RecycledBlocksGoBackToThePool) {
@@ -123,8 +120,7 @@ TEST(KvRecyclingTest, RecycledBlocksGoBackToThePool) {
   EXPECT_EQ(2000 - with.Usage(0).num_free, 4 * 64 + 2 * 2);
   with.Release(1);
   EXPECT_EQ(with.Usage(0).num_free, 2000);
-  EXPECT_TRUE(with.CheckConsistency().ok())
-      << with.CheckConsistency().ToString();
+  EXPECT_TRUE(with.CheckConsistency().ok()) << with.CheckConsistency().ToString();
 }
 
 TEST(KvRecyclingTest, RecyclingOffKeepsEveryBlock) {
@@ -142,9 +138,10 @@ TEST(KvRecyclingTest, RecyclingOffKeepsEveryBlock) {
 // allocator with one block table per layer must; a layer whose KV heads all
 // slide alike still recycles.
 TEST(KvRecyclingTest, LayerGranularityRecyclesOnlyUniformLayers) {
-  ModelSpec spec = SlidingSpec(32, 0); // layers 0 and 1: KV head 0 slides
-  for (int h = 0; h < spec.num_kv_heads; ++h)
-    spec.slot_specs[size_t(spec.num_kv_heads) + h] = {32, 0};
+  ModelSpec spec = SlidingSpec(32, 0);  // layers 0 and 1: KV head 0 slides
+  for (int h = 0; h < spec.num_kv_heads; ++h) {
+    spec.slot_specs[size_t(spec.num_kv_heads) + h] = SlotSpec{32, 0};  // all of layer 1
+  }
   KvCacheOptions options;
   options.recycling_granularity = KvCacheOptions::Granularity::kLayer;
   const std::vector<SlotSpec> kept =
@@ -152,8 +149,7 @@ TEST(KvRecyclingTest, LayerGranularityRecyclesOnlyUniformLayers) {
   ASSERT_EQ(kept.size(), 6u);
   for (int h = 0; h < 3; ++h) {
     EXPECT_FALSE(kept[size_t(h)].IsSliding()) << "mixed layer 0, KV head " << h;
-    EXPECT_EQ(kept[size_t(3 + h)].window, 32)
-        << "uniform layer 1, KV head " << h;
+    EXPECT_EQ(kept[size_t(3 + h)].window, 32) << "uniform layer 1, KV head " << h;
   }
   KvCacheManager by_layer(spec, 1, kBlock, {2000}, options);
   KvCacheManager by_head(spec, 1, kBlock, {2000});
@@ -163,14 +159,12 @@ TEST(KvRecyclingTest, LayerGranularityRecyclesOnlyUniformLayers) {
   // straddle two blocks).
   EXPECT_EQ(2000 - by_layer.Usage(0).num_free, 3 * 64 + 3 * 2);
   EXPECT_EQ(2000 - by_head.Usage(0).num_free, 2 * 64 + 4 * 2);
-  EXPECT_TRUE(by_layer.CheckConsistency().ok())
-      << by_layer.CheckConsistency().ToString();
+  EXPECT_TRUE(by_layer.CheckConsistency().ok()) << by_layer.CheckConsistency().ToString();
 }
 
 std::vector<int32_t> Tokens(int n, int seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
-    t[size_t(i)] = (i * 31 + seed * 7) % 997;
+  for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 31 + seed * 7) % 997;
   return t;
 }
 
@@ -232,7 +226,7 @@ TEST(KvRecyclingTest, SinkBlocksKeepShorterHitsAlive) {
 // sequence lacks a block its window or sink needs.
 TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
   std::mt19937 rng(1234);
-  const int window = 40, sink = 20; // a sink ending mid-block
+  const int window = 40, sink = 20;  // a sink ending mid-block
   const ModelSpec spec = SlidingSpec(window, sink);
   KvCacheManager kv(spec, 1, kBlock, {600});
   struct Live {
@@ -241,16 +235,14 @@ TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
   };
   std::map<uint64_t, Live> seqs;
   uint64_t next_id = 1;
-  int hits = 0; // starts that shared a cached prefix
-  auto check = [&](const char *after) {
-    ASSERT_TRUE(kv.CheckConsistency().ok())
-        << after << ": " << kv.CheckConsistency().ToString();
-    for (const auto &[id, s] : seqs) {
+  int hits = 0;  // starts that shared a cached prefix
+  auto check = [&](const char* after) {
+    ASSERT_TRUE(kv.CheckConsistency().ok()) << after << ": " << kv.CheckConsistency().ToString();
+    for (const auto& [id, s] : seqs) {
       for (int slot = 0; slot < kv.num_slots(0); ++slot) {
-        const std::vector<int32_t> &row = kv.TEST_Row(id, 0, slot);
+        const std::vector<int32_t>& row = kv.TEST_Row(id, 0, slot);
         const bool sliding = slot % 3 == 0;
-        const int64_t live_begin =
-            std::max<int64_t>(0, s.computed - window + 1) / kBlock;
+        const int64_t live_begin = std::max<int64_t>(0, s.computed - window + 1) / kBlock;
         const int64_t sink_blocks = (sink + kBlock - 1) / kBlock;
         for (int64_t i = 0; i < int64_t(row.size()); ++i) {
           const bool needed = !sliding || i < sink_blocks || i >= live_begin;
@@ -269,29 +261,26 @@ TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
       s.tokens = Tokens(40 + int(rng() % 200), int(rng() % 3));
       const TokenIds ids{s.tokens, {}};
       PrefixMatch m = kv.MatchPrefix(ids, int64_t(s.tokens.size()) - 1);
-      const int64_t chunk = std::min<int64_t>(int64_t(s.tokens.size()),
-                                              m.num_positions + 1 + rng() % 40);
-      if (!kv.CanStart(m, chunk))
-        continue;
+      const int64_t chunk = std::min<int64_t>(int64_t(s.tokens.size()), m.num_positions + 1 + rng() % 40);
+      if (!kv.CanStart(m, chunk)) continue;
       const uint64_t id = next_id++;
       (void)kv.Start(id, m, chunk);
       hits += m.num_positions > 0;
-      s.computed = chunk; // computed by this step
+      s.computed = chunk;  // computed by this step
       kv.CacheComputedBlocks(id, ids, chunk);
       seqs[id] = std::move(s);
       check("start");
     } else if (op < 8 && !seqs.empty()) {
       auto it = seqs.begin();
       std::advance(it, rng() % seqs.size());
-      Live &s = it->second;
+      Live& s = it->second;
       (void)kv.Recycle(it->first, s.computed);
       check("recycle");
       const int64_t end = s.computed + 1 + int64_t(rng() % 24);
       if (int64_t(s.tokens.size()) < end) {
         s.tokens.resize(size_t(end), int32_t(rng() % 997));
       }
-      if (!kv.CanAppend(it->first, end))
-        continue;
+      if (!kv.CanAppend(it->first, end)) continue;
       (void)kv.Append(it->first, end);
       s.computed = end;
       kv.CacheComputedBlocks(it->first, TokenIds{s.tokens, {}}, end);
@@ -304,13 +293,12 @@ TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
       check("release");
     }
   }
-  for (auto &[id, s] : seqs)
-    kv.Release(id);
+  for (auto& [id, s] : seqs) kv.Release(id);
   EXPECT_EQ(kv.Usage(0).num_free, 600);
   EXPECT_GT(kv.num_recycled_blocks(), 0u);
   EXPECT_GT(hits, 10);
   EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
 }
 
-} // namespace
-} // namespace headway
+}  // namespace
+}  // namespace headway

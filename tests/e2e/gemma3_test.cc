@@ -24,7 +24,7 @@ using nlohmann::json;
 constexpr char kServedName[] = "gemma3";
 constexpr int kLongPromptTokens = 1500;
 
-json GreedyBody(const json &prompt, int max_tokens, bool ignore_eos) {
+json GreedyBody(const json& prompt, int max_tokens, bool ignore_eos) {
   return {{"model", kServedName},
           {"prompt", prompt},
           {"max_tokens", max_tokens},
@@ -46,40 +46,36 @@ std::unique_ptr<Deployment> StartGemma(bool recycling, bool prefix_caching) {
   return d;
 }
 
-double CounterSum(const Deployment &d, const std::string &name) {
+double CounterSum(const Deployment& d, const std::string& name) {
   Result<PromExposition> m = ParsePrometheusText(d.Get("/metrics").body);
   EXPECT_TRUE(m.ok());
   double sum = 0;
   if (m.ok()) {
-    for (const PromSample *s : m->Samples(name))
-      sum += s->value;
+    for (const PromSample* s : m->Samples(name)) sum += s->value;
   }
   return sum;
 }
 
 // The first kLongPromptTokens ids (BOS first) of an English passage
 // repeated: the perplexity passage, Alice's Adventures in Wonderland.
-std::vector<int32_t> LongPromptIds(const Deployment &d) {
+std::vector<int32_t> LongPromptIds(const Deployment& d) {
   std::ifstream in(TestDataPath("perplexity/passage.txt"));
   std::stringstream passage;
   passage << in.rdbuf();
   std::string text;
-  for (int i = 0; i < 8; ++i)
-    text += passage.str() + "\n\n";
-  HttpReply t =
-      d.PostJson("/tokenize", {{"model", kServedName}, {"prompt", text}});
+  for (int i = 0; i < 8; ++i) text += passage.str() + "\n\n";
+  HttpReply t = d.PostJson("/tokenize", {{"model", kServedName}, {"prompt", text}});
   EXPECT_EQ(t.status, 200) << t.body;
-  if (t.status != 200)
-    return {};
+  if (t.status != 200) return {};
   std::vector<int32_t> ids = t.json["tokens"].get<std::vector<int32_t>>();
   EXPECT_GE(ids.size(), size_t(kLongPromptTokens));
-  EXPECT_EQ(ids.at(0), 2); // <bos>
+  EXPECT_EQ(ids.at(0), 2);  // <bos>
   ids.resize(std::min(ids.size(), size_t(kLongPromptTokens)));
   return ids;
 }
 
 class Gemma3ServingTest : public ::testing::Test {
-protected:
+ protected:
   void SetUp() override { HW_REQUIRE_MODEL(Gemma3Path()); }
 };
 
@@ -89,14 +85,13 @@ protected:
 TEST_F(Gemma3ServingTest, ContinuesPlainEnglish) {
   std::unique_ptr<Deployment> d = StartGemma(true, true);
   ASSERT_NE(d, nullptr);
-  const std::string counting = CompletionText(d->PostJson(
-      "/v1/completions", GreedyBody("One, two, three, four, five,", 8, false)));
+  const std::string counting = CompletionText(
+      d->PostJson("/v1/completions", GreedyBody("One, two, three, four, five,", 8, false)));
   EXPECT_EQ(counting.rfind(" six, seven, eight, nine", 0), 0u) << counting;
   // No chat template in the base model's GGUF: the chat API says so.
   HttpReply chat = d->PostJson(
       "/v1/chat/completions",
-      {{"model", kServedName},
-       {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}});
+      {{"model", kServedName}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}});
   EXPECT_GE(chat.status, 400) << chat.body;
   EXPECT_TRUE(chat.json.contains("error")) << chat.body;
 }
@@ -116,19 +111,15 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
   auto serve = [](bool recycling, bool prefix_caching, int long_prompt_copies) {
     Run run;
     std::unique_ptr<Deployment> d = StartGemma(recycling, prefix_caching);
-    if (d == nullptr)
-      return run;
+    if (d == nullptr) return run;
     run.free_at_start = d->FreeBlocks();
-    HttpReply r = d->PostJson(
-        "/v1/completions",
-        GreedyBody("The history of the lighthouse begins", 600, true));
+    HttpReply r = d->PostJson("/v1/completions",
+                              GreedyBody("The history of the lighthouse begins", 600, true));
     run.long_decode = CompletionText(r);
-    if (r.status == 200)
-      EXPECT_EQ(r.json["usage"]["completion_tokens"], 600);
+    if (r.status == 200) EXPECT_EQ(r.json["usage"]["completion_tokens"], 600);
     const std::vector<int32_t> ids = LongPromptIds(*d);
     auto complete = [&] {
-      return CompletionText(
-          d->PostJson("/v1/completions", GreedyBody(ids, 24, true)));
+      return CompletionText(d->PostJson("/v1/completions", GreedyBody(ids, 24, true)));
     };
     run.long_prompt.push_back(complete());
     if (long_prompt_copies == 2) {
@@ -147,7 +138,7 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
   EXPECT_EQ(on.long_decode, off.long_decode);
   ASSERT_EQ(on.long_prompt.size(), 3u);
   ASSERT_EQ(off.long_prompt.size(), 1u);
-  for (const std::string &text : on.long_prompt) {
+  for (const std::string& text : on.long_prompt) {
     EXPECT_FALSE(IsErrorText(text)) << text;
     EXPECT_EQ(text, off.long_prompt[0]);
   }
@@ -157,5 +148,5 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
   EXPECT_EQ(off.free_at_end, off.free_at_start);
 }
 
-} // namespace
-} // namespace headway::testing
+}  // namespace
+}  // namespace headway::testing

@@ -6,9 +6,9 @@
 // n_threads=2; its numpy pass is written from llama.cpp's
 // llm_build_gemma3_iswa). One of its prompts is 832 tokens long, so the
 // 512-position window of the sliding layers shapes its logits.
-#include <cstdio>
-
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include "tests/worker/real_model_fixture.h"
 
@@ -37,7 +37,7 @@ constexpr float kTieMargin = 1.0f;
 constexpr int kHorizon = 16;
 
 class Gemma3Test : public testing::RealModelFixture {
-protected:
+ protected:
   static void SetUpTestSuite() {
     model_store_ = testing::LoadRealModel(testing::Gemma3Path()).release();
   }
@@ -52,13 +52,13 @@ protected:
     StartExecutor(model_store_, kPoolBytes);
   }
 
-  static DecoderModel *model_store_;
+  static DecoderModel* model_store_;
 };
 
-DecoderModel *Gemma3Test::model_store_ = nullptr;
+DecoderModel* Gemma3Test::model_store_ = nullptr;
 
 TEST_F(Gemma3Test, SpecFromMetadata) {
-  const ModelSpec &spec = model_->spec();
+  const ModelSpec& spec = model_->spec();
   EXPECT_EQ(spec.architecture, "gemma3");
   EXPECT_EQ(spec.num_layers, 18);
   EXPECT_EQ(spec.head_dim, 256);
@@ -78,18 +78,16 @@ TEST_F(Gemma3Test, MatchesNumpyF32Reference) {
     const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
     ASSERT_EQ(logits.size(), ref["cases"].size());
     for (size_t i = 0; i < logits.size(); ++i) {
-      const nlohmann::json &c = ref["cases"][i];
+      const nlohmann::json& c = ref["cases"][i];
       SCOPED_TRACE(c["name"].get<std::string>());
-      const float diff = MaxDiff(logits[i], c["f32_last_top_ids"],
-                                 c["f32_last_top_logits"], 50);
+      const float diff = MaxDiff(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
       EXPECT_LE(diff, kF32Tolerance);
-      ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"],
-                  2 * kF32Tolerance);
-      std::printf("[ measured ] %s (%zu tokens): path %d, max |logit diff| "
-                  "over the top 50 vs "
-                  "numpy f32: %.6f\n",
-                  c["name"].get<std::string>().c_str(), c["prompt_ids"].size(),
-                  int(path), diff);
+      ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 2 * kF32Tolerance);
+      std::printf(
+          "[ measured ] %s (%zu tokens): path %d, max |logit diff| "
+          "over the top 50 vs "
+          "numpy f32: %.6f\n",
+          c["name"].get<std::string>().c_str(), c["prompt_ids"].size(), int(path), diff);
     }
   }
   model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
@@ -101,10 +99,9 @@ TEST_F(Gemma3Test, CloseToLlamaCpp) {
   const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const nlohmann::json &c = ref["cases"][i];
+    const nlohmann::json& c = ref["cases"][i];
     SCOPED_TRACE(c["name"].get<std::string>());
-    const float diff =
-        MaxDiff(logits[i], c["last_top_ids"], c["last_top_logits"], 50);
+    const float diff = MaxDiff(logits[i], c["last_top_ids"], c["last_top_logits"], 50);
     EXPECT_LE(diff, kLlamaCppTolerance);
     std::printf(
         "[ measured ] %s: serving path, max |logit diff| over the top 50 vs "
@@ -119,7 +116,7 @@ TEST_F(Gemma3Test, GreedyTokensMatchLlamaCpp) {
   const nlohmann::json ref = ReadJson("reference/gemma3_greedy.json");
   std::vector<std::vector<int32_t>> prompts, expected;
   std::vector<std::vector<float>> margins;
-  for (const nlohmann::json &c : ref["cases"]) {
+  for (const nlohmann::json& c : ref["cases"]) {
     prompts.push_back(Ids(c["prompt_ids"]));
     expected.push_back(Ids(c["greedy_ids"]));
     margins.push_back(c["greedy_margins"].get<std::vector<float>>());
@@ -140,17 +137,15 @@ TEST_F(Gemma3Test, GreedyTokensMatchLlamaCpp) {
     ASSERT_EQ(r.error(), "");
     ASSERT_EQ(r.tokens_size(), int(num));
     for (size_t i = 0; i < num; ++i) {
-      if (margins[i][step] < kTieMargin)
-        continue;
+      if (margins[i][step] < kTieMargin) continue;
       ++compared;
       EXPECT_EQ(r.tokens(i).token_id(), expected[i][step])
-          << ref["cases"][i]["name"] << " step " << step
-          << " (llama.cpp margin " << margins[i][step] << ")";
+          << ref["cases"][i]["name"] << " step " << step << " (llama.cpp margin "
+          << margins[i][step] << ")";
     }
   }
-  std::printf(
-      "[ measured ] %d of %zu greedy steps compared (the rest are near-ties)\n",
-      compared, num * kHorizon);
+  std::printf("[ measured ] %d of %zu greedy steps compared (the rest are near-ties)\n", compared,
+              num * kHorizon);
   EXPECT_GE(compared, int(num * kHorizon / 2));
 }
 
@@ -158,17 +153,14 @@ TEST_F(Gemma3Test, GreedyTokensMatchLlamaCpp) {
 // sequence, gives the same greedy tokens as one whole prefill.
 TEST_F(Gemma3Test, GreedyTokensIndependentOfChunking) {
   const nlohmann::json ref = ReadJson("reference/gemma3_greedy.json");
-  const nlohmann::json &cases = ref["cases"];
-  const std::vector<int32_t> long_prompt =
-      Ids(cases[cases.size() - 1]["prompt_ids"]);
+  const nlohmann::json& cases = ref["cases"];
+  const std::vector<int32_t> long_prompt = Ids(cases[cases.size() - 1]["prompt_ids"]);
   const std::vector<int32_t> other = Ids(cases[1]["prompt_ids"]);
   ASSERT_GT(long_prompt.size(), 600u);
   constexpr int kTokens = 6;
-  const std::vector<int32_t> alone =
-      Generate({long_prompt}, kTokens, 1 << 20)[0];
-  EXPECT_EQ(Generate({long_prompt, other}, kTokens, 200)[0], alone)
-      << "chunks of 200, batched";
+  const std::vector<int32_t> alone = Generate({long_prompt}, kTokens, 1 << 20)[0];
+  EXPECT_EQ(Generate({long_prompt, other}, kTokens, 200)[0], alone) << "chunks of 200, batched";
 }
 
-} // namespace
-} // namespace headway
+}  // namespace
+}  // namespace headway

@@ -23,58 +23,47 @@
 
 namespace headway::testing {
 
-inline nlohmann::json ReadJson(const std::string &relative) {
+inline nlohmann::json ReadJson(const std::string& relative) {
   std::ifstream in(TestDataPath(relative));
   EXPECT_TRUE(in.good()) << "cannot read " << TestDataPath(relative);
   return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
 
-// The TP-1 model of the GGUF at `path`, or nullptr (with a test failure
-// recorded) when it does not load; nullptr without a failure when the file
-// is absent.
-inline std::unique_ptr<DecoderModel> LoadRealModel(const std::string &path) {
-  if (!std::filesystem::exists(path))
-    return nullptr;
+// The TP-1 model of the GGUF at `path`; nullptr when the file is absent, or
+// (with a test failure recorded) when it does not load.
+inline std::unique_ptr<DecoderModel> LoadRealModel(const std::string& path) {
+  if (!std::filesystem::exists(path)) return nullptr;
   auto file = GgufFile::Open(path);
   EXPECT_TRUE(file.ok()) << file.status().ToString();
-  if (!file.ok())
-    return nullptr;
+  if (!file.ok()) return nullptr;
   auto spec = LoadModelSpec(**file);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  if (!spec.ok())
-    return nullptr;
+  if (!spec.ok()) return nullptr;
   auto weights = ModelWeights::Load(**file, *spec, ShardForRank(*spec, 1, 0));
   EXPECT_TRUE(weights.ok()) << weights.status().ToString();
-  if (!weights.ok())
-    return nullptr;
+  if (!weights.ok()) return nullptr;
   auto model = DecoderModel::Create(*spec, std::move(*weights));
   EXPECT_TRUE(model.ok()) << model.status().ToString();
-  if (!model.ok())
-    return nullptr;
+  if (!model.ok()) return nullptr;
   return std::move(model).value();
 }
 
-inline std::vector<int32_t> Ids(const nlohmann::json &j) {
-  return j.get<std::vector<int32_t>>();
-}
+inline std::vector<int32_t> Ids(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
 // Max |logits[id] - ref| over the reference's first `n` (id, logit) pairs.
-inline float MaxDiff(const std::vector<float> &logits,
-                     const nlohmann::json &ids, const nlohmann::json &ref,
-                     int n) {
+inline float MaxDiff(const std::vector<float>& logits, const nlohmann::json& ids,
+                     const nlohmann::json& ref, int n) {
   float max_diff = 0.0f;
   for (int i = 0; i < n; ++i) {
-    max_diff = std::max(
-        max_diff, std::fabs(logits[ids[i].get<int>()] - ref[i].get<float>()));
+    max_diff = std::max(max_diff, std::fabs(logits[ids[i].get<int>()] - ref[i].get<float>()));
   }
   return max_diff;
 }
 
 // Expects the reference's top-10 tokens among ours, except those within
 // `slack` of the reference's 11th logit (near-equal logits may swap there).
-inline void ExpectTop10(const std::vector<float> &logits,
-                        const nlohmann::json &ids, const nlohmann::json &ref,
-                        float slack) {
+inline void ExpectTop10(const std::vector<float>& logits, const nlohmann::json& ids,
+                        const nlohmann::json& ref, float slack) {
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + 10, order.end(),
@@ -82,8 +71,7 @@ inline void ExpectTop10(const std::vector<float> &logits,
   const std::set<int32_t> ours(order.begin(), order.begin() + 10);
   for (int i = 0; i < 10; ++i) {
     if (ref[i].get<float>() - ref[10].get<float>() > slack) {
-      EXPECT_TRUE(ours.count(ids[i].get<int>()))
-          << "reference #" << i << " token " << ids[i];
+      EXPECT_TRUE(ours.count(ids[i].get<int>())) << "reference #" << i << " token " << ids[i];
     }
   }
   if (ref[0].get<float>() - ref[1].get<float>() > slack) {
@@ -94,15 +82,13 @@ inline void ExpectTop10(const std::vector<float> &logits,
 // Runs plans on one model through a StepExecutor with its own pool, giving
 // each sequence's slots fresh blocks as its positions grow.
 class RealModelFixture : public ::testing::Test {
-protected:
+ protected:
   static constexpr int kBlockSize = 16;
 
-  // REQUIRES: `model` outlives the fixture's use of it.
-  void StartExecutor(DecoderModel *model, int64_t pool_bytes) {
+  // REQUIRES: `model` outlives the executor's use of it.
+  void StartExecutor(DecoderModel* model, int64_t pool_bytes) {
     model_ = model;
-    pool_ = std::move(KvPool::Create({kBlockSize, model_->spec().head_dim},
-                                     pool_bytes))
-                .value();
+    pool_ = std::move(KvPool::Create({kBlockSize, model_->spec().head_dim}, pool_bytes)).value();
     StepExecutorOptions options;
     options.seed_base = 1;
     executor_ = std::make_unique<StepExecutor>(model_, pool_.get(), options);
@@ -110,27 +96,23 @@ protected:
 
   // Adds `tokens` of `seq_id` at `start_pos`, giving every slot the blocks
   // the new positions need.
-  proto::SequenceStep *Add(proto::StepPlan *plan, uint64_t seq_id,
-                           const std::vector<int32_t> &tokens,
-                           uint32_t start_pos, bool sample) {
-    proto::SequenceStep *step = plan->add_seqs();
+  proto::SequenceStep* Add(proto::StepPlan* plan, uint64_t seq_id,
+                           const std::vector<int32_t>& tokens, uint32_t start_pos, bool sample) {
+    proto::SequenceStep* step = plan->add_seqs();
     step->set_seq_id(seq_id);
     step->set_is_new(start_pos == 0);
     step->set_start_pos(start_pos);
     step->set_sample(sample);
     step->mutable_sampling()->set_num_logprobs(5);
-    for (int32_t t : tokens)
-      step->add_token_ids(t);
-    int &have = blocks_[seq_id];
-    const int need =
-        int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
+    for (int32_t t : tokens) step->add_token_ids(t);
+    int& have = blocks_[seq_id];
+    const int need = int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
     if (need > have) {
       for (int slot = 0; slot < model_->num_slots(); ++slot) {
-        proto::SlotDelta *d = step->add_deltas();
+        proto::SlotDelta* d = step->add_deltas();
         d->set_slot(slot);
         d->set_first_logical(have);
-        for (int i = have; i < need; ++i)
-          d->add_appended(next_block_++);
+        for (int i = have; i < need; ++i) d->add_appended(next_block_++);
       }
       have = need;
     }
@@ -139,8 +121,8 @@ protected:
 
   // Greedy continuations of `prompts` run together in one batch, each
   // prefilled in chunks of `chunk` tokens; returns `n` tokens per prompt.
-  std::vector<std::vector<int32_t>>
-  Generate(const std::vector<std::vector<int32_t>> &prompts, int n, int chunk) {
+  std::vector<std::vector<int32_t>> Generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             int n, int chunk) {
     std::vector<std::vector<int32_t>> out(prompts.size());
     std::vector<uint32_t> pos(prompts.size(), 0);
     bool done = false;
@@ -150,28 +132,24 @@ protected:
       for (size_t i = 0; i < prompts.size(); ++i) {
         const uint64_t seq = seq_base_ + i;
         if (pos[i] < prompts[i].size()) {
-          const size_t len =
-              std::min<size_t>(chunk, prompts[i].size() - pos[i]);
+          const size_t len = std::min<size_t>(chunk, prompts[i].size() - pos[i]);
           std::vector<int32_t> part(prompts[i].begin() + pos[i],
                                     prompts[i].begin() + pos[i] + len);
           Add(&plan, seq, part, pos[i], pos[i] + len == prompts[i].size());
           pos[i] += uint32_t(len);
         } else if (int(out[i].size()) < n) {
-          Add(&plan, seq, {out[i].back()}, pos[i], true)
-              ->set_num_generated(out[i].size());
+          Add(&plan, seq, {out[i].back()}, pos[i], true)->set_num_generated(out[i].size());
           pos[i] += 1;
         }
       }
       proto::StepResult r = executor_->Execute(plan);
       EXPECT_EQ(r.error(), "");
-      if (!r.error().empty())
-        break;
-      for (const proto::SampledToken &t : r.tokens()) {
+      if (!r.error().empty()) break;
+      for (const proto::SampledToken& t : r.tokens()) {
         out[t.seq_id() - seq_base_].push_back(t.token_id());
       }
       done = true;
-      for (const auto &o : out)
-        done = done && int(o.size()) >= n;
+      for (const auto& o : out) done = done && int(o.size()) >= n;
     }
     seq_base_ += 1000;
     return out;
@@ -179,16 +157,16 @@ protected:
 
   // Prefills every reference prompt in one batch and returns the logits of
   // each prompt's last position, [num_cases][vocab].
-  std::vector<std::vector<float>> LastPromptLogits(const nlohmann::json &ref) {
+  std::vector<std::vector<float>> LastPromptLogits(const nlohmann::json& ref) {
     proto::StepPlan plan;
     plan.set_step_id(++step_id_);
-    for (const nlohmann::json &c : ref["cases"]) {
+    for (const nlohmann::json& c : ref["cases"]) {
       Add(&plan, seq_base_++, Ids(c["prompt_ids"]), 0, true);
     }
     EXPECT_EQ(executor_->Execute(plan).error(), "");
     const size_t vocab = size_t(model_->vocab_size());
     std::vector<std::vector<float>> out;
-    const std::vector<float> &all = executor_->TEST_last_logits();
+    const std::vector<float>& all = executor_->TEST_last_logits();
     EXPECT_EQ(all.size(), vocab * ref["cases"].size());
     for (size_t i = 0; i * vocab < all.size(); ++i) {
       out.emplace_back(all.begin() + i * vocab, all.begin() + (i + 1) * vocab);
@@ -196,7 +174,7 @@ protected:
     return out;
   }
 
-  DecoderModel *model_ = nullptr;
+  DecoderModel* model_ = nullptr;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepExecutor> executor_;
   std::map<uint64_t, int> blocks_;
@@ -205,4 +183,4 @@ protected:
   uint64_t seq_base_ = 100;
 };
 
-} // namespace headway::testing
+}  // namespace headway::testing

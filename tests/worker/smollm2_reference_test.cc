@@ -62,7 +62,7 @@ constexpr float kTieMargin = 0.5f;
 constexpr int kHorizon = 16;
 
 class SmolLm2Test : public testing::RealModelFixture {
-protected:
+ protected:
   static void SetUpTestSuite() {
     model_store_ = testing::LoadRealModel(testing::SmolLm2Path()).release();
   }
@@ -77,10 +77,10 @@ protected:
     StartExecutor(model_store_, kPoolBytes);
   }
 
-  static DecoderModel *model_store_;
+  static DecoderModel* model_store_;
 };
 
-DecoderModel *SmolLm2Test::model_store_ = nullptr;
+DecoderModel* SmolLm2Test::model_store_ = nullptr;
 
 class SmolLm2PathTest : public SmolLm2Test,
                         public ::testing::WithParamInterface<MatmulPath> {};
@@ -93,23 +93,18 @@ TEST_P(SmolLm2PathTest, MatchesNumpyF32Reference) {
   model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const nlohmann::json &c = ref["cases"][i];
+    const nlohmann::json& c = ref["cases"][i];
     SCOPED_TRACE(c["name"].get<std::string>());
-    const float diff =
-        MaxDiff(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
+    const float diff = MaxDiff(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
     EXPECT_LE(diff, kF32Tolerance);
-    ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"],
-                2 * kF32Tolerance);
-    std::printf("[ measured ] %s: path %d, max |logit diff| over the top 50 vs "
-                "numpy f32: "
-                "%.6f\n",
-                c["name"].get<std::string>().c_str(), int(GetParam()), diff);
+    ExpectTop10(logits[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 2 * kF32Tolerance);
+    std::printf("[ measured ] %s: path %d, max |logit diff| over the top 50 vs numpy f32: "
+                "%.6f\n", c["name"].get<std::string>().c_str(), int(GetParam()), diff);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(F32Activations, SmolLm2PathTest,
-                         ::testing::Values(MatmulPath::kF32,
-                                           MatmulPath::kQuantisedF32Act));
+                         ::testing::Values(MatmulPath::kF32, MatmulPath::kQuantisedF32Act));
 
 TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
   const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
@@ -119,17 +114,13 @@ TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
   model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const nlohmann::json &c = ref["cases"][i];
+    const nlohmann::json& c = ref["cases"][i];
     SCOPED_TRACE(c["name"].get<std::string>());
-    const float diff =
-        MaxDiff(logits[i], c["last_top_ids"], c["last_top_logits"], 50);
+    const float diff = MaxDiff(logits[i], c["last_top_ids"], c["last_top_logits"], 50);
     EXPECT_LE(diff, kLlamaCppTolerance);
-    ExpectTop10(logits[i], c["last_top_ids"], c["last_top_logits"],
-                2 * kLlamaCppTolerance);
-    std::printf(
-        "[ measured ] %s: quantised path, max |logit diff| over the top 50 vs "
-        "llama.cpp: %.4f\n",
-        c["name"].get<std::string>().c_str(), diff);
+    ExpectTop10(logits[i], c["last_top_ids"], c["last_top_logits"], 2 * kLlamaCppTolerance);
+    std::printf("[ measured ] %s: quantised path, max |logit diff| over the top 50 vs "
+                "llama.cpp: %.4f\n", c["name"].get<std::string>().c_str(), diff);
   }
 }
 
@@ -143,7 +134,7 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
   const size_t num = ref["cases"].size();
   std::vector<std::vector<int32_t>> prompts, expected;
   std::vector<std::vector<float>> margins;
-  for (const nlohmann::json &c : ref["cases"]) {
+  for (const nlohmann::json& c : ref["cases"]) {
     prompts.push_back(Ids(c["prompt_ids"]));
     expected.push_back(Ids(c["greedy_ids"]));
     margins.push_back(c["greedy_margins"].get<std::vector<float>>());
@@ -164,29 +155,24 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
     ASSERT_EQ(r.tokens_size(), int(num));
     for (size_t i = 0; i < num; ++i) {
       const bool same = r.tokens(i).token_id() == expected[i][step];
-      if (!same && first_mismatch[i] < 0)
-        first_mismatch[i] = step;
+      if (!same && first_mismatch[i] < 0) first_mismatch[i] = step;
       if (margins[i][step] >= kTieMargin) {
         ++compared[i];
         agreed[i] += same;
-        EXPECT_TRUE(same) << ref["cases"][i]["name"] << " step " << step
-                          << ": Headway " << r.tokens(i).token_id()
-                          << ", llama.cpp " << expected[i][step]
+        EXPECT_TRUE(same) << ref["cases"][i]["name"] << " step " << step << ": Headway "
+                          << r.tokens(i).token_id() << ", llama.cpp " << expected[i][step]
                           << " (llama.cpp margin " << margins[i][step] << ")";
       }
     }
   }
   int total = 0;
   for (size_t i = 0; i < num; ++i) {
-    std::printf("[ measured ] %s: %d/%d non-tie steps agree; first "
-                "disagreement (any margin) "
-                "at step %d\n",
-                ref["cases"][i]["name"].get<std::string>().c_str(), agreed[i],
+    std::printf("[ measured ] %s: %d/%d non-tie steps agree; first disagreement (any margin) "
+                "at step %d\n", ref["cases"][i]["name"].get<std::string>().c_str(), agreed[i],
                 compared[i], first_mismatch[i]);
     total += compared[i];
   }
-  EXPECT_GE(total,
-            32); // not vacuous: most of the 4 x 16 steps are compared (43 now)
+  EXPECT_GE(total, 32);  // not vacuous: most of the 4 x 16 steps are compared (43 now)
 }
 
 TEST_F(SmolLm2Test, GreedyTokensIndependentOfBatchingAndChunking) {
@@ -197,12 +183,10 @@ TEST_F(SmolLm2Test, GreedyTokensIndependentOfBatchingAndChunking) {
   constexpr int kTokens = 8;
   const std::vector<int32_t> alone = Generate({chatml}, kTokens, 1 << 20)[0];
   // Batched with two other sequences (their prefill rows mix with its rows).
-  EXPECT_EQ(Generate({chatml, other1, other2}, kTokens, 1 << 20)[0], alone)
-      << "batched";
+  EXPECT_EQ(Generate({chatml, other1, other2}, kTokens, 1 << 20)[0], alone) << "batched";
   // 37 prompt tokens in chunks of 7 (block size 16: chunk ends fall inside
   // blocks), batched with another sequence that decodes meanwhile.
-  EXPECT_EQ(Generate({chatml, other1}, kTokens, 7)[0], alone)
-      << "chunks of 7, batched";
+  EXPECT_EQ(Generate({chatml, other1}, kTokens, 7)[0], alone) << "chunks of 7, batched";
 }
 
 // Teacher-forced perplexity of a 288-token English passage (Alice's
@@ -228,8 +212,7 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   std::vector<LayerBlockTable> tables(num_layers);
   int next = 0;
   for (int l = 0; l < num_layers; ++l) {
-    for (int i = 0; i < n_kv * blocks_per_row; ++i)
-      table_ids[l].push_back(next++);
+    for (int i = 0; i < n_kv * blocks_per_row; ++i) table_ids[l].push_back(next++);
     tables[l] = LayerBlockTable{table_ids[l].data(), n_kv, blocks_per_row};
   }
   std::vector<int32_t> positions(n), rows(n);
@@ -250,11 +233,10 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   const int vocab = model_->vocab_size();
   double nll = 0.0;
   for (int i = 0; i + 1 < n; ++i) {
-    const float *row = logits.data() + size_t(i) * vocab;
+    const float* row = logits.data() + size_t(i) * vocab;
     const float mx = *std::max_element(row, row + vocab);
     double sum = 0.0;
-    for (int v = 0; v < vocab; ++v)
-      sum += std::exp(double(row[v]) - mx);
+    for (int v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - mx);
     nll -= double(row[ids[i + 1]]) - mx - std::log(sum);
   }
   const double ppl = std::exp(nll / (n - 1));
@@ -262,5 +244,5 @@ TEST_F(SmolLm2Test, PassagePerplexityMatchesLlamaCpp) {
   EXPECT_NEAR(ppl / ref_ppl, 1.0, 0.03);
 }
 
-} // namespace
-} // namespace headway
+}  // namespace
+}  // namespace headway
