@@ -126,7 +126,7 @@ void Engine::Impl::HandleRegister(const std::string& peer, const proto::Register
     inst.reported_prefix = {};
     inst.in_flight.reset();
     spdlog::info("instance {} ready (tp_size {}; at most {} positions per sequence)", inst.id,
-                 inst.tp_size, inst.scheduler->kv().MaxPositionsPerSequence());
+                 inst.tp_size, inst.scheduler->MaxPositionsPerSequence());
   }
 }
 

@@ -386,15 +386,39 @@ int64_t KvCacheManager::NumCoveredPositions(uint64_t seq_id) const {
   return it == tables_.end() ? 0 : it->second.num_positions;
 }
 
-int64_t KvCacheManager::MaxPositionsPerSequence() const {
-  int64_t best = std::numeric_limits<int64_t>::max();
-  for (const Rank& rank : ranks_) {
-    int64_t slots = int64_t(rank.slot_specs.size());
-    if (slots == 0) continue;
-    // Full slots keep every block, so the pool divides evenly among them.
-    best = std::min(best, (rank.pool.num_total() / slots) * block_size_);
+int64_t KvCacheManager::PeakBlocks(const Rank& rank, int64_t num_positions,
+                                   int max_chunk_tokens) const {
+  const int64_t all = LogicalBlocks(num_positions);
+  int64_t total = 0;
+  for (const SlotSpec& spec : rank.slot_specs) {
+    if (!spec.IsSliding() || !options_.enable_recycling) {
+      total += all;
+      continue;
+    }
+    const int64_t sink_blocks = (int64_t(spec.sink) + block_size_ - 1) / block_size_;
+    const int64_t span = int64_t(spec.window) - 1 + max_chunk_tokens;
+    total += std::min(all, sink_blocks + (span + 2 * block_size_ - 2) / block_size_);
   }
-  return best == std::numeric_limits<int64_t>::max() ? 0 : best;
+  return total;
+}
+
+int64_t KvCacheManager::MaxPositionsPerSequence(int max_chunk_tokens) const {
+  HW_CHECK(max_chunk_tokens >= 1);
+  constexpr int64_t kUnbounded = std::numeric_limits<int32_t>::max();
+  int64_t best = kUnbounded;
+  for (const Rank& rank : ranks_) {
+    if (rank.slot_specs.empty()) continue;
+    const int64_t total = rank.pool.num_total();
+    if (PeakBlocks(rank, kUnbounded, max_chunk_tokens) <= total) continue;
+    // PeakBlocks grows with the length: the largest length that fits.
+    int64_t lo = 0, hi = kUnbounded;  // fits(lo), !fits(hi)
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (PeakBlocks(rank, mid, max_chunk_tokens) <= total ? lo : hi) = mid;
+    }
+    best = std::min(best, lo);
+  }
+  return best;
 }
 
 RankBlockUsage KvCacheManager::Usage(int tp_rank) const {

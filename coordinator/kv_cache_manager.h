@@ -203,9 +203,16 @@ class KvCacheManager {
                                                 KvCacheOptions::Granularity granularity);
 
   // The most positions one sequence could ever hold with the pools empty of
-  // everything else (min over ranks). Admission rejects longer requests so a
-  // sequence can never wait forever for blocks that do not exist.
-  int64_t MaxPositionsPerSequence() const;
+  // everything else (min over ranks), when it is computed in chunks of at
+  // most `max_chunk_tokens` positions (scheduler.max_num_batched_tokens).
+  // Admission rejects longer requests so a sequence can never wait forever
+  // for blocks that do not exist. A full slot (or any slot with recycling
+  // off) needs ceil(L / block_size) blocks; a recycling sliding slot never
+  // holds more than its sink blocks plus the blocks that the window before a
+  // chunk and the chunk itself span (see PeakBlocks), so with recycling the
+  // bound grows with the share of sliding slots. Unbounded (INT32_MAX) when
+  // every slot recycles and that peak fits. REQUIRES: max_chunk_tokens >= 1.
+  int64_t MaxPositionsPerSequence(int max_chunk_tokens) const;
 
   RankBlockUsage Usage(int tp_rank) const;
 
@@ -241,6 +248,12 @@ class KvCacheManager {
 
   // Logical blocks [0, n) cover positions [0, num_positions).
   int64_t LogicalBlocks(int64_t num_positions) const;
+  // The most blocks one sequence of `num_positions` positions holds at once
+  // on `rank` when computed in chunks of at most `max_chunk_tokens`: at a
+  // step computing [p, p + c) a recycling sliding slot holds its sink blocks
+  // and blocks floor((p - window + 1) / B) .. ceil((p + c) / B) - 1, at most
+  // sink_blocks + ceil((window - 1 + c + B - 1) / B) of them.
+  int64_t PeakBlocks(const Rank& rank, int64_t num_positions, int max_chunk_tokens) const;
   // Logical blocks [begin, end) that lie wholly outside a slot's sink and
   // the window of every position from the first uncomputed one on (class
   // comment): what the slot does not need. end >= begin; empty for full

@@ -22,7 +22,7 @@ Scheduler::Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv)
 
 Status Scheduler::CheckFits(int num_prompt_tokens, int max_tokens) const {
   int64_t needed = int64_t(num_prompt_tokens) + max_tokens;
-  int64_t most = kv_->MaxPositionsPerSequence();
+  int64_t most = MaxPositionsPerSequence();
   if (needed > most) {
     return Status::InvalidArgument(
         "the request needs KV cache for " + std::to_string(needed) + " positions (" +

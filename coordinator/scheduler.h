@@ -108,6 +108,11 @@ class Scheduler {
   const PrefixCacheStats& prefix_cache_stats() const { return prefix_stats_; }
 
   const KvCacheManager& kv() const { return *kv_; }
+  // The longest request (prompt + max_tokens) admission accepts: the KV
+  // cache's bound for this scheduler's chunk size.
+  int64_t MaxPositionsPerSequence() const {
+    return kv_->MaxPositionsPerSequence(config_.max_num_batched_tokens);
+  }
   // For KV transfer, which pins and fills blocks through sequences of its
   // own (ids the scheduler never sees) between steps.
   KvCacheManager& mutable_kv() { return *kv_; }

@@ -80,7 +80,7 @@ TEST(KvCacheManagerTest, NoPartialAllocationWhenOneRankIsShort) {
   EXPECT_TRUE(kv.CanAppend(1, 8));    // 2 x 2 = 4
   for (int r = 0; r < 3; ++r) EXPECT_EQ(kv.Usage(r).num_free, r == 2 ? 5 : 50);
   EXPECT_FALSE(kv.Contains(1));
-  EXPECT_EQ(kv.MaxPositionsPerSequence(), (5 / 2) * 4);
+  EXPECT_EQ(kv.MaxPositionsPerSequence(/*max_chunk_tokens=*/512), (5 / 2) * 4);
 }
 
 TEST(KvCacheManagerTest, ReplicatedKvHeadsTakeBlocksOnEveryReplica) {

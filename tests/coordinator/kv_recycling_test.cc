@@ -162,6 +162,35 @@ TEST(KvRecyclingTest, LayerGranularityRecyclesOnlyUniformLayers) {
   EXPECT_TRUE(by_layer.CheckConsistency().ok()) << by_layer.CheckConsistency().ToString();
 }
 
+// Admission's bound counts recycling: a sequence of the longest admitted
+// length, computed alone in chunks of the scheduler's size (recycling before
+// each step, as the scheduler does), always finds its blocks; and the bound
+// exceeds the all-blocks-kept one.
+TEST(KvRecyclingTest, MaxPositionsPerSequenceCountsRecycling) {
+  struct Case {
+    int window, sink, chunk;
+  };
+  for (const Case& c : {Case{32, 0, 1}, Case{32, 0, 48}, Case{64, 20, 16}, Case{17, 5, 33}}) {
+    SCOPED_TRACE("window " + std::to_string(c.window) + " sink " + std::to_string(c.sink) +
+                 " chunk " + std::to_string(c.chunk));
+    const ModelSpec spec = SlidingSpec(c.window, c.sink);
+    KvCacheOptions off;
+    off.enable_recycling = false;
+    KvCacheManager kept(spec, 1, kBlock, {600}, off);
+    KvCacheManager kv(spec, 1, kBlock, {600});
+    const int64_t most = kv.MaxPositionsPerSequence(c.chunk);
+    EXPECT_EQ(kept.MaxPositionsPerSequence(c.chunk), 600 / 6 * kBlock);
+    EXPECT_GT(most, kept.MaxPositionsPerSequence(c.chunk));
+    for (int64_t p = 0; p < most; p += c.chunk) {
+      const int64_t end = std::min<int64_t>(most, p + c.chunk);
+      (void)kv.Recycle(1, p);
+      ASSERT_TRUE(kv.CanAppend(1, end)) << "positions " << p << ".." << end << " of " << most;
+      (void)kv.Append(1, end);
+    }
+    EXPECT_TRUE(kv.CheckConsistency().ok()) << kv.CheckConsistency().ToString();
+  }
+}
+
 std::vector<int32_t> Tokens(int n, int seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 31 + seed * 7) % 997;

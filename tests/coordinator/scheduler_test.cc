@@ -235,7 +235,7 @@ TEST(SchedulerTest, RandomWorkloadKeepsInvariants) {
           ++admitted;
         } else {
           ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
-          ASSERT_GT(prompt + max_tokens, s->kv().MaxPositionsPerSequence());
+          ASSERT_GT(prompt + max_tokens, s->MaxPositionsPerSequence());
         }
       }
       ScheduledBatch b = s->Schedule();
@@ -411,7 +411,7 @@ TEST(SchedulerTest, RandomPrefixCacheWorkloadKeepsInvariants) {
             ids.push_back(id);
             ++admitted;
           } else {
-            ASSERT_GT(int(prompt.size()) + max_tokens, s->kv().MaxPositionsPerSequence());
+            ASSERT_GT(int(prompt.size()) + max_tokens, s->MaxPositionsPerSequence());
           }
         }
         ScheduledBatch b = s->Schedule();
