@@ -12,8 +12,8 @@
 namespace headway {
 
 Result<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelSpec& spec,
-                                                       std::unique_ptr<ModelWeights> weights,
-                                                       Communicator* comm) {
+                                                           std::unique_ptr<ModelWeights> weights,
+                                                           Communicator* comm) {
   if (spec.architecture != "llama" && spec.architecture != "gemma3") {
     return Status::Unimplemented("model architecture '" + spec.architecture +
                                  "' is not supported (only llama and gemma3)");
@@ -45,7 +45,7 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelSpec& spec
 }
 
 DecoderModel::DecoderModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights,
-                       Communicator* comm)
+                           Communicator* comm)
     : spec_(spec), arch_(ArchitectureOf(spec)), weights_(std::move(weights)), comm_(comm) {
   const TpShard& s = weights_->shard();
   for (int l = 0; l < spec_.num_layers; ++l) {

@@ -16,8 +16,8 @@
 
 #include "common/status.h"
 #include "proto/control.pb.h"
-#include "worker/kv_pool.h"
 #include "worker/decoder_model.h"
+#include "worker/kv_pool.h"
 #include "worker/sequence_state.h"
 
 namespace headway {

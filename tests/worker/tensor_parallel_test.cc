@@ -28,8 +28,8 @@
 #include "tests/support/gguf_writer.h"
 #include "tests/support/process.h"
 #include "tests/support/test_env.h"
-#include "worker/kv_pool.h"
 #include "worker/decoder_model.h"
+#include "worker/kv_pool.h"
 #include "worker/model_weights.h"
 
 namespace headway {
