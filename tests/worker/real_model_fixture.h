@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <fstream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "tests/support/test_env.h"
+#include "tests/worker/block_granter.h"
 #include "worker/step_executor.h"
 
 namespace headway::testing {
@@ -85,6 +88,19 @@ class RealModelFixture : public ::testing::Test {
  protected:
   static constexpr int kBlockSize = 16;
 
+  // Starts a fresh pool and executor on the TP-1 model of the GGUF at
+  // `path`, loaded once per test process and shared by every test in it
+  // (loading takes seconds; the executors never change the weights). Fails
+  // the test when the model does not load; call through
+  // ASSERT_NO_FATAL_FAILURE.
+  void StartExecutorOnModel(const std::string& path, int64_t pool_bytes) {
+    static std::map<std::string, std::unique_ptr<DecoderModel>> loaded;
+    std::unique_ptr<DecoderModel>& model = loaded[path];
+    if (model == nullptr) model = LoadRealModel(path);
+    ASSERT_NE(model, nullptr) << "cannot load " << path;
+    StartExecutor(model.get(), pool_bytes);
+  }
+
   // REQUIRES: `model` outlives the executor's use of it.
   void StartExecutor(DecoderModel* model, int64_t pool_bytes) {
     model_ = model;
@@ -92,30 +108,16 @@ class RealModelFixture : public ::testing::Test {
     StepExecutorOptions options;
     options.seed_base = 1;
     executor_ = std::make_unique<StepExecutor>(model_, pool_.get(), options);
+    granter_.emplace(model_->num_slots(), kBlockSize);
   }
 
-  // Adds `tokens` of `seq_id` at `start_pos`, giving every slot the blocks
-  // the new positions need.
+  // Adds `tokens` of `seq_id` at `start_pos` (a new sequence at 0), giving
+  // every slot the blocks the new positions need.
   proto::SequenceStep* Add(proto::StepPlan* plan, uint64_t seq_id,
                            const std::vector<int32_t>& tokens, uint32_t start_pos, bool sample) {
-    proto::SequenceStep* step = plan->add_seqs();
-    step->set_seq_id(seq_id);
-    step->set_is_new(start_pos == 0);
-    step->set_start_pos(start_pos);
-    step->set_sample(sample);
+    proto::SequenceStep* step =
+        granter_->AddStep(plan, seq_id, tokens, start_pos, start_pos == 0, sample);
     step->mutable_sampling()->set_num_logprobs(5);
-    for (int32_t t : tokens) step->add_token_ids(t);
-    int& have = blocks_[seq_id];
-    const int need = int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
-    if (need > have) {
-      for (int slot = 0; slot < model_->num_slots(); ++slot) {
-        proto::SlotDelta* d = step->add_deltas();
-        d->set_slot(slot);
-        d->set_first_logical(have);
-        for (int i = have; i < need; ++i) d->add_appended(next_block_++);
-      }
-      have = need;
-    }
     return step;
   }
 
@@ -155,6 +157,71 @@ class RealModelFixture : public ::testing::Test {
     return out;
   }
 
+  // How Headway's greedy tokens compared with one reference case's.
+  struct GreedyAgreement {
+    int compared = 0;         // steps where llama.cpp's top-2 margin >= tie_margin
+    int agreed = 0;           // of those, steps where the tokens are equal
+    int first_mismatch = -1;  // first step (any margin) where they differ; -1: none
+  };
+
+  // Decodes each reference case's llama.cpp greedy continuation ("greedy_ids")
+  // token by token for `horizon` steps, all cases in one batch (teacher
+  // forcing through the decode path, so one near-tie does not end the
+  // comparison), and expects Headway's greedy token to be llama.cpp's at
+  // every step where llama.cpp's top-2 margin ("greedy_margins") is at least
+  // `tie_margin`. Prints and returns the per-case agreement; empty (with a
+  // failure recorded) when a step fails.
+  std::vector<GreedyAgreement> TeacherForcedGreedy(const nlohmann::json& ref, int horizon,
+                                                   float tie_margin) {
+    const nlohmann::json& cases = ref["cases"];
+    const size_t num = cases.size();
+    std::vector<GreedyAgreement> result(num);
+    std::vector<uint32_t> pos(num);
+    for (int step = 0; step < horizon; ++step) {
+      proto::StepPlan plan;
+      plan.set_step_id(++step_id_);
+      for (size_t i = 0; i < num; ++i) {
+        const std::vector<int32_t> input =
+            step == 0 ? Ids(cases[i]["prompt_ids"])
+                      : std::vector<int32_t>{cases[i]["greedy_ids"][step - 1].get<int32_t>()};
+        Add(&plan, seq_base_ + i, input, pos[i], true)->set_num_generated(step);
+        pos[i] += uint32_t(input.size());
+      }
+      proto::StepResult r = executor_->Execute(plan);
+      EXPECT_EQ(r.error(), "");
+      EXPECT_EQ(r.tokens_size(), int(num));
+      if (!r.error().empty() || r.tokens_size() != int(num)) return {};
+      for (size_t i = 0; i < num; ++i) {
+        const int32_t expected = cases[i]["greedy_ids"][step].get<int32_t>();
+        const float margin = cases[i]["greedy_margins"][step].get<float>();
+        GreedyAgreement& a = result[i];
+        const bool same = r.tokens(i).token_id() == expected;
+        if (!same && a.first_mismatch < 0) a.first_mismatch = step;
+        if (margin < tie_margin) continue;
+        ++a.compared;
+        a.agreed += same;
+        EXPECT_TRUE(same) << cases[i]["name"] << " step " << step << ": Headway "
+                          << r.tokens(i).token_id() << ", llama.cpp " << expected
+                          << " (llama.cpp margin " << margin << ")";
+      }
+    }
+    seq_base_ += 1000;
+    for (size_t i = 0; i < num; ++i) {
+      std::printf("[ measured ] %s: %d/%d non-tie steps agree; first disagreement (any "
+                  "margin) at step %d\n",
+                  cases[i]["name"].get<std::string>().c_str(), result[i].agreed,
+                  result[i].compared, result[i].first_mismatch);
+    }
+    return result;
+  }
+
+  // Steps compared over all cases.
+  static int TotalCompared(const std::vector<GreedyAgreement>& cases) {
+    int total = 0;
+    for (const GreedyAgreement& a : cases) total += a.compared;
+    return total;
+  }
+
   // Prefills every reference prompt in one batch and returns the logits of
   // each prompt's last position, [num_cases][vocab].
   std::vector<std::vector<float>> LastPromptLogits(const nlohmann::json& ref) {
@@ -177,8 +244,7 @@ class RealModelFixture : public ::testing::Test {
   DecoderModel* model_ = nullptr;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepExecutor> executor_;
-  std::map<uint64_t, int> blocks_;
-  int next_block_ = 0;
+  std::optional<BlockGranter> granter_;  // set by StartExecutor
   uint64_t step_id_ = 0;
   uint64_t seq_base_ = 100;
 };

@@ -63,24 +63,11 @@ constexpr int kHorizon = 16;
 
 class SmolLm2Test : public testing::RealModelFixture {
  protected:
-  static void SetUpTestSuite() {
-    model_store_ = testing::LoadRealModel(testing::SmolLm2Path()).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_store_;
-    model_store_ = nullptr;
-  }
-
   void SetUp() override {
     HW_REQUIRE_MODEL(testing::SmolLm2Path());
-    ASSERT_NE(model_store_, nullptr);
-    StartExecutor(model_store_, kPoolBytes);
+    ASSERT_NO_FATAL_FAILURE(StartExecutorOnModel(testing::SmolLm2Path(), kPoolBytes));
   }
-
-  static DecoderModel* model_store_;
 };
-
-DecoderModel* SmolLm2Test::model_store_ = nullptr;
 
 class SmolLm2PathTest : public SmolLm2Test,
                         public ::testing::WithParamInterface<MatmulPath> {};
@@ -130,49 +117,10 @@ TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
 // not near a tie. Teacher forcing keeps one near-tie from ending the
 // comparison, so every prompt is compared over the whole horizon.
 TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
-  const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
-  const size_t num = ref["cases"].size();
-  std::vector<std::vector<int32_t>> prompts, expected;
-  std::vector<std::vector<float>> margins;
-  for (const nlohmann::json& c : ref["cases"]) {
-    prompts.push_back(Ids(c["prompt_ids"]));
-    expected.push_back(Ids(c["greedy_ids"]));
-    margins.push_back(c["greedy_margins"].get<std::vector<float>>());
-  }
-  std::vector<uint32_t> pos(num);
-  std::vector<int> compared(num, 0), agreed(num, 0), first_mismatch(num, -1);
-  for (int step = 0; step <= kHorizon - 1; ++step) {
-    proto::StepPlan plan;
-    plan.set_step_id(++step_id_);
-    for (size_t i = 0; i < num; ++i) {
-      const std::vector<int32_t> input =
-          step == 0 ? prompts[i] : std::vector<int32_t>{expected[i][step - 1]};
-      Add(&plan, seq_base_ + i, input, pos[i], true)->set_num_generated(step);
-      pos[i] += uint32_t(input.size());
-    }
-    proto::StepResult r = executor_->Execute(plan);
-    ASSERT_EQ(r.error(), "");
-    ASSERT_EQ(r.tokens_size(), int(num));
-    for (size_t i = 0; i < num; ++i) {
-      const bool same = r.tokens(i).token_id() == expected[i][step];
-      if (!same && first_mismatch[i] < 0) first_mismatch[i] = step;
-      if (margins[i][step] >= kTieMargin) {
-        ++compared[i];
-        agreed[i] += same;
-        EXPECT_TRUE(same) << ref["cases"][i]["name"] << " step " << step << ": Headway "
-                          << r.tokens(i).token_id() << ", llama.cpp " << expected[i][step]
-                          << " (llama.cpp margin " << margins[i][step] << ")";
-      }
-    }
-  }
-  int total = 0;
-  for (size_t i = 0; i < num; ++i) {
-    std::printf("[ measured ] %s: %d/%d non-tie steps agree; first disagreement (any margin) "
-                "at step %d\n", ref["cases"][i]["name"].get<std::string>().c_str(), agreed[i],
-                compared[i], first_mismatch[i]);
-    total += compared[i];
-  }
-  EXPECT_GE(total, 32);  // not vacuous: most of the 4 x 16 steps are compared (43 now)
+  const std::vector<GreedyAgreement> cases =
+      TeacherForcedGreedy(ReadJson("reference/smollm2_greedy.json"), kHorizon, kTieMargin);
+  // Not vacuous: most of the 4 x 16 steps are compared (44 now).
+  EXPECT_GE(TotalCompared(cases), 32);
 }
 
 TEST_F(SmolLm2Test, GreedyTokensIndependentOfBatchingAndChunking) {

@@ -1,10 +1,12 @@
 // StepExecutor on a tiny random llama (no model file): plan validation
 // (every rejected plan leaves the state unchanged), delta application,
 // release, and that batching and chunking do not change greedy tokens.
+#include "tests/worker/block_granter.h"
 #include "worker/step_executor.h"
 
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -57,30 +59,14 @@ class Harness {
     options.max_tokens_per_step = 64;
     options.seed_base = 1;
     executor_ = std::make_unique<StepExecutor>(model_.get(), pool_.get(), options);
+    granter_.emplace(model_->num_slots(), kBlockSize);
   }
 
   // Adds `tokens` of `seq_id` at `start_pos` to `plan`, with deltas giving
   // every slot the blocks the new positions need.
   proto::SequenceStep* Add(proto::StepPlan* plan, uint64_t seq_id, std::vector<int32_t> tokens,
                            uint32_t start_pos, bool is_new, bool sample = true) {
-    proto::SequenceStep* step = plan->add_seqs();
-    step->set_seq_id(seq_id);
-    step->set_is_new(is_new);
-    step->set_start_pos(start_pos);
-    step->set_sample(sample);
-    for (int32_t t : tokens) step->add_token_ids(t);
-    int& have = blocks_[seq_id];
-    const int need = int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
-    if (need > have) {
-      for (int slot = 0; slot < model_->num_slots(); ++slot) {
-        proto::SlotDelta* d = step->add_deltas();
-        d->set_slot(slot);
-        d->set_first_logical(have);
-        for (int i = have; i < need; ++i) d->add_appended(next_block_++);
-      }
-      have = need;
-    }
-    return step;
+    return granter_->AddStep(plan, seq_id, tokens, start_pos, is_new, sample);
   }
 
   proto::StepResult Run(const proto::StepPlan& plan) { return executor_->Execute(plan); }
@@ -91,8 +77,7 @@ class Harness {
   std::unique_ptr<DecoderModel> model_;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepExecutor> executor_;
-  std::map<uint64_t, int> blocks_;
-  int next_block_ = 0;
+  std::optional<testing::BlockGranter> granter_;  // set once the model exists
 };
 
 // Everything an executor remembers, for before/after comparison.
