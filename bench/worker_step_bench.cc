@@ -35,6 +35,7 @@
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "kernels/threads.h"
+#include "worker/decoder_model.h"
 #include "worker/step_executor.h"
 
 namespace headway {

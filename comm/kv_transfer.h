@@ -18,6 +18,14 @@
 // KvTransferOptions::transports (UCX_TLS syntax), e.g. "sm,self" on one
 // host, "tcp" across hosts.
 //
+// Pools in device memory (comm/kv_pool_memory.h): where UCX reports CUDA
+// memory support (ucp_context_query, UCP_ATTR_FIELD_MEMORY_TYPES) the agent
+// maps the device range and hands device addresses to UCX ("direct");
+// otherwise (Debian's UCX 1.13 has no CUDA transports) the sender copies each
+// message from the device into pinned host staging buffers and sends from
+// there, and the receiver copies each message into its device pool before
+// acknowledging it ("staged"). memory_path() says which.
+//
 // Faults: a peer process that dies or stalls mid-transfer never takes this
 // process down (tests/comm/kv_transfer_fault_test.cc). A sender's write to
 // a dead receiver fails with Unavailable, at the latest at its timeout; a
@@ -33,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/kv_pool_memory.h"
 #include "common/status.h"
 
 namespace headway {
@@ -40,7 +49,10 @@ namespace headway {
 // What a receiver publishes so that senders can write into its pool.
 struct KvPeerInfo {
   std::string worker_address;  // ucp_worker_get_address bytes
-  std::string rkey;            // ucp_rkey_pack bytes of the mapped pool
+  // ucp_rkey_pack bytes of the mapped pool; for a staged pool (which UCX
+  // cannot address) those of a one-page placeholder, so that every agent
+  // publishes a usable rkey: writes to any pool go by block messages.
+  std::string rkey;
   uint64_t base_address = 0;   // pool start in the receiver's address space
   uint64_t block_bytes = 0;    // bytes of one block (K and V)
   uint32_t num_blocks = 0;     // blocks in the pool
@@ -76,7 +88,21 @@ class KvTransferAgent {
   static Result<std::unique_ptr<KvTransferAgent>> Create(void* pool, uint64_t block_bytes,
                                                          uint32_t num_blocks,
                                                          const KvTransferOptions& options);
+  // As above over any pool memory (host or device; comm/kv_pool_memory.h),
+  // which the agent owns; memory->bytes() must hold num_blocks blocks.
+  // The memory path is chosen here (memory_path()). Errors as above, and
+  // InvalidArgument for a null memory or one smaller than the blocks;
+  // ResourceExhausted when the staging buffers cannot be allocated.
+  static Result<std::unique_ptr<KvTransferAgent>> Create(std::unique_ptr<KvPoolMemory> memory,
+                                                         uint64_t block_bytes,
+                                                         uint32_t num_blocks,
+                                                         const KvTransferOptions& options);
   virtual ~KvTransferAgent() = default;
+
+  // How this agent's pool bytes reach UCX, for logs: "host" (a host pool,
+  // handed to UCX as is), "staged" (copied through host staging buffers)
+  // or "direct" (device memory handed to a CUDA-aware UCX). Static string.
+  virtual const char* memory_path() const = 0;
 
   // This agent's description for peers.
   virtual const KvPeerInfo& local_info() const = 0;
@@ -91,9 +117,13 @@ class KvTransferAgent {
 
   // Writes every copy's block_bytes bytes from the local pool into the
   // peer's pool and returns once the peer's memory holds them (remote
-  // completion via flush). Errors: OutOfRange for a block id outside either
-  // pool (nothing is sent); Unavailable when a put or the flush fails or
-  // `timeout` passes (the peer's blocks are then undefined).
+  // completion via flush). For a device pool, the kernels that wrote the
+  // blocks must have finished (the copies do not wait for other streams).
+  // Errors: OutOfRange for a block id outside either pool (nothing is sent);
+  // Unavailable when a put, the flush or a copy out of a device pool fails
+  // or `timeout` passes; Aborted when the receiver could not copy the bytes
+  // into its pool (a device error there; retrying will not help). After an
+  // error the peer's blocks are undefined.
   virtual Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,
                              std::chrono::milliseconds timeout) = 0;
 };

@@ -8,7 +8,55 @@
 #include <string>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 namespace headway {
+
+// A fixed set of equal host buffers (KvPoolMemory::AllocateStaging: pinned
+// for a device pool), handed out by slot. A slot is taken before a staged
+// message is copied out of the pool and returned when UCX has finished
+// sending it (the send's completion, not its ack).
+class KvStagingBuffers {
+ public:
+  static Result<std::shared_ptr<KvStagingBuffers>> Create(const KvPoolMemory& memory, int count,
+                                                          uint64_t buffer_bytes) {
+    auto staging = std::make_shared<KvStagingBuffers>();
+    staging->buffer_bytes_ = buffer_bytes;
+    for (int i = 0; i < count; ++i) {
+      HW_ASSIGN_OR_RETURN(std::shared_ptr<uint8_t> buffer, memory.AllocateStaging(buffer_bytes));
+      staging->buffers_.push_back(std::move(buffer));
+      staging->free_slots_.push_back(i);
+    }
+    return staging;
+  }
+
+  uint64_t buffer_bytes() const { return buffer_bytes_; }
+  uint8_t* data(int slot) const { return buffers_[size_t(slot)].get(); }
+
+  // A free slot, or -1 when all are in flight.
+  int TryAcquire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_slots_.empty()) return -1;
+    const int slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+
+  void Release(int slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    HW_CHECK(slot >= 0 && size_t(slot) < buffers_.size());
+    free_slots_.push_back(slot);
+  }
+
+ private:
+  // Constant after Create.
+  uint64_t buffer_bytes_ = 0;
+  std::vector<std::shared_ptr<uint8_t>> buffers_;
+
+  std::mutex mu_;
+  std::vector<int> free_slots_;  // guarded by mu_
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -52,6 +100,12 @@ constexpr unsigned kAmIdAck = 0x4b57;
 // Largest block message: bounds the receiver's reassembly buffer (UCX
 // collects a multi-fragment eager message whole before the handler runs).
 constexpr uint64_t kMaxMessageBytes = 256 * 1024;
+// Staging buffers of a staged pool, kMaxMessageBytes each (so 2 MiB of
+// pinned memory): enough messages in flight to keep a link busy while the
+// next one is copied out of the device.
+constexpr int kMaxStagingBuffers = 8;
+// The page mapped in place of a staged pool, for its rkey.
+constexpr uint64_t kPlaceholderBytes = 4096;
 
 // Header of a block message (both ends on the same architecture, as the
 // KvPeerInfo base address already assumes).
@@ -60,25 +114,61 @@ struct BlocksHeader {
   uint64_t token;       // the sender's write, echoed in the ack
 };
 
+// Header of an ack: the write's token and whether the receiver stored the
+// message's bytes (0 = its copy into the pool failed).
+struct AckHeader {
+  uint64_t token;
+  uint64_t stored;
+};
+
 // What a block message's send callback needs; freed by it. `status` points
-// into the AmWrite that `keep_alive` holds.
+// into the AmWrite that `keep_alive` holds. A staged message also holds its
+// staging slot, returned here.
 struct BlocksSend {
   BlocksHeader header;
   std::shared_ptr<void> keep_alive;
   std::atomic<int>* status;
+  std::shared_ptr<KvStagingBuffers> staging;  // null unless staged
+  int staging_slot = -1;
 };
+
+// Returns a finished send's staging slot and frees its state.
+void FinishBlocksSend(BlocksSend* send) {
+  if (send->staging != nullptr) send->staging->Release(send->staging_slot);
+  delete send;
+}
 
 void OnBlocksSent(void* request, ucs_status_t status, void* user_data) {
   auto* send = static_cast<BlocksSend*>(user_data);
   int expected = UCS_OK;
   if (status != UCS_OK) send->status->compare_exchange_strong(expected, status);
-  delete send;
+  FinishBlocksSend(send);
   ucp_request_free(request);
 }
 
 void OnAckSent(void* request, ucs_status_t /*status*/, void* user_data) {
-  delete static_cast<uint64_t*>(user_data);
+  delete static_cast<AckHeader*>(user_data);
   ucp_request_free(request);
+}
+
+// Whether this UCX can address CUDA memory (a CUDA transport is loaded).
+bool UcxSupportsCuda(ucp_context_h context) {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context, &attr) != UCS_OK) return false;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+Status CheckGeometry(uint64_t block_bytes, uint32_t num_blocks) {
+  if (block_bytes == 0 || num_blocks == 0) {
+    return Status::InvalidArgument("KV transfer: block_bytes and num_blocks must be > 0, got " +
+                                   std::to_string(block_bytes) + " and " +
+                                   std::to_string(num_blocks));
+  }
+  if (block_bytes > UINT64_MAX / num_blocks) {
+    return Status::InvalidArgument("KV transfer: pool size overflows 64 bits");
+  }
+  return Status::Ok();
 }
 
 std::string UcxError(const char* what, ucs_status_t status) {
@@ -135,36 +225,106 @@ Result<ucp_worker_h> InitWorker(ucp_context_h context, const std::string& transp
 
 Result<std::unique_ptr<KvTransferAgent>> KvTransferAgent::Create(
     void* pool, uint64_t block_bytes, uint32_t num_blocks, const KvTransferOptions& options) {
-  return UcxTransferAgent::Create(pool, block_bytes, num_blocks, options);
+  if (pool == nullptr) return Status::InvalidArgument("KV transfer: pool is null");
+  HW_RETURN_IF_ERROR(CheckGeometry(block_bytes, num_blocks));
+  return UcxTransferAgent::Create(NewHostKvPoolMemory(pool, block_bytes * num_blocks),
+                                  block_bytes, num_blocks, options);
+}
+
+Result<std::unique_ptr<KvTransferAgent>> KvTransferAgent::Create(
+    std::unique_ptr<KvPoolMemory> memory, uint64_t block_bytes, uint32_t num_blocks,
+    const KvTransferOptions& options) {
+  return UcxTransferAgent::Create(std::move(memory), block_bytes, num_blocks, options);
 }
 
 Result<std::unique_ptr<KvTransferAgent>> UcxTransferAgent::Create(
-    void* pool, uint64_t block_bytes, uint32_t num_blocks, const KvTransferOptions& options) {
-  if (pool == nullptr) return Status::InvalidArgument("KV transfer: pool is null");
-  if (block_bytes == 0 || num_blocks == 0) {
-    return Status::InvalidArgument("KV transfer: block_bytes and num_blocks must be > 0, got " +
-                                   std::to_string(block_bytes) + " and " +
-                                   std::to_string(num_blocks));
+    std::unique_ptr<KvPoolMemory> memory, uint64_t block_bytes, uint32_t num_blocks,
+    const KvTransferOptions& options) {
+  if (memory == nullptr || memory->base() == nullptr) {
+    return Status::InvalidArgument("KV transfer: pool is null");
   }
-  if (block_bytes > UINT64_MAX / num_blocks) {
-    return Status::InvalidArgument("KV transfer: pool size overflows 64 bits");
+  HW_RETURN_IF_ERROR(CheckGeometry(block_bytes, num_blocks));
+  if (memory->bytes() < block_bytes * num_blocks) {
+    return Status::InvalidArgument("KV transfer: pool memory of " +
+                                   std::to_string(memory->bytes()) + " bytes cannot hold " +
+                                   std::to_string(num_blocks) + " blocks of " +
+                                   std::to_string(block_bytes) + " bytes");
   }
   if (options.max_outstanding_puts < 1) {
     return Status::InvalidArgument("KV transfer: max_outstanding_puts must be >= 1, got " +
                                    std::to_string(options.max_outstanding_puts));
   }
   std::unique_ptr<UcxTransferAgent> agent(
-      new UcxTransferAgent(pool, block_bytes, num_blocks, options));
+      new UcxTransferAgent(std::move(memory), block_bytes, num_blocks, options));
   HW_RETURN_IF_ERROR(agent->Init());
   return std::unique_ptr<KvTransferAgent>(std::move(agent));
 }
 
-UcxTransferAgent::UcxTransferAgent(void* pool, uint64_t block_bytes, uint32_t num_blocks,
-                                   const KvTransferOptions& options)
-    : pool_(static_cast<uint8_t*>(pool)),
+UcxTransferAgent::UcxTransferAgent(std::unique_ptr<KvPoolMemory> memory, uint64_t block_bytes,
+                                   uint32_t num_blocks, const KvTransferOptions& options)
+    : memory_(std::move(memory)),
+      pool_(static_cast<uint8_t*>(memory_->base())),
       block_bytes_(block_bytes),
       num_blocks_(num_blocks),
       options_(options) {}
+
+const char* UcxTransferAgent::memory_path() const {
+  switch (memory_path_) {
+    case MemoryPath::kHost:
+      return "host";
+    case MemoryPath::kStaged:
+      return "staged";
+    case MemoryPath::kDirect:
+      return "direct";
+  }
+  return "unknown";
+}
+
+Status UcxTransferAgent::MapMemory() {
+  const uint64_t pool_bytes = block_bytes_ * num_blocks_;
+  ucp_mem_map_params_t map_params{};
+  map_params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  if (memory_->host_accessible()) {
+    memory_path_ = MemoryPath::kHost;
+    map_params.address = pool_;
+    map_params.length = pool_bytes;
+    const ucs_status_t status = ucp_mem_map(context_, &map_params, &memh_);
+    if (status != UCS_OK) {
+      return Status::Unavailable(UcxError("ucp_mem_map of the KV pool", status));
+    }
+    return Status::Ok();
+  }
+  if (memory_->cuda_device() >= 0 && UcxSupportsCuda(context_)) {
+    ucp_mem_map_params_t cuda_params = map_params;
+    cuda_params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    cuda_params.address = pool_;
+    cuda_params.length = pool_bytes;
+    cuda_params.memory_type = UCS_MEMORY_TYPE_CUDA;
+    HW_RETURN_IF_ERROR(memory_->BindCallingThread());
+    const ucs_status_t status = ucp_mem_map(context_, &cuda_params, &memh_);
+    if (status == UCS_OK) {
+      memory_path_ = MemoryPath::kDirect;
+      return Status::Ok();
+    }
+    memh_ = nullptr;
+    spdlog::warn("KV transfer: UCX reports CUDA support but cannot map the device {} pool ({}); "
+                 "staging through host memory instead",
+                 memory_->cuda_device(), ucs_status_string(status));
+  }
+  // Staged: UCX never sees the pool. The placeholder page only gives this
+  // agent an rkey to publish like any other.
+  memory_path_ = MemoryPath::kStaged;
+  const int count = std::min(kMaxStagingBuffers, options_.max_outstanding_puts);
+  HW_ASSIGN_OR_RETURN(staging_, KvStagingBuffers::Create(*memory_, count, kMaxMessageBytes));
+  placeholder_ = std::make_unique<uint8_t[]>(kPlaceholderBytes);
+  map_params.address = placeholder_.get();
+  map_params.length = kPlaceholderBytes;
+  const ucs_status_t status = ucp_mem_map(context_, &map_params, &memh_);
+  if (status != UCS_OK) {
+    return Status::Unavailable(UcxError("ucp_mem_map of the KV pool's placeholder", status));
+  }
+  return Status::Ok();
+}
 
 Status UcxTransferAgent::Init() {
   // WAKEUP gives the progress thread an fd to sleep on; should a transport
@@ -195,16 +355,11 @@ Status UcxTransferAgent::Init() {
     }
   }
 
-  ucp_mem_map_params_t map_params{};
-  map_params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  map_params.address = pool_;
-  map_params.length = block_bytes_ * num_blocks_;
-  ucs_status_t status = ucp_mem_map(context_, &map_params, &memh_);
-  if (status != UCS_OK) return Status::Unavailable(UcxError("ucp_mem_map of the KV pool", status));
+  HW_RETURN_IF_ERROR(MapMemory());
 
   void* rkey_buffer = nullptr;
   size_t rkey_size = 0;
-  status = ucp_rkey_pack(context_, memh_, &rkey_buffer, &rkey_size);
+  ucs_status_t status = ucp_rkey_pack(context_, memh_, &rkey_buffer, &rkey_size);
   if (status != UCS_OK) return Status::Unavailable(UcxError("ucp_rkey_pack", status));
   local_info_.rkey.assign(static_cast<const char*>(rkey_buffer), rkey_size);
   ucp_rkey_buffer_release(rkey_buffer);
@@ -248,6 +403,9 @@ UcxTransferAgent::~UcxTransferAgent() {
 }
 
 void UcxTransferAgent::ProgressLoop() {
+  // Block messages are copied into a device pool on this thread.
+  Status bound = memory_->BindCallingThread();
+  if (!bound.ok()) spdlog::warn("KV transfer progress thread: {}", bound.ToString());
   while (!stop_.load(std::memory_order_relaxed)) {
     while (ucp_worker_progress(worker_) != 0) {
     }
@@ -281,23 +439,26 @@ ucs_status_t UcxTransferAgent::OnBlocksMessage(void* arg, const void* header,
   std::memcpy(&blocks, header, sizeof(blocks));
   const uint64_t pool_bytes = self->block_bytes_ * self->num_blocks_;
   if (blocks.dst_offset > pool_bytes || length > pool_bytes - blocks.dst_offset) return UCS_OK;
-  std::memcpy(self->pool_ + blocks.dst_offset, data, length);
+  // A host pool: memcpy; a device pool (any path): a synchronized copy to
+  // the device, so the ack below means the bytes are in the pool.
+  const Status stored = self->memory_->CopyFromHost(blocks.dst_offset, data, length);
+  if (!stored.ok()) spdlog::error("KV transfer: storing a received message: {}", stored.ToString());
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || param->reply_ep == nullptr) {
     return UCS_OK;
   }
   // The ack's header must live until its send completes.
-  auto* token = new uint64_t(blocks.token);
+  auto* ack = new AckHeader{blocks.token, stored.ok() ? 1u : 0u};
   ucp_request_param_t params{};
   params.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_AM_SEND_FLAG_EAGER;
   params.cb.send = &OnAckSent;
-  params.user_data = token;
+  params.user_data = ack;
   // A dead sender fails this send with a status (or completes it with one);
   // either way nothing else happens here.
   ucs_status_ptr_t request =
-      ucp_am_send_nbx(param->reply_ep, kAmIdAck, token, sizeof(*token), nullptr, 0, &params);
-  if (!UCS_PTR_IS_PTR(request)) delete token;
+      ucp_am_send_nbx(param->reply_ep, kAmIdAck, ack, sizeof(*ack), nullptr, 0, &params);
+  if (!UCS_PTR_IS_PTR(request)) delete ack;
   return UCS_OK;
 }
 
@@ -305,12 +466,16 @@ ucs_status_t UcxTransferAgent::OnAckMessage(void* arg, const void* header, size_
                                             void* /*data*/, size_t /*length*/,
                                             const ucp_am_recv_param_t* /*param*/) {
   auto* self = static_cast<UcxTransferAgent*>(arg);
-  if (header_length != sizeof(uint64_t)) return UCS_OK;
-  uint64_t token;
-  std::memcpy(&token, header, sizeof(token));
+  if (header_length != sizeof(AckHeader)) return UCS_OK;
+  AckHeader ack;
+  std::memcpy(&ack, header, sizeof(ack));
   std::lock_guard<std::mutex> lock(self->am_writes_mu_);
-  auto it = self->am_writes_.find(token);
-  if (it != self->am_writes_.end()) it->second->acked.fetch_add(1);
+  auto it = self->am_writes_.find(ack.token);
+  if (it != self->am_writes_.end()) {
+    // Set before counting, so a writer that sees the count sees the refusal.
+    if (ack.stored == 0) it->second->rejected.store(true);
+    it->second->acked.fetch_add(1);
+  }
   return UCS_OK;  // an ack of a finished (timed out) write is dropped
 }
 
@@ -430,7 +595,8 @@ std::vector<UcxTransferAgent::PutRange> UcxTransferAgent::PlanPuts(
 
 ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
                                                      const std::vector<PutRange>& puts,
-                                                     Clock::time_point deadline) {
+                                                     Clock::time_point deadline,
+                                                     Status* copy_error) {
   auto write = std::make_shared<AmWrite>();
   const uint64_t token = next_token_.fetch_add(1);
   {
@@ -438,24 +604,54 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
     am_writes_[token] = write;
   }
   uint64_t sent = 0;
-  // Drives the worker until at most `max_unacked` messages await their ack.
-  auto wait_for_acks = [&](uint64_t max_unacked) -> ucs_status_t {
-    while (sent - write->acked.load() > max_unacked) {
+  // Drives the worker until `done()`; stops early on a failed endpoint or
+  // send, a refused message or the deadline.
+  auto drive_until = [&](auto&& done) -> ucs_status_t {
+    while (true) {
+      if (write->rejected.load()) return UCS_ERR_REJECTED;
+      if (done()) return UCS_OK;
       if (peer->failed.load()) return UCS_ERR_CONNECTION_RESET;
       const int send_status = write->send_status.load();
       if (send_status != UCS_OK) return static_cast<ucs_status_t>(send_status);
       if (Clock::now() >= deadline) return UCS_ERR_TIMED_OUT;
       if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
     }
-    return UCS_OK;
   };
+  // Drives the worker until at most `max_unacked` messages await their ack.
+  auto wait_for_acks = [&](uint64_t max_unacked) {
+    return drive_until([&] { return sent - write->acked.load() <= max_unacked; });
+  };
+  const bool staged = memory_path_ == MemoryPath::kStaged;
   ucs_status_t failure = UCS_OK;
   for (const PutRange& put : puts) {
     failure = wait_for_acks(static_cast<uint64_t>(options_.max_outstanding_puts) - 1);
     if (failure != UCS_OK) break;
     // Header and callback state live on the heap: a send still in flight
     // when this call gives up completes (and frees them) later.
-    auto* send = new BlocksSend{{put.dst_offset, token}, write, &write->send_status};
+    auto* send = new BlocksSend{{put.dst_offset, token}, write, &write->send_status, nullptr, -1};
+    const void* data = nullptr;
+    if (staged) {
+      // A slot frees when one of this agent's sends completes.
+      int slot = -1;
+      failure = drive_until([&] { return (slot = staging_->TryAcquire()) >= 0; });
+      if (failure != UCS_OK) {
+        delete send;
+        break;
+      }
+      send->staging = staging_;
+      send->staging_slot = slot;
+      HW_CHECK(put.bytes <= staging_->buffer_bytes());
+      Status copied = memory_->CopyToHost(put.src_offset, staging_->data(slot), put.bytes);
+      if (!copied.ok()) {
+        FinishBlocksSend(send);
+        *copy_error = std::move(copied);
+        failure = UCS_ERR_IO_ERROR;
+        break;
+      }
+      data = staging_->data(slot);
+    } else {
+      data = pool_ + put.src_offset;
+    }
     ucp_request_param_t params{};
     params.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -464,10 +660,14 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
     params.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
     params.cb.send = &OnBlocksSent;
     params.user_data = send;
+    if (memory_path_ == MemoryPath::kDirect) {
+      params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+      params.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
     ucs_status_ptr_t request = ucp_am_send_nbx(peer->ep, kAmIdBlocks, &send->header,
-                                               sizeof(send->header), pool_ + put.src_offset,
-                                               put.bytes, &params);
-    if (!UCS_PTR_IS_PTR(request)) delete send;
+                                               sizeof(send->header), data, put.bytes, &params);
+    // Not a request: done (or failed) at once and the callback never runs.
+    if (!UCS_PTR_IS_PTR(request)) FinishBlocksSend(send);
     if (UCS_PTR_IS_ERR(request)) {
       failure = UCS_PTR_STATUS(request);
       break;
@@ -507,8 +707,21 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
   if (peer->ep == nullptr || peer->failed.load()) {
     return Status::Unavailable("KV transfer: endpoint to peer failed; Connect again");
   }
+  if (memory_path_ == MemoryPath::kDirect) {
+    // UCX reads the device pool on this thread.
+    HW_RETURN_IF_ERROR(memory_->BindCallingThread());
+  }
+  Status copy_error;
   const ucs_status_t failure =
-      WriteByActiveMessages(peer, PlanPuts(copies, kMaxMessageBytes), deadline);
+      WriteByActiveMessages(peer, PlanPuts(copies, kMaxMessageBytes), deadline, &copy_error);
+  if (failure == UCS_ERR_IO_ERROR && !copy_error.ok()) {
+    return Status::Unavailable("KV transfer: copying blocks out of the pool: " +
+                               copy_error.message());
+  }
+  if (failure == UCS_ERR_REJECTED) {
+    return Status::Aborted(
+        "KV transfer: the receiver could not store the blocks in its pool (see its log)");
+  }
   if (peer->failed.load()) {
     return Status::Unavailable(
         "KV transfer: endpoint to peer failed (peer gone or unreachable); Connect again");

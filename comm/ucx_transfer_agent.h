@@ -26,6 +26,15 @@
 // cannot detect peer failure (UCX 1.13 shared memory) refuse that mode; their
 // endpoints use UCP_ERR_HANDLING_MODE_NONE and a write to a dead peer ends by
 // WriteBlocks' timeout.
+//
+// Memory paths (KvTransferAgent::memory_path): a host pool is mapped and
+// sent from as is. A pool UCX cannot address is "staged": no mapping of it
+// (a one-page placeholder gives the published rkey), each message is copied
+// out of the pool into one of a few staging buffers and sent from there,
+// the buffer returning to the free list when its send completes; the
+// receiver's handler copies every message in through KvPoolMemory in all
+// paths. "direct" maps device memory with UCS_MEMORY_TYPE_CUDA and sends
+// from it, when UCX reports CUDA support.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -44,10 +53,15 @@
 
 namespace headway {
 
+// Host buffers that staged block messages are sent from (defined in the .cc;
+// shared with the send callbacks, which may outlive a WriteBlocks call).
+class KvStagingBuffers;
+
 class UcxTransferAgent final : public KvTransferAgent {
  public:
   // As KvTransferAgent::Create.
-  static Result<std::unique_ptr<KvTransferAgent>> Create(void* pool, uint64_t block_bytes,
+  static Result<std::unique_ptr<KvTransferAgent>> Create(std::unique_ptr<KvPoolMemory> memory,
+                                                         uint64_t block_bytes,
                                                          uint32_t num_blocks,
                                                          const KvTransferOptions& options);
   ~UcxTransferAgent() override;
@@ -56,6 +70,7 @@ class UcxTransferAgent final : public KvTransferAgent {
   UcxTransferAgent& operator=(const UcxTransferAgent&) = delete;
 
   const KvPeerInfo& local_info() const override { return local_info_; }
+  const char* memory_path() const override;
   Result<int> Connect(const KvPeerInfo& peer) override;
   Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,
                      std::chrono::milliseconds timeout) override;
@@ -86,12 +101,18 @@ class UcxTransferAgent final : public KvTransferAgent {
   struct AmWrite {
     std::atomic<uint64_t> acked{0};
     std::atomic<int> send_status{0};  // first failed send's ucs_status_t
+    std::atomic<bool> rejected{false};  // an ack said the receiver's copy failed
   };
 
-  UcxTransferAgent(void* pool, uint64_t block_bytes, uint32_t num_blocks,
-                   const KvTransferOptions& options);
+  enum class MemoryPath { kHost, kStaged, kDirect };
+
+  UcxTransferAgent(std::unique_ptr<KvPoolMemory> memory, uint64_t block_bytes,
+                   uint32_t num_blocks, const KvTransferOptions& options);
 
   Status Init();
+  // Picks memory_path_ and maps what UCX gets to see (the pool, or the
+  // placeholder of a staged pool) into memh_.
+  Status MapMemory();
   void ProgressLoop();
   // Creates the endpoint and rkey of `peer` (fields ep, rkey). REQUIRES: mu_ held.
   Status OpenPeer(Peer* peer);
@@ -104,10 +125,14 @@ class UcxTransferAgent final : public KvTransferAgent {
   // Splits `copies` into puts, merging runs when options_.coalesce_runs and
   // cutting each into pieces of at most `max_bytes`.
   std::vector<PutRange> PlanPuts(const std::vector<BlockCopy>& copies, uint64_t max_bytes) const;
-  // Sends `puts` as block messages and waits for their acks until
-  // `deadline`. REQUIRES: peer->mu held, peer usable, ids checked.
+  // Sends `puts` as block messages (staged: through staging buffers) and
+  // waits for their acks until `deadline`. Returns UCS_ERR_REJECTED when the
+  // receiver could not store a message, UCS_ERR_IO_ERROR when copying out of
+  // the local pool failed (then *copy_error says why).
+  // REQUIRES: peer->mu held, peer usable, ids checked.
   ucs_status_t WriteByActiveMessages(Peer* peer, const std::vector<PutRange>& puts,
-                                     std::chrono::steady_clock::time_point deadline);
+                                     std::chrono::steady_clock::time_point deadline,
+                                     Status* copy_error);
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   // Receiver side: copies a block message into the pool and acks it.
@@ -118,7 +143,11 @@ class UcxTransferAgent final : public KvTransferAgent {
                                    void* data, size_t length, const ucp_am_recv_param_t* param);
 
   // Constant after Init().
-  uint8_t* const pool_;
+  const std::unique_ptr<KvPoolMemory> memory_;
+  uint8_t* const pool_;  // memory_->base(); dereferenced only by memory_
+  MemoryPath memory_path_ = MemoryPath::kHost;
+  std::shared_ptr<KvStagingBuffers> staging_;  // kStaged only
+  std::unique_ptr<uint8_t[]> placeholder_;     // kStaged only: mapped for the rkey
   const uint64_t block_bytes_;
   const uint32_t num_blocks_;
   const KvTransferOptions options_;

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -18,6 +19,7 @@ using yaml::BadValue;
 using yaml::CheckKeys;
 using yaml::Describe;
 using yaml::ReadBool;
+using yaml::ReadDouble;
 using yaml::ReadInt;
 using yaml::ReadInt64;
 using yaml::ReadString;
@@ -105,12 +107,17 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(
       CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching",
-                             "enable_recycling", "recycling_granularity"}));
+                             "enable_recycling", "recycling_granularity",
+                             "gpu_memory_utilization"}));
   if (node["block_size"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
   }
   if (node["kv_memory_mb"]) {
     HW_RETURN_IF_ERROR(ReadInt64(node["kv_memory_mb"], "cache.kv_memory_mb", config.kv_memory_mb));
+  }
+  if (node["gpu_memory_utilization"]) {
+    HW_RETURN_IF_ERROR(ReadDouble(node["gpu_memory_utilization"], "cache.gpu_memory_utilization",
+                                  config.gpu_memory_utilization));
   }
   if (node["enable_prefix_caching"]) {
     HW_RETURN_IF_ERROR(ReadBool(node["enable_prefix_caching"], "cache.enable_prefix_caching",
@@ -335,6 +342,15 @@ bool Config::KvTransferEnabled() const {
   return false;
 }
 
+int InstanceConfig::CudaDevice(int tp_rank) const {
+  constexpr std::string_view kCuda = "cuda:";
+  if (device.compare(0, kCuda.size(), kCuda) != 0) return -1;
+  int ordinal = std::atoi(device.c_str() + kCuda.size());
+  if (hosts.size() == 1) return ordinal + tp_rank;
+  for (int r = 0; r < tp_rank; ++r) ordinal += hosts[r] == hosts[tp_rank] ? 1 : 0;
+  return ordinal;
+}
+
 std::string InstanceConfig::CollectiveBackend() const {
   if (!collective.empty()) return collective;
   if (device != "cpu") return "nccl";
@@ -391,6 +407,10 @@ Status ValidateConfig(const Config& config) {
                     "a power of two in [1, 256]");
   }
   HW_RETURN_IF_ERROR(CheckAtLeast("cache.kv_memory_mb", config.kv_memory_mb, 1));
+  if (!(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0)) {
+    return BadValue("cache.gpu_memory_utilization", std::to_string(config.gpu_memory_utilization),
+                    "a fraction in (0, 1] of the GPU's memory");
+  }
   HW_RETURN_IF_ERROR(CheckAtLeast("kv_transfer.timeout_ms", config.kv_transfer_timeout_ms, 1));
   HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_num_seqs", config.max_num_seqs, 1));
   HW_RETURN_IF_ERROR(

@@ -11,7 +11,8 @@
 //     control_address: tcp://127.0.0.1:5557
 //   cache:
 //     block_size: 16
-//     kv_memory_mb: 256            # per worker
+//     kv_memory_mb: 256            # per CPU worker
+//     gpu_memory_utilization: 0.9  # per CUDA worker: share of the GPU's memory
 //     enable_prefix_caching: true
 //     enable_recycling: true
 //     recycling_granularity: kv_head   # or layer
@@ -50,7 +51,9 @@ const char* PoolRoleName(PoolRole role);
 
 struct InstanceConfig {
   int tp_size = 1;
-  std::string device = "cpu";           // "cpu" (or "cuda:N" later)
+  // "cpu", or "cuda:N": the instance's ranks on one host take GPUs N, N+1,
+  // ... in rank order (CudaDevice).
+  std::string device = "cpu";
   std::vector<std::string> hosts = {"127.0.0.1"};  // one per rank, or one for all
   int num_threads = 0;                  // compute threads per worker; 0 = all cores / tp_size
   // TP collectives (comm/communicator.h): "gloo" (TCP), "shm" (shared
@@ -64,6 +67,10 @@ struct InstanceConfig {
 
   // The backend in effect: `collective`, or the device's default.
   std::string CollectiveBackend() const;
+  // The CUDA device ordinal of rank `tp_rank`: N of "cuda:N" plus the number
+  // of lower ranks on the same host; -1 for "cpu".
+  // REQUIRES: 0 <= tp_rank < tp_size, hosts has 1 or tp_size entries.
+  int CudaDevice(int tp_rank) const;
 };
 
 struct PoolConfig {
@@ -91,7 +98,11 @@ struct Config {
   int heartbeat_timeout_ms = 10000;     // a worker silent this long is down
   // cache
   int block_size = 16;                  // positions per block
-  int64_t kv_memory_mb = 256;           // KV pool per worker, MiB
+  int64_t kv_memory_mb = 256;           // KV pool per CPU worker, MiB
+  // CUDA workers (device cuda:N): the fraction of the GPU's memory this
+  // worker may use in all (vLLM's gpu_memory_utilization): the KV pool gets
+  // what is left of it after the weights and the step buffers.
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;    // reuse full blocks of shared prompt prefixes
   bool enable_recycling = true;         // sliding-window blocks leave the table once out of every window
   // "kv_head": each (layer, KV head) recycles by its own spec. "layer": a

@@ -26,7 +26,18 @@ Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec) {
   return Status::Ok();
 }
 
-Status CheckSupported(const Config& config) {
+bool BuiltWithCuda() {
+#if HEADWAY_BUILT_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Status CheckSupported(const Config& config) { return CheckSupported(config, BuiltWithCuda()); }
+
+Status CheckSupported(const Config& config, bool cuda_built) {
+  if (cuda_built) return Status::Ok();
   for (size_t p = 0; p < config.pools.size(); ++p) {
     const PoolConfig& pool = config.pools[p];
     for (size_t i = 0; i < pool.instances.size(); ++i) {
@@ -34,7 +45,9 @@ Status CheckSupported(const Config& config) {
         return Status::Unimplemented("`pools[" + std::to_string(p) + "].instances[" +
                                      std::to_string(i) + "].device` = " +
                                      pool.instances[i].device +
-                                     ": the CUDA backend is not implemented yet; use device: cpu");
+                                     ": this build has no CUDA backend (the CUDA toolkit was not found "
+                                     "when it was built); rebuild where nvcc is found, or use "
+                                     "device: cpu");
       }
     }
   }

@@ -14,9 +14,14 @@ namespace headway {
 // then ValidateTpSize's message (model, field, value, valid TP sizes).
 Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec);
 
-// OK if this build can serve the config. Errors: Unimplemented naming the
-// key and value for what is described but not built yet: `device: cuda:N`.
-// Refusing them beats serving them as something else.
+// OK if this build can serve the config: `device: cuda:N` needs a build
+// with the CUDA toolkit (`cuda_built`; by default whether this one has it).
+// Errors: Unimplemented naming the key and value. Refusing them beats
+// serving them as something else.
+Status CheckSupported(const Config& config, bool cuda_built);
 Status CheckSupported(const Config& config);
+
+// True when this build includes the CUDA worker (CMake found the toolkit).
+bool BuiltWithCuda();
 
 }  // namespace headway

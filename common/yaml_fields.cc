@@ -1,6 +1,7 @@
 #include "common/yaml_fields.h"
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -88,6 +89,19 @@ Status ReadInt(const YAML::Node& node, const std::string& key, int& out) {
     return BadValue(key, std::to_string(value), "an integer that fits in 32 bits");
   }
   out = static_cast<int>(value);
+  return Status::Ok();
+}
+
+Status ReadDouble(const YAML::Node& node, const std::string& key, double& out) {
+  if (!node.IsScalar()) return BadValue(key, Describe(node), "a number");
+  const std::string& text = node.Scalar();
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
+      !std::isfinite(value)) {
+    return BadValue(key, Describe(node), "a number");
+  }
+  out = value;
   return Status::Ok();
 }
 

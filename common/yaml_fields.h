@@ -44,5 +44,7 @@ Status ReadString(const YAML::Node& node, const std::string& key, std::string& o
 Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out);
 Status ReadInt(const YAML::Node& node, const std::string& key, int& out);
 Status ReadBool(const YAML::Node& node, const std::string& key, bool& out);
+// A decimal number (e.g. 0.9, 1, 5e-1), the whole text; finite.
+Status ReadDouble(const YAML::Node& node, const std::string& key, double& out);
 
 }  // namespace headway::yaml

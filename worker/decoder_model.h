@@ -38,27 +38,13 @@
 #include "kernels/elementwise.h"
 #include "kernels/kv_cache.h"
 #include "worker/kv_pool.h"
+#include "worker/forward_model.h"
 #include "worker/model_weights.h"
 
 namespace headway {
 
-// Inputs of one forward pass. All pointers are host memory owned by the
-// caller and only read during Forward.
-struct ForwardBatch {
-  const int32_t* token_ids = nullptr;  // [n_tokens], each in [0, vocab_size)
-  const int32_t* positions = nullptr;  // [n_tokens], consistent with `layout`
-  BatchLayout layout;                  // sequences and their rows
-  // Per layer, the batch's dense head-wise block table of this rank's KV heads
-  // ([num_layers] entries, num_kv_heads = num_local_kv_heads). Every position
-  // written or visible to a row must have a block id in [0, num_blocks).
-  const LayerBlockTable* tables = nullptr;
-  // Rows (token indices in [0, n_tokens)) whose logits are wanted, in order.
-  const int32_t* logit_rows = nullptr;
-  int num_logit_rows = 0;
-};
-
 // Not thread-safe: a model owns scratch buffers reused across calls.
-class DecoderModel {
+class DecoderModel final : public ForwardModel {
  public:
   // Takes the rank's weights. `comm` joins the ranks of the instance: it
   // must outlive the model; nullptr is allowed only at tp_size 1. Errors:
@@ -72,29 +58,16 @@ class DecoderModel {
   DecoderModel(const DecoderModel&) = delete;
   DecoderModel& operator=(const DecoderModel&) = delete;
 
-  const ModelSpec& spec() const { return spec_; }
-  const TpShard& shard() const { return weights_->shard(); }
-  int vocab_size() const { return spec_.vocab_size; }
-  int num_local_kv_heads() const { return shard().num_local_kv_heads(); }
-  // Slots on this rank: num_layers * num_local_kv_heads.
-  int num_slots() const { return spec_.num_layers * num_local_kv_heads(); }
-  // Attention spec of local slot `slot` (= layer * num_local_kv_heads + h).
-  const SlotSpec& slot_spec(int slot) const { return local_specs_[slot]; }
+  const ModelSpec& spec() const override { return spec_; }
+  const TpShard& shard() const override { return weights_->shard(); }
+  const SlotSpec& slot_spec(int slot) const override { return local_specs_[slot]; }
 
-  // Runs the batch: writes this step's K/V into `pool` and fills, on TP rank
-  // 0, logits: [num_logit_rows, vocab_size] f32 (resized; left empty on other
-  // ranks). Every rank of the instance must call Forward with the same batch
-  // (its own block tables). Errors: Unavailable from a collective (a peer
-  // died or timed out); the communicator is then broken and the KV written by
-  // this step is undefined.
-  // REQUIRES: the batch satisfies the ForwardBatch comments (the step
-  // executor validates plans before calling); pool->layout().head_dim ==
-  // spec().head_dim.
-  Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits);
+  // ForwardModel::Forward on the CPU: `pool` is in host memory.
+  Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override;
 
   // Seconds spent in TP collectives (all-reduces and the logits gather) since
   // construction, wall clock: the waiting for slower ranks included.
-  double collective_seconds() const { return collective_seconds_; }
+  double collective_seconds() const override { return collective_seconds_; }
 
   // Serving uses MatmulPath::kQuantisedF32Act (worker/linear.h); tests
   // switch paths to compare each with its reference.
@@ -108,18 +81,8 @@ class DecoderModel {
   // Final norm and LM head of the logit rows; gathers to rank 0.
   Status ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits);
 
-  // What the architecture changes in the forward pass (see the top of the file).
-  struct Architecture {
-    cpu::RopeStyle rope_style = cpu::RopeStyle::kInterleaved;
-    bool qk_norm = false;       // RMSNorm of each Q and K head before RoPE
-    bool post_norms = false;    // RMSNorm of attention and MLP outputs
-    bool gelu_tanh_mlp = false; // GeGLU (tanh) instead of SwiGLU
-    float embedding_scale = 1.0f;
-  };
-  static Architecture ArchitectureOf(const ModelSpec& spec);
-
   const ModelSpec spec_;
-  const Architecture arch_;
+  const ModelArchitecture arch_;
   const std::unique_ptr<ModelWeights> weights_;
   Communicator* const comm_;  // nullptr at TP 1
   double collective_seconds_ = 0.0;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace headway {
 
@@ -35,10 +36,18 @@ Result<std::unique_ptr<KvPool>> KvPool::Create(const KvCacheLayout& layout,
                                      " bytes");
   }
   std::memset(p, 0, bytes);
-  return std::unique_ptr<KvPool>(
-      new KvPool(layout, static_cast<int>(num_blocks), static_cast<float*>(p)));
+  return std::unique_ptr<KvPool>(new KvPool(layout, static_cast<int>(num_blocks),
+                                            static_cast<float*>(p), -1,
+                                            std::shared_ptr<void>(p, std::free)));
 }
 
-KvPool::~KvPool() { std::free(data_); }
+std::unique_ptr<KvPool> KvPool::WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
+                                                 float* data, int device,
+                                                 std::shared_ptr<void> owner) {
+  HW_CHECK(num_blocks >= 1 && data != nullptr && device >= 0);
+  return std::unique_ptr<KvPool>(new KvPool(layout, num_blocks, data, device, std::move(owner)));
+}
+
+KvPool::~KvPool() = default;
 
 }  // namespace headway

@@ -1,5 +1,6 @@
-// The KV block pool of one TP rank: one host allocation of `num_blocks`
-// equal blocks (kernels/kv_cache.h lays out a block). Any slot can take any
+// The KV block pool of one TP rank: one allocation of `num_blocks` equal
+// blocks (kernels/kv_cache.h lays out a block), in host memory or on the
+// rank's CUDA device (worker/cuda/device_kv_pool.h). Any slot can take any
 // block; which block belongs to which (sequence, slot) is the coordinator's
 // allocation, recorded in each sequence's head-wise block table.
 #pragma once
@@ -26,6 +27,15 @@ class KvPool {
   static Result<std::unique_ptr<KvPool>> Create(const KvCacheLayout& layout,
                                                 int64_t kv_memory_bytes);
 
+  // A pool over memory allocated elsewhere (a CUDA device's, by
+  // worker/cuda/): `data` holds num_blocks blocks of layout.BlockBytes(),
+  // already zeroed, and stays valid while `owner` lives. `device` is the CUDA
+  // device ordinal holding it.
+  // REQUIRES: num_blocks >= 1, data != nullptr, device >= 0.
+  static std::unique_ptr<KvPool> WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
+                                                  float* data, int device,
+                                                  std::shared_ptr<void> owner);
+
   ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
@@ -34,17 +44,26 @@ class KvPool {
   int num_blocks() const { return num_blocks_; }
   size_t num_bytes() const { return size_t(num_blocks_) * layout_.BlockBytes(); }
 
-  // [num_blocks, BlockFloats()] f32; valid for the pool's lifetime.
+  // [num_blocks, BlockFloats()] f32; valid for the pool's lifetime. Device
+  // memory when on_device(): only kernels and cuda copies may touch it.
   float* data() { return data_; }
   const float* data() const { return data_; }
 
+  // -1 for host memory, else the CUDA device ordinal holding data().
+  int device() const { return device_; }
+  bool on_device() const { return device_ >= 0; }
+
  private:
-  KvPool(const KvCacheLayout& layout, int num_blocks, float* data)
-      : layout_(layout), num_blocks_(num_blocks), data_(data) {}
+  KvPool(const KvCacheLayout& layout, int num_blocks, float* data, int device,
+         std::shared_ptr<void> owner)
+      : layout_(layout), num_blocks_(num_blocks), data_(data), device_(device),
+        owner_(std::move(owner)) {}
 
   const KvCacheLayout layout_;
   const int num_blocks_;
-  float* const data_;  // owned; std::aligned_alloc
+  float* const data_;
+  const int device_;
+  const std::shared_ptr<void> owner_;  // frees data_ (std::free, or the device's allocator)
 };
 
 }  // namespace headway

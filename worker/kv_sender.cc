@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -36,9 +37,20 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   }
   KvTransferOptions transfer_options;
   transfer_options.transports = options.transports;
+  std::unique_ptr<KvPoolMemory> memory;
+  if (pool->on_device()) {
+    HW_ASSIGN_OR_RETURN(memory,
+                        NewCudaKvPoolMemory(pool->data(), pool->num_bytes(), pool->device()));
+  } else {
+    memory = NewHostKvPoolMemory(pool->data(), pool->num_bytes());
+  }
   HW_ASSIGN_OR_RETURN(std::unique_ptr<KvTransferAgent> agent,
-                      KvTransferAgent::Create(pool->data(), pool->layout().BlockBytes(),
+                      KvTransferAgent::Create(std::move(memory), pool->layout().BlockBytes(),
                                               uint32_t(pool->num_blocks()), transfer_options));
+  spdlog::info("KV transfer: {} blocks of {} bytes in {} memory, memory path \"{}\"",
+               pool->num_blocks(), pool->layout().BlockBytes(),
+               pool->on_device() ? "CUDA device " + std::to_string(pool->device()) : "host",
+               agent->memory_path());
   const KvPeerInfo& info = agent->local_info();
   proto::KvEndpoint endpoint;
   endpoint.set_worker_address(info.worker_address);

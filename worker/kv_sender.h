@@ -35,14 +35,20 @@ struct KvSenderOptions {
 class KvSender {
  public:
   // Maps `pool` (which must outlive the sender) for UCX with
-  // options.transports. `shard` gives the KV heads this rank publishes.
-  // Errors: InvalidArgument for a negative inject_stall; those of
-  // KvTransferAgent::Create.
+  // options.transports; a pool on a CUDA device goes by the agent's staged
+  // or direct path (comm/kv_transfer.h; logged, and memory_path()).
+  // `shard` gives the KV heads this rank publishes.
+  // Errors: InvalidArgument for a negative inject_stall; for a device pool
+  // those of NewCudaKvPoolMemory (Unimplemented in a build without CUDA);
+  // those of KvTransferAgent::Create.
   static Result<std::unique_ptr<KvSender>> Create(KvPool* pool, const TpShard& shard,
                                                   const KvSenderOptions& options);
 
   // This rank's endpoint for its RegisterRequest.
   const proto::KvEndpoint& endpoint() const { return endpoint_; }
+
+  // How the pool's bytes reach UCX: "host", "staged" or "direct".
+  const char* memory_path() const { return agent_->memory_path(); }
 
   // Writes every target's blocks, in order, and returns the result to send
   // (tp_rank; bytes and blocks written, including those of a target that

@@ -37,6 +37,10 @@
 #include "worker/model_weights.h"
 #include "worker/step_executor.h"
 #include "worker/worker_loop.h"
+#if HEADWAY_HAVE_CUDA
+#include "worker/cuda/cuda_decoder_model.h"
+#include "worker/cuda/device_kv_pool.h"
+#endif
 
 namespace {
 
@@ -71,12 +75,6 @@ struct Flags {
   int threads = 0;
   std::string control_address;
 };
-
-// "cuda:N" -> N; 0 for "cpu" (unused there).
-int CudaOrdinal(const std::string& device) {
-  const std::string prefix = "cuda:";
-  return device.rfind(prefix, 0) == 0 ? std::atoi(device.c_str() + prefix.size()) : 0;
-}
 
 int Fail(const std::string& what, const headway::Status& status) {
   spdlog::error("{}: {}", what, status.ToString());
@@ -202,23 +200,52 @@ int main(int argc, char** argv) {
     comm_options.timeout = std::chrono::milliseconds(instance.collective_timeout_ms);
     comm_options.host = instance.hosts.size() == 1 ? instance.hosts[0]
                                                    : instance.hosts[flags.tp_rank];
-    comm_options.device = CudaOrdinal(instance.device);
+    comm_options.device = std::max(0, instance.CudaDevice(flags.tp_rank));
     spdlog::info("worker i{}r{}: joining TP group of {} ({})", flags.instance_id, flags.tp_rank,
                  instance.tp_size, comm_options.backend);
     Result<std::unique_ptr<Communicator>> created = CreateCommunicator(comm_options, store);
     if (!created.ok()) return Fail("TP group", created.status());
     comm = std::move(*created);
   }
-  Result<std::unique_ptr<DecoderModel>> model =
-      DecoderModel::Create(*spec, std::move(*weights), comm.get());
-  if (!model.ok()) return Fail("model", model.status());
-
   const KvCacheLayout layout{config->block_size, spec->head_dim};
-  Result<std::unique_ptr<KvPool>> pool =
-      KvPool::Create(layout, config->kv_memory_mb * int64_t(1024) * 1024);
-  if (!pool.ok()) return Fail("KV pool", pool.status());
-  spdlog::info("worker i{}r{}: {} KV blocks of {} bytes", flags.instance_id, flags.tp_rank,
-               (*pool)->num_blocks(), layout.BlockBytes());
+  const int cuda_device = instance.CudaDevice(flags.tp_rank);
+  std::unique_ptr<ForwardModel> model;
+  std::unique_ptr<KvPool> pool;
+  if (cuda_device < 0) {
+    Result<std::unique_ptr<DecoderModel>> cpu_model =
+        DecoderModel::Create(*spec, std::move(*weights), comm.get());
+    if (!cpu_model.ok()) return Fail("model", cpu_model.status());
+    model = std::move(*cpu_model);
+    Result<std::unique_ptr<KvPool>> cpu_pool =
+        KvPool::Create(layout, config->kv_memory_mb * int64_t(1024) * 1024);
+    if (!cpu_pool.ok()) return Fail("KV pool", cpu_pool.status());
+    pool = std::move(*cpu_pool);
+  } else {
+#if HEADWAY_HAVE_CUDA
+    cuda::CudaModelOptions cuda_options;
+    cuda_options.device = cuda_device;
+    cuda_options.max_tokens_per_step = config->max_num_batched_tokens;
+    Result<std::unique_ptr<cuda::CudaDecoderModel>> gpu_model =
+        cuda::CudaDecoderModel::Create(*spec, std::move(*weights), comm.get(), cuda_options);
+    if (!gpu_model.ok()) return Fail("model on cuda:" + std::to_string(cuda_device),
+                                     gpu_model.status());
+    spdlog::info("worker i{}r{}: cuda:{}: {} MiB of weights and step buffers", flags.instance_id,
+                 flags.tp_rank, cuda_device, (*gpu_model)->device_bytes() >> 20);
+    model = std::move(*gpu_model);
+    // After the model, so the budget counts its memory (vLLM's order too).
+    Result<std::unique_ptr<KvPool>> gpu_pool =
+        cuda::CreateDeviceKvPool(layout, cuda_device, config->gpu_memory_utilization);
+    if (!gpu_pool.ok()) return Fail("KV pool", gpu_pool.status());
+    pool = std::move(*gpu_pool);
+#else
+    return Fail("config " + flags.config_path,
+                Status::Unimplemented("device " + instance.device +
+                                      ": this headway-worker was built without the CUDA "
+                                      "toolkit (rebuild where nvcc is found)"));
+#endif
+  }
+  spdlog::info("worker i{}r{}: {} KV blocks of {} bytes ({})", flags.instance_id, flags.tp_rank,
+               pool->num_blocks(), layout.BlockBytes(), instance.device);
 
   std::unique_ptr<KvSender> kv_sender;
   if (config->KvTransferEnabled()) {
@@ -231,7 +258,7 @@ int main(int argc, char** argv) {
                    sender_options.inject_stall.count());
     }
     Result<std::unique_ptr<KvSender>> created =
-        KvSender::Create(pool->get(), shard, sender_options);
+        KvSender::Create(pool.get(), shard, sender_options);
     if (!created.ok()) return Fail("KV transfer", created.status());
     kv_sender = std::move(*created);
   }
@@ -239,7 +266,7 @@ int main(int argc, char** argv) {
   StepExecutorOptions exec_options;
   exec_options.tp_rank = flags.tp_rank;
   exec_options.max_tokens_per_step = config->max_num_batched_tokens;
-  StepExecutor executor(model->get(), pool->get(), exec_options);
+  StepExecutor executor(model.get(), pool.get(), exec_options);
 
   proto::RegisterRequest request;
   request.set_instance_id(uint32_t(flags.instance_id));
@@ -251,7 +278,7 @@ int main(int argc, char** argv) {
   request.set_head_dim(uint32_t(spec->head_dim));
   request.set_block_size(uint32_t(layout.block_size));
   request.set_block_bytes(uint64_t(layout.BlockBytes()));
-  request.set_num_blocks(uint32_t((*pool)->num_blocks()));
+  request.set_num_blocks(uint32_t(pool->num_blocks()));
   request.set_vocab_size(uint32_t(spec->vocab_size));
   request.set_pid(uint32_t(getpid()));
   if (kv_sender) *request.mutable_kv_endpoint() = kv_sender->endpoint();

@@ -37,7 +37,7 @@ SamplingConfig ToSamplingConfig(const proto::SamplingParams& p) {
 
 }  // namespace
 
-StepExecutor::StepExecutor(DecoderModel* model, KvPool* pool, const StepExecutorOptions& options)
+StepExecutor::StepExecutor(ForwardModel* model, KvPool* pool, const StepExecutorOptions& options)
     : model_(model),
       pool_(pool),
       options_(options),

@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 #include "proto/control.pb.h"
-#include "worker/decoder_model.h"
+#include "worker/forward_model.h"
 #include "worker/kv_pool.h"
 #include "worker/sequence_state.h"
 
@@ -34,7 +34,7 @@ struct StepExecutorOptions {
 class StepExecutor {
  public:
   // `model` and `pool` must outlive the executor. Not thread-safe.
-  StepExecutor(DecoderModel* model, KvPool* pool, const StepExecutorOptions& options);
+  StepExecutor(ForwardModel* model, KvPool* pool, const StepExecutorOptions& options);
 
   StepExecutor(const StepExecutor&) = delete;
   StepExecutor& operator=(const StepExecutor&) = delete;
@@ -83,7 +83,7 @@ class StepExecutor {
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;
 
-  DecoderModel* const model_;
+  ForwardModel* const model_;
   KvPool* const pool_;
   const StepExecutorOptions options_;
   const uint64_t seed_base_;

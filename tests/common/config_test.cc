@@ -405,5 +405,44 @@ TEST(ConfigTest, ShippedGemma3ConfigIsValid) {
   EXPECT_TRUE(config->enable_recycling);
 }
 
+TEST(ConfigTest, GpuMemoryUtilizationIsAFraction) {
+  Result<Config> by_default = ParseConfig(kFull);
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_DOUBLE_EQ(by_default->gpu_memory_utilization, 0.9);
+  const std::string key = "kv_memory_mb: 256";
+  Result<Config> half = ParseConfig(Edit(kFull, key, key + "\n  gpu_memory_utilization: 0.5"));
+  ASSERT_TRUE(half.ok()) << half.status().ToString();
+  EXPECT_DOUBLE_EQ(half->gpu_memory_utilization, 0.5);
+  EXPECT_TRUE(ParseConfig(Edit(kFull, key, key + "\n  gpu_memory_utilization: 1")).ok());
+  for (const char* bad : {"0", "1.5", "-0.1"}) {
+    ExpectError(Edit(kFull, key, key + "\n  gpu_memory_utilization: " + bad),
+                {"cache.gpu_memory_utilization", "(0, 1]"});
+  }
+  ExpectError(Edit(kFull, key, key + "\n  gpu_memory_utilization: most"),
+              {"cache.gpu_memory_utilization", "most", "a number"});
+}
+
+TEST(ConfigTest, CudaRanksTakeConsecutiveGpusPerHost) {
+  InstanceConfig instance;
+  EXPECT_EQ(instance.CudaDevice(0), -1);  // cpu
+  instance.device = "cuda:2";
+  instance.tp_size = 3;
+  EXPECT_EQ(instance.CudaDevice(0), 2);
+  EXPECT_EQ(instance.CudaDevice(2), 4);
+  instance.hosts = {"10.0.0.1", "10.0.0.2", "10.0.0.1"};
+  EXPECT_EQ(instance.CudaDevice(0), 2);
+  EXPECT_EQ(instance.CudaDevice(1), 2);
+  EXPECT_EQ(instance.CudaDevice(2), 3);
+}
+
+TEST(ConfigTest, ShippedCudaConfigIsValid) {
+  Result<Config> config = LoadConfigFile(testing::SourceDir() + "/deploy/configs/cuda.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const InstanceConfig& instance = *config->Instances()[0];
+  EXPECT_EQ(instance.CudaDevice(0), 0);
+  EXPECT_EQ(instance.CollectiveBackend(), "nccl");
+  EXPECT_DOUBLE_EQ(config->gpu_memory_utilization, 0.9);
+}
+
 }  // namespace
 }  // namespace headway

@@ -51,9 +51,12 @@ TEST(DeploymentCheckTest, WhatIsNotBuiltYetIsRefusedNotServedAsSomethingElse) {
   Status s;
   Config gpu = OneInstance(1);
   gpu.pools[0].instances[0].device = "cuda:0";
-  s = CheckSupported(gpu);
+  s = CheckSupported(gpu, /*cuda_built=*/false);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("cuda:0"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("CUDA toolkit"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckSupported(gpu, /*cuda_built=*/true).ok());
+  EXPECT_EQ(CheckSupported(gpu).ok(), BuiltWithCuda());
 }
 
 }  // namespace

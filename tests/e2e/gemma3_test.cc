@@ -116,7 +116,9 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
     HttpReply r = d->PostJson("/v1/completions",
                               GreedyBody("The history of the lighthouse begins", 600, true));
     run.long_decode = CompletionText(r);
-    if (r.status == 200) EXPECT_EQ(r.json["usage"]["completion_tokens"], 600);
+    if (r.status == 200) {
+      EXPECT_EQ(r.json["usage"]["completion_tokens"], 600);
+    }
     const std::vector<int32_t> ids = LongPromptIds(*d);
     auto complete = [&] {
       return CompletionText(d->PostJson("/v1/completions", GreedyBody(ids, 24, true)));

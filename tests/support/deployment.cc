@@ -32,6 +32,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
   y << "cache:\n"
     << "  block_size: " << o.block_size << "\n"
     << "  kv_memory_mb: " << o.kv_memory_mb << "\n"
+    << "  gpu_memory_utilization: " << o.gpu_memory_utilization << "\n"
     << "  enable_recycling: " << (o.enable_recycling ? "true" : "false") << "\n"
     << "  enable_prefix_caching: " << (o.enable_prefix_caching ? "true" : "false") << "\n"
     << "scheduler:\n"
@@ -50,7 +51,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
       << "    role: mixed\n"
       << "    instances:\n"
       << "      - tp_size: " << o.tp_size << "\n"
-      << "        device: cpu\n";
+      << "        device: " << o.device << "\n";
     if (o.num_threads > 0) y << "        num_threads: " << o.num_threads << "\n";
     if (!o.collective.empty()) y << "        collective: " << o.collective << "\n";
   }

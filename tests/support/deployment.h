@@ -24,6 +24,8 @@ struct DeploymentOptions {
   int tp_size = 1;
   int num_threads = 0;                // per worker; 0 = the config default
   std::string collective;             // "" = the config default (gloo on cpu)
+  std::string device = "cpu";         // the instance's device: cpu or cuda:N
+  double gpu_memory_utilization = 0.9;  // cache.gpu_memory_utilization (cuda only)
   // > 0: disaggregated: a prefill pool (one TP 1 instance) and a decode pool
   // (one instance of this TP size), with kv_transfer over UCX TCP; the
   // instance options above are ignored.

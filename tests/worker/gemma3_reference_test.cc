@@ -61,7 +61,7 @@ TEST_F(Gemma3Test, MatchesNumpyF32Reference) {
   const nlohmann::json ref = ReadJson("reference/gemma3_greedy.json");
   ASSERT_TRUE(ref.contains("cases"));
   for (MatmulPath path : {MatmulPath::kF32, MatmulPath::kQuantisedF32Act}) {
-    model_->TEST_set_matmul_path(path);
+    SetMatmulPath(path);
     const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
     ASSERT_EQ(logits.size(), ref["cases"].size());
     for (size_t i = 0; i < logits.size(); ++i) {
@@ -77,7 +77,7 @@ TEST_F(Gemma3Test, MatchesNumpyF32Reference) {
           c["name"].get<std::string>().c_str(), c["prompt_ids"].size(), int(path), diff);
     }
   }
-  model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
+  SetMatmulPath(MatmulPath::kQuantisedF32Act);
 }
 
 TEST_F(Gemma3Test, CloseToLlamaCpp) {

@@ -22,6 +22,7 @@
 #include "common/model_spec.h"
 #include "tests/support/test_env.h"
 #include "tests/worker/block_granter.h"
+#include "worker/decoder_model.h"
 #include "worker/step_executor.h"
 
 namespace headway::testing {
@@ -102,9 +103,17 @@ class RealModelFixture : public ::testing::Test {
   }
 
   // REQUIRES: `model` outlives the executor's use of it.
-  void StartExecutor(DecoderModel* model, int64_t pool_bytes) {
+  void StartExecutor(ForwardModel* model, int64_t pool_bytes) {
+    StartExecutor(model,
+                  std::move(KvPool::Create({kBlockSize, model->spec().head_dim}, pool_bytes))
+                      .value());
+  }
+
+  // As above, on a pool made elsewhere (a CUDA device's), with block_size
+  // kBlockSize.
+  void StartExecutor(ForwardModel* model, std::unique_ptr<KvPool> pool) {
     model_ = model;
-    pool_ = std::move(KvPool::Create({kBlockSize, model_->spec().head_dim}, pool_bytes)).value();
+    pool_ = std::move(pool);
     StepExecutorOptions options;
     options.seed_base = 1;
     executor_ = std::make_unique<StepExecutor>(model_, pool_.get(), options);
@@ -215,6 +224,13 @@ class RealModelFixture : public ::testing::Test {
     return result;
   }
 
+  // Switches the CPU model's matmul path (worker/linear.h).
+  void SetMatmulPath(MatmulPath path) {
+    auto* cpu_model = dynamic_cast<DecoderModel*>(model_);
+    ASSERT_NE(cpu_model, nullptr) << "not a CPU model";
+    cpu_model->TEST_set_matmul_path(path);
+  }
+
   // Steps compared over all cases.
   static int TotalCompared(const std::vector<GreedyAgreement>& cases) {
     int total = 0;
@@ -241,7 +257,7 @@ class RealModelFixture : public ::testing::Test {
     return out;
   }
 
-  DecoderModel* model_ = nullptr;
+  ForwardModel* model_ = nullptr;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepExecutor> executor_;
   std::optional<BlockGranter> granter_;  // set by StartExecutor

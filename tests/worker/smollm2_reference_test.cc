@@ -75,9 +75,9 @@ class SmolLm2PathTest : public SmolLm2Test,
 TEST_P(SmolLm2PathTest, MatchesNumpyF32Reference) {
   const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
   ASSERT_TRUE(ref.contains("cases"));
-  model_->TEST_set_matmul_path(GetParam());
+  SetMatmulPath(GetParam());
   const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
-  model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
+  SetMatmulPath(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
     const nlohmann::json& c = ref["cases"][i];
@@ -96,9 +96,9 @@ INSTANTIATE_TEST_SUITE_P(F32Activations, SmolLm2PathTest,
 TEST_F(SmolLm2Test, QuantisedPathMatchesLlamaCpp) {
   const nlohmann::json ref = ReadJson("reference/smollm2_greedy.json");
   ASSERT_TRUE(ref.contains("cases"));
-  model_->TEST_set_matmul_path(MatmulPath::kQuantised8BitAct);
+  SetMatmulPath(MatmulPath::kQuantised8BitAct);
   const std::vector<std::vector<float>> logits = LastPromptLogits(ref);
-  model_->TEST_set_matmul_path(MatmulPath::kQuantisedF32Act);
+  SetMatmulPath(MatmulPath::kQuantisedF32Act);
   ASSERT_EQ(logits.size(), ref["cases"].size());
   for (size_t i = 0; i < logits.size(); ++i) {
     const nlohmann::json& c = ref["cases"][i];

@@ -2,6 +2,7 @@
 // (every rejected plan leaves the state unchanged), delta application,
 // release, and that batching and chunking do not change greedy tokens.
 #include "tests/worker/block_granter.h"
+#include "worker/decoder_model.h"
 #include "worker/step_executor.h"
 
 #include <map>

@@ -1,0 +1,127 @@
+// The CUDA runtime as the rest of Headway sees it: devices, streams, device
+// memory and copies, with errors as Status. Declares no CUDA types, so
+// callers compile without the toolkit's headers (cuda_runtime.h stays inside
+// kernels/cuda/*.cu and *.cc).
+//
+// Every kernel launcher in kernels/cuda takes a Stream and only enqueues
+// work: a launch error (bad configuration) is reported by the next
+// CheckLastError or Synchronize on that thread, an execution error (a bad
+// address) by the next Synchronize.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace headway::cuda {
+
+using Stream = CUstream_st*;  // nullptr = the legacy default stream
+
+// Devices visible to this process; 0 when there is no driver or no GPU
+// (never an error: callers skip GPU work).
+int DeviceCount();
+
+// A line for test skips and logs: why there is no usable GPU ("no CUDA
+// device: <runtime's error>"), or "" when DeviceCount() > 0.
+std::string NoDeviceReason();
+
+struct DeviceInfo {
+  std::string name;            // e.g. "NVIDIA H200"
+  int compute_major = 0;       // 9 for Hopper
+  int compute_minor = 0;
+  int num_sms = 0;             // streaming multiprocessors
+  size_t total_bytes = 0;      // device memory
+  size_t free_bytes = 0;       // free now (cudaMemGetInfo)
+};
+
+// Makes `device` current on this thread and describes it. Errors:
+// InvalidArgument when `device` is outside [0, DeviceCount()); Unavailable
+// for a runtime error (message has the runtime's text).
+Result<DeviceInfo> SetDevice(int device);
+
+// A non-blocking stream on the current device. Errors: Unavailable.
+Result<Stream> CreateStream();
+void DestroyStream(Stream stream);  // nullptr is a no-op
+
+// Waits for everything enqueued on `stream`; returns the first launch or
+// execution error (Unavailable naming `what` and the runtime's text).
+Status Synchronize(Stream stream, const char* what);
+// The error of the last launch on this thread, cleared (Unavailable naming
+// `what`), or OK.
+Status CheckLastError(const char* what);
+
+// Device memory owned by one object (cudaMalloc / cudaFree). Movable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // Errors: ResourceExhausted naming the bytes asked for and the bytes free.
+  static Result<DeviceBuffer> Allocate(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory (cudaHostAlloc), the staging area of
+// asynchronous copies and of KV transfer from device pools. Movable.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  // Errors: ResourceExhausted.
+  static Result<PinnedBuffer> Allocate(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Asynchronous copies on `stream` (host memory should be pinned for real
+// overlap; pageable memory works but the copy is staged by the driver).
+// Errors: Unavailable with the runtime's text.
+Status CopyToDevice(void* dst, const void* src, size_t bytes, Stream stream);
+Status CopyToHost(void* dst, const void* src, size_t bytes, Stream stream);
+Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes, Stream stream);
+Status Memset(void* dst, int value, size_t bytes, Stream stream);
+
+// Times work on a stream with CUDA events (for benchmarks).
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void Start(Stream stream);
+  void Stop(Stream stream);
+  // Milliseconds between Start and Stop; waits for Stop's event.
+  float ElapsedMs();
+
+ private:
+  void* start_ = nullptr;  // cudaEvent_t
+  void* stop_ = nullptr;
+};
+
+}  // namespace headway::cuda

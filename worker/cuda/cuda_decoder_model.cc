@@ -1,0 +1,348 @@
+#include "worker/cuda/cuda_decoder_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace headway::cuda {
+namespace {
+
+Result<DeviceBuffer> AllocateFloats(size_t count) {
+  return DeviceBuffer::Allocate(std::max<size_t>(count, 1) * sizeof(float));
+}
+
+// The device this thread last made current here. The CUDA runtime's current
+// device is per thread, and the worker creates the model on its main thread
+// but steps it on a compute thread (worker_loop.cc), which starts on device
+// 0: a launch into a stream of another device fails, and cuBLAS handles and
+// allocations follow the current device. SetDevice also queries the device's
+// properties, so it runs when the thread's device changes, not every step.
+thread_local int tls_bound_device = -1;
+
+Status BindDevice(int device) {
+  if (tls_bound_device == device) return Status::Ok();
+  HW_RETURN_IF_ERROR(SetDevice(device).status());
+  tls_bound_device = device;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
+    const ModelSpec& spec, std::unique_ptr<ModelWeights> weights, Communicator* comm,
+    const CudaModelOptions& options) {
+  HW_RETURN_IF_ERROR(ValidateModel(spec, weights.get(), comm));
+  if (spec.head_dim != 64 && spec.head_dim != 128 && spec.head_dim != 256) {
+    return Status::InvalidArgument("head_dim " + std::to_string(spec.head_dim) +
+                                   " has no CUDA attention kernel (64, 128 or 256)");
+  }
+  if (options.max_tokens_per_step < 1) {
+    return Status::InvalidArgument("max_tokens_per_step must be >= 1");
+  }
+  if (comm != nullptr && comm->size() > 1 && std::string(comm->backend()) != "nccl") {
+    return Status::InvalidArgument(std::string("a CUDA rank needs the nccl collective backend, "
+                                               "not ") + comm->backend());
+  }
+  tls_bound_device = -1;  // Create may follow other SetDevice calls on this thread
+  HW_RETURN_IF_ERROR(BindDevice(options.device));
+  std::unique_ptr<CudaDecoderModel> model(
+      new CudaDecoderModel(spec, weights->shard(), comm, options));
+  HW_RETURN_IF_ERROR(model->Init(std::move(weights)));
+  return model;
+}
+
+CudaDecoderModel::CudaDecoderModel(const ModelSpec& spec, const TpShard& shard,
+                                   Communicator* comm, const CudaModelOptions& options)
+    : spec_(spec),
+      shard_(shard),
+      arch_(ArchitectureOf(spec)),
+      comm_(comm),
+      options_(options),
+      local_specs_(LocalSlotSpecs(spec, shard)) {}
+
+CudaDecoderModel::~CudaDecoderModel() {
+  if (stream_ != nullptr) {
+    Status drained = Synchronize(stream_, "shutdown");  // nothing to report it to
+    (void)drained;
+    blas_.reset();
+    DestroyStream(stream_);
+  }
+}
+
+Status CudaDecoderModel::Init(std::unique_ptr<ModelWeights> weights) {
+  HW_ASSIGN_OR_RETURN(stream_, CreateStream());
+  HW_ASSIGN_OR_RETURN(blas_, Blas::Create(stream_));
+  HW_ASSIGN_OR_RETURN(weights_, DeviceWeights::Upload(*weights, options_.exact_matmuls));
+  weights.reset();  // the host copy is no longer needed
+
+  HW_ASSIGN_OR_RETURN(slot_specs_, DeviceBuffer::Allocate(local_specs_.size() * sizeof(SlotSpec)));
+  HW_RETURN_IF_ERROR(CopyToDevice(slot_specs_.data(), local_specs_.data(),
+                                  local_specs_.size() * sizeof(SlotSpec), stream_));
+
+  const size_t n = size_t(options_.max_tokens_per_step);
+  const size_t hd = size_t(spec_.head_dim);
+  const size_t hidden = size_t(spec_.hidden_size);
+  const size_t inter = size_t(shard_.intermediate_end - shard_.intermediate_begin);
+  const size_t vocab_rows = size_t(shard_.vocab_end - shard_.vocab_begin);
+  HW_ASSIGN_OR_RETURN(x_, AllocateFloats(n * hidden));
+  HW_ASSIGN_OR_RETURN(h_, AllocateFloats(n * hidden));
+  HW_ASSIGN_OR_RETURN(q_, AllocateFloats(n * shard_.num_local_heads() * hd));
+  HW_ASSIGN_OR_RETURN(k_, AllocateFloats(n * shard_.num_local_kv_heads() * hd));
+  HW_ASSIGN_OR_RETURN(v_, AllocateFloats(n * shard_.num_local_kv_heads() * hd));
+  HW_ASSIGN_OR_RETURN(attn_, AllocateFloats(n * shard_.num_local_heads() * hd));
+  HW_ASSIGN_OR_RETURN(proj_, AllocateFloats(n * hidden));
+  HW_ASSIGN_OR_RETURN(gate_, AllocateFloats(n * inter));
+  HW_ASSIGN_OR_RETURN(up_, AllocateFloats(n * inter));
+  HW_ASSIGN_OR_RETURN(attention_workspace_,
+                      DeviceBuffer::Allocate(std::max<size_t>(
+                          1, PagedAttentionWorkspaceBytes(options_.max_tokens_per_step,
+                                                          shard_.num_local_heads(),
+                                                          spec_.head_dim))));
+  // Logit rows: at most one per sequence, and sequences <= tokens.
+  HW_ASSIGN_OR_RETURN(local_logits_, AllocateFloats(n * vocab_rows));
+  if (shard_.tp_size > 1 && shard_.tp_rank == 0) {
+    HW_ASSIGN_OR_RETURN(gathered_logits_, AllocateFloats(size_t(shard_.tp_size) * n * vocab_rows));
+  }
+  if (shard_.tp_rank == 0) {
+    HW_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(size_t(shard_.tp_size) * n *
+                                                             vocab_rows * sizeof(float)));
+  }
+  tables_.resize(size_t(spec_.num_layers));
+  // The first bf16 GEMM of a shape grows blas_'s activation scratch (to
+  // 1.5 x rows x inputs bf16) and makes cuBLAS set up its workspace. Done here
+  // at the step's largest shapes, that memory is in use before the KV pool is
+  // sized from what is left, rather than failing a long prefill later (the
+  // pool leaves only a small reserve). Inputs are zeroed; outputs are scratch.
+  if (spec_.num_layers > 0) {
+    const DeviceLayerWeights& w = weights_->layer(0);
+    HW_RETURN_IF_ERROR(Memset(h_.data(), 0, h_.bytes(), stream_));
+    HW_RETURN_IF_ERROR(Memset(attn_.data(), 0, attn_.bytes(), stream_));
+    HW_RETURN_IF_ERROR(Memset(gate_.data(), 0, gate_.bytes(), stream_));
+    const int m = options_.max_tokens_per_step;
+    HW_RETURN_IF_ERROR(blas_->MatmulTransB(h_.as<float>(), w.wq.bf16_data(), m, w.wq.rows,
+                                           w.wq.cols, q_.as<float>()));
+    HW_RETURN_IF_ERROR(blas_->MatmulTransB(attn_.as<float>(), w.wo.bf16_data(), m, w.wo.rows,
+                                           w.wo.cols, proj_.as<float>()));
+    HW_RETURN_IF_ERROR(blas_->MatmulTransB(gate_.as<float>(), w.w_down.bf16_data(), m,
+                                           w.w_down.rows, w.w_down.cols, proj_.as<float>()));
+  }
+  return Synchronize(stream_, "CUDA model init");
+}
+
+size_t CudaDecoderModel::device_bytes() const {
+  size_t bytes = weights_->num_bytes() + slot_specs_.bytes() + attention_workspace_.bytes() +
+                 local_logits_.bytes() + gathered_logits_.bytes() + metadata_.bytes();
+  for (const DeviceBuffer* b : {&x_, &h_, &q_, &k_, &v_, &attn_, &proj_, &gate_, &up_}) {
+    bytes += b->bytes();
+  }
+  return bytes;
+}
+
+Status CudaDecoderModel::Linear(const DeviceLinear& w, const float* x, int m, float* y) {
+  if (w.has_quant() && (m <= kMaxDequantGemvRows || options_.exact_matmuls)) {
+    for (int r = 0; r < m; r += kMaxDequantGemvRows) {
+      const int rows = std::min(kMaxDequantGemvRows, m - r);
+      DequantGemv(x + size_t(r) * w.cols, w.quant_data(), w.quant_type, rows, w.rows, w.cols,
+                  y + size_t(r) * w.rows, stream_);
+    }
+    return Status::Ok();
+  }
+  return blas_->MatmulTransB(x, w.bf16_data(), m, w.rows, w.cols, y);
+}
+
+Status CudaDecoderModel::AllReduce(float* data, size_t count) {
+  if (comm_ == nullptr || comm_->size() == 1) return Status::Ok();
+  HW_RETURN_IF_ERROR(Synchronize(stream_, "before all-reduce"));
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = comm_->AllReduceSum(data, count);
+  collective_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+Status CudaDecoderModel::UploadBatch(const ForwardBatch& batch) {
+  const int n = batch.layout.num_tokens();
+  const int num_seqs = batch.layout.num_seqs;
+  const int n_kv = shard_.num_local_kv_heads();
+  const int max_blocks = batch.tables[0].max_blocks;
+  const size_t table_ints = size_t(num_seqs) * n_kv * max_blocks;
+  // Layout of the metadata, in int32s: token ids [n], positions [n], row ->
+  // sequence [n], query_start [S+1], start_pos [S], logit rows [R], then
+  // each layer's table [S, n_kv, max_blocks].
+  const size_t total = size_t(3) * n + (num_seqs + 1) + num_seqs + batch.num_logit_rows +
+                       table_ints * spec_.num_layers;
+  if (metadata_host_.bytes() < total * sizeof(int32_t)) {
+    HW_RETURN_IF_ERROR(Synchronize(stream_, "growing step metadata"));
+    HW_ASSIGN_OR_RETURN(metadata_host_, PinnedBuffer::Allocate(2 * total * sizeof(int32_t)));
+    HW_ASSIGN_OR_RETURN(metadata_, DeviceBuffer::Allocate(2 * total * sizeof(int32_t)));
+  }
+  int32_t* host = metadata_host_.as<int32_t>();
+  const int32_t* device = metadata_.as<const int32_t>();
+  size_t at = 0;
+  auto put = [&](const int32_t* src, size_t count) {
+    if (count > 0) std::memcpy(host + at, src, count * sizeof(int32_t));  // src may be null at 0
+    const int32_t* where = device + at;
+    at += count;
+    return where;
+  };
+  token_ids_ = put(batch.token_ids, size_t(n));
+  batch_.positions = put(batch.positions, size_t(n));
+  batch_.token_seq = device + at;
+  batch_.max_query_len = 0;
+  batch_.max_context_len = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int begin = batch.layout.query_start[s];
+    const int end = batch.layout.query_start[s + 1];
+    for (int t = begin; t < end; ++t) host[at + t] = s;
+    batch_.max_query_len = std::max(batch_.max_query_len, end - begin);
+    batch_.max_context_len =
+        std::max(batch_.max_context_len, batch.layout.start_pos[s] + end - begin);
+  }
+  at += size_t(n);
+  batch_.query_start = put(batch.layout.query_start, size_t(num_seqs) + 1);
+  batch_.start_pos = put(batch.layout.start_pos, size_t(num_seqs));
+  logit_rows_ = put(batch.logit_rows, size_t(batch.num_logit_rows));
+  for (int l = 0; l < spec_.num_layers; ++l) {
+    const LayerBlockTable& t = batch.tables[l];
+    HW_CHECK(t.num_kv_heads == n_kv && t.max_blocks == max_blocks);
+    tables_[l] = LayerBlockTable{put(t.block_ids, table_ints), n_kv, max_blocks};
+  }
+  batch_.num_seqs = num_seqs;
+  batch_.num_tokens = n;
+  return CopyToDevice(metadata_.data(), host, at * sizeof(int32_t), stream_);
+}
+
+Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
+                                 std::vector<float>* logits) {
+  const int n = batch.layout.num_tokens();
+  const int hidden = spec_.hidden_size;
+  const int hd = spec_.head_dim;
+  const int n_heads = shard_.num_local_heads();
+  const int n_kv = shard_.num_local_kv_heads();
+  const int inter = shard_.intermediate_end - shard_.intermediate_begin;
+  const float eps = spec_.rms_norm_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const KvCacheLayout& layout = pool->layout();
+  HW_CHECK(layout.head_dim == hd && pool->device() == options_.device);
+  HW_CHECK(n >= 1 && n <= options_.max_tokens_per_step);
+  HW_RETURN_IF_ERROR(BindDevice(options_.device).WithContext("forward pass"));
+  HW_RETURN_IF_ERROR(UploadBatch(batch));
+
+  float* x = x_.as<float>();
+  float* h = h_.as<float>();
+  float* q = q_.as<float>();
+  float* k = k_.as<float>();
+  float* v = v_.as<float>();
+  float* attn = attn_.as<float>();
+  float* proj = proj_.as<float>();
+  float* gate = gate_.as<float>();
+  float* up = up_.as<float>();
+  const size_t hidden_floats = size_t(n) * hidden;
+  const SlotSpec* specs = slot_specs_.as<const SlotSpec>();
+
+  if (weights_->token_embd_f32() != nullptr) {
+    EmbeddingShard(weights_->token_embd_f32(), shard_.vocab_begin, shard_.vocab_end, token_ids_, n,
+                   hidden, arch_.embedding_scale, x, stream_);
+  } else {
+    EmbeddingShard(weights_->token_embd().bf16_data(), shard_.vocab_begin, shard_.vocab_end,
+                   token_ids_, n, hidden, arch_.embedding_scale, x, stream_);
+  }
+  HW_RETURN_IF_ERROR(AllReduce(x, hidden_floats).WithContext("embedding all-reduce"));
+  RmsNorm(x, weights_->layer(0).attn_norm.as<const float>(), n, hidden, eps, h, stream_);
+  for (int l = 0; l < spec_.num_layers; ++l) {
+    const DeviceLayerWeights& w = weights_->layer(l);
+    // Attention block; h holds rmsnorm(x) with attn_norm.
+    HW_RETURN_IF_ERROR(Linear(w.wq, h, n, q));
+    HW_RETURN_IF_ERROR(Linear(w.wk, h, n, k));
+    HW_RETURN_IF_ERROR(Linear(w.wv, h, n, v));
+    if (arch_.qk_norm) {
+      RmsNorm(q, w.attn_q_norm.as<const float>(), n * n_heads, hd, eps, q, stream_);
+      RmsNorm(k, w.attn_k_norm.as<const float>(), n * n_kv, hd, eps, k, stream_);
+    }
+    RopeAppendKv(q, k, v, batch_, tables_[l], layout, n_heads, spec_.RopeFreqBase(l),
+                 arch_.rope_style, pool->data(), stream_);
+    PagedAttention(q, pool->data(), batch_, tables_[l], specs + size_t(l) * n_kv, layout,
+                   n_heads, scale, attention_workspace_.data(), attn, stream_);
+    HW_RETURN_IF_ERROR(Linear(w.wo, attn, n, proj));
+    HW_RETURN_IF_ERROR(AllReduce(proj, hidden_floats).WithContext("attention all-reduce"));
+    if (arch_.post_norms) {
+      RmsNorm(proj, w.post_attention_norm.as<const float>(), n, hidden, eps, proj, stream_);
+    }
+    // x += proj; h = rmsnorm(x) with ffn_norm.
+    AddRmsNorm(x, proj, w.ffn_norm.as<const float>(), n, hidden, eps, h, stream_);
+    // MLP block.
+    HW_RETURN_IF_ERROR(Linear(w.w_gate, h, n, gate));
+    HW_RETURN_IF_ERROR(Linear(w.w_up, h, n, up));
+    if (arch_.gelu_tanh_mlp) {
+      GeluTanhGated(gate, up, int64_t(n) * inter, gate, stream_);
+    } else {
+      SwiGlu(gate, up, int64_t(n) * inter, gate, stream_);
+    }
+    HW_RETURN_IF_ERROR(Linear(w.w_down, gate, n, proj));
+    HW_RETURN_IF_ERROR(AllReduce(proj, hidden_floats).WithContext("MLP all-reduce"));
+    if (arch_.post_norms) {
+      RmsNorm(proj, w.post_ffw_norm.as<const float>(), n, hidden, eps, proj, stream_);
+    }
+    // x += proj; h = rmsnorm(x) with the next layer's attn_norm (the last
+    // layer's h is unused: the logits norm only the logit rows).
+    const float* next_norm = l + 1 < spec_.num_layers
+                                 ? weights_->layer(l + 1).attn_norm.as<const float>()
+                                 : weights_->output_norm();
+    AddRmsNorm(x, proj, next_norm, n, hidden, eps, h, stream_);
+  }
+  HW_RETURN_IF_ERROR(CheckLastError("forward pass launch"));
+  return ComputeLogits(batch.num_logit_rows, logits);
+}
+
+Status CudaDecoderModel::ComputeLogits(int r, std::vector<float>* logits) {
+  const int hidden = spec_.hidden_size;
+  const int vocab_rows = shard_.vocab_end - shard_.vocab_begin;
+  logits->resize(shard_.tp_rank == 0 ? size_t(r) * spec_.vocab_size : 0);
+  if (r == 0) return Synchronize(stream_, "forward pass");
+  // h already holds rmsnorm(x) with output_norm for every row; pick the
+  // logit rows into proj_ (n >= r rows of hidden floats).
+  float* last = proj_.as<float>();
+  GatherRows(h_.as<const float>(), logit_rows_, r, hidden, last, stream_);
+  float* local = local_logits_.as<float>();
+  HW_RETURN_IF_ERROR(Linear(weights_->lm_head(), last, r, local));
+  const float* rank0_logits = local;
+  if (shard_.tp_size > 1) {
+    HW_RETURN_IF_ERROR(Synchronize(stream_, "before logits gather"));
+    const auto t0 = std::chrono::steady_clock::now();
+    Status gathered = comm_->Gather(local, size_t(r) * vocab_rows,
+                                    shard_.tp_rank == 0 ? gathered_logits_.as<float>() : nullptr,
+                                    0);
+    collective_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    HW_RETURN_IF_ERROR(gathered.WithContext("logits gather"));
+    if (shard_.tp_rank != 0) return Status::Ok();
+    rank0_logits = gathered_logits_.as<const float>();
+  }
+  const size_t count = size_t(shard_.tp_size) * r * vocab_rows;
+  HW_RETURN_IF_ERROR(
+      CopyToHost(logits_host_.data(), rank0_logits, count * sizeof(float), stream_));
+  HW_RETURN_IF_ERROR(Synchronize(stream_, "forward pass"));
+  const float* src = logits_host_.as<const float>();
+  if (shard_.tp_size == 1) {
+    std::memcpy(logits->data(), src, size_t(r) * spec_.vocab_size * sizeof(float));
+    return Status::Ok();
+  }
+  // [rank, row, local vocab] -> [row, vocab], padding dropped (as the CPU model).
+  for (int rank = 0; rank < shard_.tp_size; ++rank) {
+    const int begin = rank * vocab_rows;
+    const int cols = std::min(vocab_rows, spec_.vocab_size - begin);
+    if (cols <= 0) continue;
+    for (int i = 0; i < r; ++i) {
+      std::memcpy(logits->data() + size_t(i) * spec_.vocab_size + begin,
+                  src + (size_t(rank) * r + i) * vocab_rows, size_t(cols) * sizeof(float));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace headway::cuda

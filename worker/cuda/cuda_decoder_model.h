@@ -1,0 +1,113 @@
+// The decoder forward pass (worker/decoder_model.h draws it) on one CUDA
+// device, for one TP rank. The KV pool is in the device's memory
+// (device_kv_pool.h) with the same block layout as a CPU rank's.
+//
+// The CPU/GPU split of a step:
+//   host:   plan validation, block-table deltas, the dense per-layer tables
+//           (step_executor.cc), packing the step's metadata (token ids,
+//           positions, row -> sequence, query starts, start positions,
+//           logit rows, every layer's table) into one pinned buffer;
+//           sampling from the copied logits (cpu::Sample: one sampler for
+//           every device, so a seed gives the same tokens anywhere).
+//   device: one copy of that metadata in; embedding, every layer (RMSNorm,
+//           Q/K/V GEMMs, RoPE fused with append_kv, paged attention, O
+//           GEMM, MLP), the final norm and LM head of the logit rows; one
+//           copy of the logits out. All on one stream.
+//   TP:     NCCL all-reduces on device pointers between the stream's work
+//           (the stream is synchronised before each collective, whose
+//           communicator waits on its own stream).
+// Linear layers: decode-sized products (m <= kMaxDequantGemvRows) read the
+// stored quantised blocks with cuda::DequantGemv (exact weights, f32
+// activations, as the CPU path); larger ones use cuBLAS bf16 GEMMs on the
+// bf16 copy (activations rounded to bf16, f32 accumulation).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/model_spec.h"
+#include "common/status.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/runtime.h"
+#include "worker/cuda/device_weights.h"
+#include "worker/forward_model.h"
+
+namespace headway::cuda {
+
+struct CudaModelOptions {
+  int device = 0;                  // CUDA device ordinal
+  int max_tokens_per_step = 8192;  // step buffers are allocated for this many rows up front
+  // Tests: every linear layer through DequantGemv (in chunks of
+  // kMaxDequantGemvRows rows) where the stored blocks allow, and the
+  // embedding from an f32 table, so the GPU computes with exactly the CPU
+  // worker's weights.
+  bool exact_matmuls = false;
+};
+
+class CudaDecoderModel final : public ForwardModel {
+ public:
+  // Uploads `weights` to options.device and allocates the step buffers for
+  // options.max_tokens_per_step rows (so that the memory left for the KV
+  // pool is known when it is sized). `comm` (nccl backend, same device) must
+  // outlive the model; nullptr only at tp_size 1. Errors: those of
+  // ValidateModel; InvalidArgument for a bad device or a head_dim the
+  // attention kernels lack (64, 128, 256); ResourceExhausted when device
+  // memory runs out; Unavailable from the runtime or cuBLAS.
+  static Result<std::unique_ptr<CudaDecoderModel>> Create(const ModelSpec& spec,
+                                                          std::unique_ptr<ModelWeights> weights,
+                                                          Communicator* comm,
+                                                          const CudaModelOptions& options);
+  ~CudaDecoderModel() override;
+
+  const ModelSpec& spec() const override { return spec_; }
+  const TpShard& shard() const override { return shard_; }
+  const SlotSpec& slot_spec(int slot) const override { return local_specs_[slot]; }
+  // ForwardModel::Forward. REQUIRES additionally: pool->device() == the
+  // model's device; n_tokens <= max_tokens_per_step (the executor's limit).
+  Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override;
+  double collective_seconds() const override { return collective_seconds_; }
+
+  int device() const { return options_.device; }
+  // Device bytes of weights and step buffers.
+  size_t device_bytes() const;
+
+ private:
+  CudaDecoderModel(const ModelSpec& spec, const TpShard& shard, Communicator* comm,
+                   const CudaModelOptions& options);
+  Status Init(std::unique_ptr<ModelWeights> weights);
+  Status Linear(const DeviceLinear& w, const float* x, int m, float* y);
+  Status AllReduce(float* data, size_t count);
+  // Packs and uploads the step's metadata; fills batch_ (device pointers).
+  Status UploadBatch(const ForwardBatch& batch);
+  Status ComputeLogits(int num_logit_rows, std::vector<float>* logits);
+
+  const ModelSpec spec_;
+  const TpShard shard_;
+  const ModelArchitecture arch_;
+  Communicator* const comm_;
+  const CudaModelOptions options_;
+  std::vector<SlotSpec> local_specs_;
+  double collective_seconds_ = 0.0;
+
+  Stream stream_ = nullptr;
+  std::unique_ptr<Blas> blas_;
+  std::unique_ptr<DeviceWeights> weights_;
+  DeviceBuffer slot_specs_;  // [num_slots] SlotSpec
+
+  // Step buffers, [max_tokens, width] f32 unless noted.
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_;
+  DeviceBuffer attention_workspace_;
+  DeviceBuffer local_logits_;     // [max_tokens, local vocab rows]
+  DeviceBuffer gathered_logits_;  // rank 0 at TP > 1: [tp_size, max_tokens, local vocab rows]
+  DeviceBuffer metadata_;         // int32, grown as needed
+  PinnedBuffer metadata_host_;    // int32 staging, grown as needed
+  PinnedBuffer logits_host_;      // f32 staging of the logits
+  DeviceBatch batch_;
+  std::vector<LayerBlockTable> tables_;  // [num_layers], device block ids
+  const int32_t* logit_rows_ = nullptr;  // device, into metadata_
+  const int32_t* token_ids_ = nullptr;   // device, into metadata_
+};
+
+}  // namespace headway::cuda

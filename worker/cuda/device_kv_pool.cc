@@ -1,0 +1,49 @@
+#include "worker/cuda/device_kv_pool.h"
+
+#include <climits>
+#include <string>
+
+#include "kernels/cuda/runtime.h"
+
+namespace headway::cuda {
+
+Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization) {
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return Status::InvalidArgument("gpu_memory_utilization " +
+                                   std::to_string(gpu_memory_utilization) +
+                                   " is not a fraction in (0, 1]");
+  }
+  HW_ASSIGN_OR_RETURN(DeviceInfo info, SetDevice(device));
+  const double used = double(info.total_bytes - info.free_bytes);
+  return int64_t(gpu_memory_utilization * double(info.total_bytes) - used);
+}
+
+Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, int device,
+                                                   double gpu_memory_utilization,
+                                                   int64_t reserve_bytes) {
+  if (layout.block_size <= 0 || layout.head_dim <= 0) {
+    return Status::InvalidArgument("KV pool: block_size and head_dim must be positive");
+  }
+  HW_ASSIGN_OR_RETURN(int64_t budget, KvBudgetBytes(device, gpu_memory_utilization));
+  HW_ASSIGN_OR_RETURN(DeviceInfo info, SetDevice(device));
+  const int64_t block_bytes = int64_t(layout.BlockBytes());
+  const int64_t num_blocks =
+      std::min<int64_t>(INT32_MAX, std::max<int64_t>(0, budget - reserve_bytes) / block_bytes);
+  if (num_blocks < 1) {
+    return Status::ResourceExhausted(
+        "KV pool on cuda:" + std::to_string(device) + ": cache.gpu_memory_utilization " +
+        std::to_string(gpu_memory_utilization) + " of " + std::to_string(info.total_bytes) +
+        " bytes leaves no room for a block of " + std::to_string(block_bytes) + " bytes (" +
+        std::to_string(info.free_bytes) + " bytes free, " + std::to_string(reserve_bytes) +
+        " kept in reserve); raise it or free the GPU");
+  }
+  const size_t bytes = size_t(num_blocks) * size_t(block_bytes);
+  HW_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(bytes));
+  HW_RETURN_IF_ERROR(Memset(buffer.data(), 0, bytes, nullptr));
+  HW_RETURN_IF_ERROR(Synchronize(nullptr, "zeroing the KV pool"));
+  auto owner = std::make_shared<DeviceBuffer>(std::move(buffer));
+  float* data = owner->as<float>();
+  return KvPool::WrapDeviceMemory(layout, int(num_blocks), data, device, std::move(owner));
+}
+
+}  // namespace headway::cuda

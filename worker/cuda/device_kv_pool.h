@@ -1,0 +1,30 @@
+// The KV block pool of a CUDA rank, in device memory, sized the way vLLM's
+// gpu_memory_utilization is: the worker may use that fraction of the GPU's
+// total memory in all, and the pool gets what is left of it once the
+// weights and step buffers are allocated (so create it after the model).
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "kernels/kv_cache.h"
+#include "worker/kv_pool.h"
+
+namespace headway::cuda {
+
+// Bytes the pool may take on `device`: utilization * total - (total - free),
+// i.e. the share of the GPU left after everything already allocated on it
+// (by this process and others). Errors: InvalidArgument for a bad device
+// or utilization outside (0, 1]; Unavailable from the runtime.
+Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization);
+
+// A zeroed pool of the whole blocks that fit in KvBudgetBytes (less
+// `reserve_bytes` kept free for cuBLAS and the runtime). Errors: those of
+// KvBudgetBytes; ResourceExhausted when not one block fits (the message
+// names cache.gpu_memory_utilization, the GPU's total and free memory) or
+// the allocation fails.
+Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, int device,
+                                                   double gpu_memory_utilization,
+                                                   int64_t reserve_bytes = int64_t(256) << 20);
+
+}  // namespace headway::cuda
