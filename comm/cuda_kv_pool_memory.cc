@@ -17,20 +17,18 @@ std::string CudaError(const std::string& what, cudaError_t error) {
   return what + ": " + cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ")";
 }
 
-// Makes `device` current on this thread while it lives, then restores the
-// thread's previous device: UCX's progress thread and the worker's threads
-// call in here, and a copy must not move a compute thread to another device.
+// Makes `device` current on the calling thread and leaves it so. Restoring
+// the thread's previous device would, on a fresh thread (UCX's progress
+// thread, the transfer thread), mean "restoring" the default device 0 and
+// creating a context there, a few hundred MiB, in every worker that moves KV
+// blocks whatever its own GPU. In a worker every thread that copies blocks
+// works on the pool's device anyway.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device) {
-    error_ = cudaGetDevice(&previous_);
-    if (error_ == cudaSuccess && previous_ != device) {
-      error_ = cudaSetDevice(device);
-      restore_ = error_ == cudaSuccess;
-    }
-  }
-  ~ScopedDevice() {
-    if (restore_) cudaSetDevice(previous_);
+    int current = -1;
+    error_ = cudaGetDevice(&current);
+    if (error_ == cudaSuccess && current != device) error_ = cudaSetDevice(device);
   }
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
@@ -38,8 +36,6 @@ class ScopedDevice {
   cudaError_t error() const { return error_; }
 
  private:
-  int previous_ = 0;
-  bool restore_ = false;
   cudaError_t error_ = cudaSuccess;
 };
 

@@ -165,6 +165,16 @@ int main(int argc, char** argv) {
     threads = std::max(1, int(std::thread::hardware_concurrency()) / instance.tp_size);
   }
   cpu::SetNumThreads(threads);
+#if HEADWAY_HAVE_CUDA
+  // A missing GPU is reported before seconds of model loading, not after.
+  if (const int device = instance.CudaDevice(flags.tp_rank); device >= 0) {
+    Result<cuda::DeviceInfo> gpu = cuda::SetDevice(device);
+    if (!gpu.ok()) return Fail("config " + flags.config_path, gpu.status());
+    spdlog::info("worker i{}r{}: cuda:{} is {} ({} SMs, {} MiB free of {} MiB)", flags.instance_id,
+                 flags.tp_rank, device, gpu->name, gpu->num_sms, gpu->free_bytes >> 20,
+                 gpu->total_bytes >> 20);
+  }
+#endif
 
   spdlog::info("worker i{}r{}: loading {} ({} threads)", flags.instance_id, flags.tp_rank,
                config->model_path, threads);
@@ -225,6 +235,9 @@ int main(int argc, char** argv) {
     cuda::CudaModelOptions cuda_options;
     cuda_options.device = cuda_device;
     cuda_options.max_tokens_per_step = config->max_num_batched_tokens;
+    cuda_options.max_seqs_per_step = config->max_num_seqs;
+    cuda_options.max_model_len = config->max_model_len;
+    cuda_options.block_size = config->block_size;
     Result<std::unique_ptr<cuda::CudaDecoderModel>> gpu_model =
         cuda::CudaDecoderModel::Create(*spec, std::move(*weights), comm.get(), cuda_options);
     if (!gpu_model.ok()) return Fail("model on cuda:" + std::to_string(cuda_device),

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cub/block/block_scan.cuh>
 
@@ -461,15 +462,29 @@ size_t PartialRowCap(int max_tokens) {
   return std::min<size_t>(static_cast<size_t>(max_tokens) * kMaxSplits, kMaxPartialRows);
 }
 
-int NumSms() {
+// Per-device facts asked once per process, not per layer of every step.
+constexpr int kMaxDevices = 64;
+
+int CurrentDevice() {
   int device = 0;
-  int num_sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      num_sms <= 0) {
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
     cudaGetLastError();  // not sticky; the launch that follows reports real trouble
-    return 132;          // H100 / H200
+    return 0;
   }
+  return device;
+}
+
+int NumSms() {
+  static std::atomic<int> cached[kMaxDevices] = {};
+  const int device = CurrentDevice();
+  int num_sms = cached[device].load(std::memory_order_relaxed);
+  if (num_sms > 0) return num_sms;
+  if (cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      num_sms <= 0) {
+    cudaGetLastError();
+    return 132;  // H100 / H200
+  }
+  cached[device].store(num_sms, std::memory_order_relaxed);
   return num_sms;
 }
 
@@ -507,11 +522,18 @@ template <int kHeadDim>
 void Launch(const AttentionParams& params, Stream stream) {
   using T = Tiling<kHeadDim>;
   const Plan& plan = params.plan;
-  // Above 48 KiB of dynamic shared memory a kernel must opt in; a failure
-  // here makes the launch below fail, which the caller's check reports.
-  (void)cudaFuncSetAttribute(PagedAttentionKernel<kHeadDim>,
+  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per
+  // device; a failure here makes the launch below fail, which the caller's
+  // check reports.
+  static std::atomic<bool> opted_in[kMaxDevices] = {};
+  const int device = CurrentDevice();
+  if (!opted_in[device].load(std::memory_order_acquire)) {
+    if (cudaFuncSetAttribute(PagedAttentionKernel<kHeadDim>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(T::kSmemBytes));
+                             static_cast<int>(T::kSmemBytes)) == cudaSuccess) {
+      opted_in[device].store(true, std::memory_order_release);
+    }
+  }
   const dim3 grid(static_cast<unsigned>(plan.num_tiles),
                   static_cast<unsigned>(plan.num_splits * plan.num_head_chunks),
                   static_cast<unsigned>(params.num_kv_heads));

@@ -34,6 +34,11 @@ std::string NoDeviceReason() {
 
 Result<DeviceInfo> SetDevice(int device) {
   const int count = DeviceCount();
+  if (count == 0) {
+    return Status::InvalidArgument("CUDA device " + std::to_string(device) +
+                                   " requested, but this machine has none (" +
+                                   NoDeviceReason() + ")");
+  }
   if (device < 0 || device >= count) {
     return Status::InvalidArgument("CUDA device " + std::to_string(device) + " outside [0, " +
                                    std::to_string(count) + ")");
@@ -54,6 +59,18 @@ Result<DeviceInfo> SetDevice(int device) {
     return Error("cudaMemGetInfo", err);
   }
   return info;
+}
+
+Status MakeCurrent(int device) {
+  int current = -1;
+  if (cudaError_t err = cudaGetDevice(&current); err != cudaSuccess) {
+    return Error("cudaGetDevice", err);
+  }
+  if (current == device) return Status::Ok();
+  if (cudaError_t err = cudaSetDevice(device); err != cudaSuccess) {
+    return Error("cudaSetDevice", err);
+  }
+  return Status::Ok();
 }
 
 Result<Stream> CreateStream() {

@@ -43,6 +43,11 @@ struct DeviceInfo {
 // for a runtime error (message has the runtime's text).
 Result<DeviceInfo> SetDevice(int device);
 
+// Makes `device` current on the calling thread (a new thread starts on
+// device 0), cheaply: no property queries, nothing when it already is.
+// Errors: Unavailable with the runtime's text.
+Status MakeCurrent(int device);
+
 // A non-blocking stream on the current device. Errors: Unavailable.
 Result<Stream> CreateStream();
 void DestroyStream(Stream stream);  // nullptr is a no-op

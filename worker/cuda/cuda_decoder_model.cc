@@ -16,20 +16,12 @@ Result<DeviceBuffer> AllocateFloats(size_t count) {
   return DeviceBuffer::Allocate(std::max<size_t>(count, 1) * sizeof(float));
 }
 
-// The device this thread last made current here. The CUDA runtime's current
-// device is per thread, and the worker creates the model on its main thread
-// but steps it on a compute thread (worker_loop.cc), which starts on device
-// 0: a launch into a stream of another device fails, and cuBLAS handles and
-// allocations follow the current device. SetDevice also queries the device's
-// properties, so it runs when the thread's device changes, not every step.
-thread_local int tls_bound_device = -1;
-
-Status BindDevice(int device) {
-  if (tls_bound_device == device) return Status::Ok();
-  HW_RETURN_IF_ERROR(SetDevice(device).status());
-  tls_bound_device = device;
-  return Status::Ok();
-}
+// The CUDA runtime's current device is per thread, and the worker creates the
+// model on its main thread but steps it on a compute thread (worker_loop.cc),
+// which starts on device 0: a launch into a stream of another device fails,
+// and cuBLAS handles and allocations follow the current device. So every
+// entry point makes the model's device current first.
+Status BindDevice(int device) { return MakeCurrent(device); }
 
 }  // namespace
 
@@ -41,15 +33,16 @@ Result<std::unique_ptr<CudaDecoderModel>> CudaDecoderModel::Create(
     return Status::InvalidArgument("head_dim " + std::to_string(spec.head_dim) +
                                    " has no CUDA attention kernel (64, 128 or 256)");
   }
-  if (options.max_tokens_per_step < 1) {
-    return Status::InvalidArgument("max_tokens_per_step must be >= 1");
+  if (options.max_tokens_per_step < 1 || options.max_seqs_per_step < 1 ||
+      options.max_model_len < 1 || options.block_size < 1) {
+    return Status::InvalidArgument(
+        "max_tokens_per_step, max_seqs_per_step, max_model_len and block_size must be >= 1");
   }
   if (comm != nullptr && comm->size() > 1 && std::string(comm->backend()) != "nccl") {
     return Status::InvalidArgument(std::string("a CUDA rank needs the nccl collective backend, "
                                                "not ") + comm->backend());
   }
-  tls_bound_device = -1;  // Create may follow other SetDevice calls on this thread
-  HW_RETURN_IF_ERROR(BindDevice(options.device));
+  HW_RETURN_IF_ERROR(SetDevice(options.device).status());  // checks the ordinal too
   std::unique_ptr<CudaDecoderModel> model(
       new CudaDecoderModel(spec, weights->shard(), comm, options));
   HW_RETURN_IF_ERROR(model->Init(std::move(weights)));
@@ -67,7 +60,10 @@ CudaDecoderModel::CudaDecoderModel(const ModelSpec& spec, const TpShard& shard,
 
 CudaDecoderModel::~CudaDecoderModel() {
   if (stream_ != nullptr) {
-    Status drained = Synchronize(stream_, "shutdown");  // nothing to report it to
+    // Nothing to report errors to here.
+    Status bound = BindDevice(options_.device);
+    Status drained = Synchronize(stream_, "shutdown");
+    (void)bound;
     (void)drained;
     blas_.reset();
     DestroyStream(stream_);
@@ -103,14 +99,27 @@ Status CudaDecoderModel::Init(std::unique_ptr<ModelWeights> weights) {
                           1, PagedAttentionWorkspaceBytes(options_.max_tokens_per_step,
                                                           shard_.num_local_heads(),
                                                           spec_.head_dim))));
-  // Logit rows: at most one per sequence, and sequences <= tokens.
-  HW_ASSIGN_OR_RETURN(local_logits_, AllocateFloats(n * vocab_rows));
+  // Logit rows: at most one per sequence of a step.
+  const size_t rows = size_t(std::min(options_.max_seqs_per_step, options_.max_tokens_per_step));
+  HW_ASSIGN_OR_RETURN(local_logits_, AllocateFloats(rows * vocab_rows));
   if (shard_.tp_size > 1 && shard_.tp_rank == 0) {
-    HW_ASSIGN_OR_RETURN(gathered_logits_, AllocateFloats(size_t(shard_.tp_size) * n * vocab_rows));
+    HW_ASSIGN_OR_RETURN(gathered_logits_,
+                        AllocateFloats(size_t(shard_.tp_size) * rows * vocab_rows));
   }
   if (shard_.tp_rank == 0) {
-    HW_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(size_t(shard_.tp_size) * n *
+    HW_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(size_t(shard_.tp_size) * rows *
                                                              vocab_rows * sizeof(float)));
+  }
+  // Step metadata for the largest step the scheduler plans, so that it is
+  // allocated before the KV pool takes what is left.
+  {
+    const size_t seqs = rows;
+    const size_t max_blocks = size_t(options_.max_model_len + options_.block_size - 1) /
+                              size_t(options_.block_size);
+    const size_t ints = 3 * n + 2 * seqs + 1 + seqs +
+                        size_t(spec_.num_layers) * seqs * shard_.num_local_kv_heads() * max_blocks;
+    HW_ASSIGN_OR_RETURN(metadata_host_, PinnedBuffer::Allocate(ints * sizeof(int32_t)));
+    HW_ASSIGN_OR_RETURN(metadata_, DeviceBuffer::Allocate(ints * sizeof(int32_t)));
   }
   tables_.resize(size_t(spec_.num_layers));
   // The first bf16 GEMM of a shape grows blas_'s activation scratch (to
@@ -230,6 +239,7 @@ Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
   const KvCacheLayout& layout = pool->layout();
   HW_CHECK(layout.head_dim == hd && pool->device() == options_.device);
   HW_CHECK(n >= 1 && n <= options_.max_tokens_per_step);
+  HW_CHECK(batch.num_logit_rows <= options_.max_seqs_per_step);
   HW_RETURN_IF_ERROR(BindDevice(options_.device).WithContext("forward pass"));
   HW_RETURN_IF_ERROR(UploadBatch(batch));
 

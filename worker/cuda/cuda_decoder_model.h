@@ -39,6 +39,11 @@ namespace headway::cuda {
 struct CudaModelOptions {
   int device = 0;                  // CUDA device ordinal
   int max_tokens_per_step = 8192;  // step buffers are allocated for this many rows up front
+  int max_seqs_per_step = 256;     // logits buffers: one row per sequence of a step
+  // With max_seqs_per_step, sizes the step metadata (the dense block tables)
+  // up front; longer steps grow it inside Forward.
+  int max_model_len = 8192;
+  int block_size = 16;             // the KV pool's (kernels/kv_cache.h)
   // Tests: every linear layer through DequantGemv (in chunks of
   // kMaxDequantGemvRows rows) where the stored blocks allow, and the
   // embedding from an f32 table, so the GPU computes with exactly the CPU
@@ -65,7 +70,8 @@ class CudaDecoderModel final : public ForwardModel {
   const TpShard& shard() const override { return shard_; }
   const SlotSpec& slot_spec(int slot) const override { return local_specs_[slot]; }
   // ForwardModel::Forward. REQUIRES additionally: pool->device() == the
-  // model's device; n_tokens <= max_tokens_per_step (the executor's limit).
+  // model's device; n_tokens <= max_tokens_per_step (the executor's limit);
+  // num_logit_rows <= max_seqs_per_step.
   Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override;
   double collective_seconds() const override { return collective_seconds_; }
 

@@ -1,0 +1,238 @@
+// The CUDA forward pass on small random llama models written as GGUF files:
+// against the CPU forward pass on the same weights (one GPU), and NCCL TP 2
+// against TP 1 (two GPUs). Needs no model download, so it runs in the
+// kernels part of the GPU check.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "comm/communicator.h"
+#include "common/gguf.h"
+#include "common/model_spec.h"
+#include "tests/gpu/gpu_test.h"
+#include "tests/support/gguf_writer.h"
+#include "tests/support/process.h"
+#include "tests/support/test_env.h"
+#include "worker/cuda/cuda_decoder_model.h"
+#include "worker/decoder_model.h"
+
+namespace headway {
+namespace {
+
+constexpr int kBlockSize = 16;
+constexpr int kMaxBlocks = 4;
+constexpr int kDecodeSteps = 6;
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 2, 1, 40, 41, 42, 43, 44},
+    {1, 300, 17, 250, 9}};
+
+using StepLogits = std::vector<std::vector<float>>;  // [step][row * vocab + v], rank 0
+
+enum class Backend { kCpu, kGpuExact, kGpuServing };
+
+// A tiny llama with head_dim 64 (the smallest the CUDA attention serves).
+std::string WriteTinyModel(const std::string& dir, int num_heads, int num_kv_heads) {
+  testing::TinyLlamaOptions o;
+  o.name = "tiny-gpu";
+  o.num_heads = num_heads;
+  o.num_kv_heads = num_kv_heads;
+  o.hidden_size = 64 * num_heads;
+  o.intermediate_size = 256;
+  o.vocab_size = 320;
+  o.num_layers = 2;
+  const std::string path = dir + "/model.gguf";
+  EXPECT_TRUE(testing::WriteTinyLlama(path, o).ok());
+  return path;
+}
+
+// Prefill of kPrompts, then kDecodeSteps greedy-fed steps of `decode_tokens`,
+// on one rank; rank 0's logits per step into `out`.
+Status RunRank(const std::string& path, Backend backend, int tp_size, int tp_rank, int device,
+               Communicator* comm, const std::vector<std::vector<int32_t>>& decode_tokens,
+               StepLogits* out) {
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  HW_ASSIGN_OR_RETURN(ModelSpec spec, LoadModelSpec(*file));
+  const TpShard shard = ShardForRank(spec, tp_size, tp_rank);
+  HW_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
+                      ModelWeights::Load(*file, spec, shard));
+  const int num_seqs = int(kPrompts.size());
+  const int n_kv = shard.num_local_kv_heads();
+  const KvCacheLayout layout{kBlockSize, spec.head_dim};
+  const int num_blocks = num_seqs * spec.num_layers * n_kv * kMaxBlocks;
+  std::unique_ptr<ForwardModel> model;
+  std::unique_ptr<KvPool> pool;
+  if (backend == Backend::kCpu) {
+    HW_ASSIGN_OR_RETURN(model, DecoderModel::Create(spec, std::move(weights), comm));
+    HW_ASSIGN_OR_RETURN(pool, KvPool::Create(layout, int64_t(num_blocks) * layout.BlockBytes()));
+  } else {
+    cuda::CudaModelOptions options;
+    options.device = device;
+    options.max_tokens_per_step = 64;
+    options.exact_matmuls = backend == Backend::kGpuExact;
+    HW_ASSIGN_OR_RETURN(model,
+                        cuda::CudaDecoderModel::Create(spec, std::move(weights), comm, options));
+    HW_ASSIGN_OR_RETURN(cuda::DeviceBuffer memory,
+                        cuda::DeviceBuffer::Allocate(size_t(num_blocks) * layout.BlockBytes()));
+    HW_RETURN_IF_ERROR(cuda::Memset(memory.data(), 0, memory.bytes(), nullptr));
+    auto owner = std::make_shared<cuda::DeviceBuffer>(std::move(memory));
+    pool = KvPool::WrapDeviceMemory(layout, num_blocks, owner->as<float>(), device, owner);
+  }
+  std::vector<std::vector<int32_t>> ids(spec.num_layers);
+  std::vector<LayerBlockTable> tables(spec.num_layers);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    ids[l].resize(size_t(num_seqs) * n_kv * kMaxBlocks);
+    for (size_t i = 0; i < ids[l].size(); ++i) {
+      // Blocks of one (layer, sequence, head) row are scattered over the pool.
+      ids[l][i] = int32_t((i * 7 + size_t(l) * ids[l].size()) % size_t(num_blocks));
+    }
+    tables[l] = LayerBlockTable{ids[l].data(), n_kv, kMaxBlocks};
+  }
+  std::vector<int32_t> lengths(num_seqs, 0);
+  for (int step = 0; step <= kDecodeSteps; ++step) {
+    std::vector<int32_t> tokens, positions, query_start{0}, start_pos, rows;
+    for (int s = 0; s < num_seqs; ++s) {
+      const std::vector<int32_t> chunk =
+          step == 0 ? kPrompts[s] : std::vector<int32_t>{decode_tokens[step - 1][s]};
+      start_pos.push_back(lengths[s]);
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        tokens.push_back(chunk[i]);
+        positions.push_back(lengths[s] + int32_t(i));
+      }
+      lengths[s] += int32_t(chunk.size());
+      query_start.push_back(int32_t(tokens.size()));
+      rows.push_back(int32_t(tokens.size()) - 1);
+    }
+    ForwardBatch batch;
+    batch.token_ids = tokens.data();
+    batch.positions = positions.data();
+    batch.layout = BatchLayout{num_seqs, query_start.data(), start_pos.data()};
+    batch.tables = tables.data();
+    batch.logit_rows = rows.data();
+    batch.num_logit_rows = int(rows.size());
+    std::vector<float> logits;
+    HW_RETURN_IF_ERROR(model->Forward(batch, pool.get(), &logits));
+    if (tp_rank == 0) out->push_back(std::move(logits));
+  }
+  return Status::Ok();
+}
+
+// Every rank of `tp_size` as a thread, rank r on GPU r (NCCL at TP > 1).
+StepLogits RunTp(const std::string& path, Backend backend, int tp_size,
+                 const std::vector<std::vector<int32_t>>& decode_tokens) {
+  std::unique_ptr<RendezvousStore> store = NewInMemoryStore();
+  std::vector<Status> status(tp_size);
+  std::vector<StepLogits> logits(tp_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp_size; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm;
+      if (tp_size > 1) {
+        CommunicatorOptions options;
+        options.backend = "nccl";
+        options.rank = r;
+        options.size = tp_size;
+        options.device = r;
+        options.key_prefix = "gpu-tp-" + std::to_string(tp_size);
+        Result<std::unique_ptr<Communicator>> c = CreateCommunicator(options, *store);
+        if (!c.ok()) {
+          status[r] = c.status();
+          return;
+        }
+        comm = std::move(*c);
+      }
+      status[r] = RunRank(path, backend, tp_size, r, r, comm.get(), decode_tokens, &logits[r]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < tp_size; ++r) {
+    EXPECT_TRUE(status[r].ok()) << "TP " << tp_size << " rank " << r << ": "
+                                << status[r].ToString();
+  }
+  return logits[0];
+}
+
+std::vector<std::vector<int32_t>> GreedyTokens(const StepLogits& logits, int vocab) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (const std::vector<float>& step : logits) {
+    std::vector<int32_t> per_seq;
+    for (size_t row = 0; row * vocab < step.size(); ++row) {
+      auto begin = step.begin() + row * vocab;
+      per_seq.push_back(int32_t(std::max_element(begin, begin + vocab) - begin));
+    }
+    tokens.push_back(per_seq);
+  }
+  return tokens;
+}
+
+// Max |a - b| and max |b| over all steps.
+std::pair<double, double> Compare(const StepLogits& a, const StepLogits& b) {
+  double diff = 0.0, scale = 0.0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t s = 0; s < std::min(a.size(), b.size()); ++s) {
+    EXPECT_EQ(a[s].size(), b[s].size()) << "step " << s;
+    for (size_t i = 0; i < std::min(a[s].size(), b[s].size()); ++i) {
+      diff = std::max(diff, double(std::fabs(a[s][i] - b[s][i])));
+      scale = std::max(scale, double(std::fabs(b[s][i])));
+    }
+  }
+  return {diff, scale};
+}
+
+class CudaTinyModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::MakeTempDir("headway-gpu-tiny"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+// The CPU worker's forward pass decides the tokens; the GPU's must give the
+// same logits: to f32 rounding with the exact weights, within bf16's 8-bit
+// precision with the serving path's bf16 prefill GEMMs.
+TEST_F(CudaTinyModelTest, GpuForwardEqualsCpuOnRandomWeights) {
+  HW_SKIP_WITHOUT_GPU();
+  const std::string path = WriteTinyModel(dir_, 4, 2);
+  std::vector<std::vector<int32_t>> tokens(kDecodeSteps,
+                                           std::vector<int32_t>(kPrompts.size(), 3));
+  tokens = GreedyTokens(RunTp(path, Backend::kCpu, 1, tokens), 320);
+  tokens.pop_back();
+  const StepLogits cpu = RunTp(path, Backend::kCpu, 1, tokens);
+  const StepLogits exact = RunTp(path, Backend::kGpuExact, 1, tokens);
+  const StepLogits serving = RunTp(path, Backend::kGpuServing, 1, tokens);
+  const auto [exact_diff, scale] = Compare(exact, cpu);
+  const auto [serving_diff, unused] = Compare(serving, cpu);
+  std::printf("[ measured ] tiny llama, GPU vs CPU: max |logit diff| %.3g (exact weights), %.3g "
+              "(bf16 prefill); max |logit| %.3g\n",
+              exact_diff, serving_diff, scale);
+  testing::RecordError(exact_diff, "exact_max_abs_error");
+  testing::RecordError(serving_diff, "bf16_max_abs_error");
+  EXPECT_LE(exact_diff, 1e-4 * std::max(1.0, scale));
+  EXPECT_LE(serving_diff, 0.02 * std::max(1.0, scale));
+  EXPECT_EQ(GreedyTokens(exact, 320), GreedyTokens(cpu, 320));
+}
+
+// NCCL TP 2 on two GPUs (one KV head per rank) against TP 1 on one. NCCL
+// refuses two ranks on one GPU, so a one-GPU machine skips this; its
+// communicator setup and errors are CudaNcclTest's.
+TEST_F(CudaTinyModelTest, NcclTp2EqualsTp1) {
+  HW_SKIP_WITHOUT_GPU();
+  if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has 1)";
+  const std::string path = WriteTinyModel(dir_, 4, 2);
+  std::vector<std::vector<int32_t>> tokens(kDecodeSteps,
+                                           std::vector<int32_t>(kPrompts.size(), 3));
+  tokens = GreedyTokens(RunTp(path, Backend::kGpuExact, 1, tokens), 320);
+  tokens.pop_back();
+  const StepLogits tp1 = RunTp(path, Backend::kGpuExact, 1, tokens);
+  const StepLogits tp2 = RunTp(path, Backend::kGpuExact, 2, tokens);
+  const auto [diff, scale] = Compare(tp2, tp1);
+  std::printf("[ measured ] tiny llama on GPUs, NCCL TP 2 vs TP 1: max |logit diff| %.3g\n", diff);
+  testing::RecordError(diff);
+  EXPECT_LE(diff, 1e-4 * std::max(1.0, scale));
+  EXPECT_EQ(GreedyTokens(tp2, 320), GreedyTokens(tp1, 320));
+}
+
+}  // namespace
+}  // namespace headway
