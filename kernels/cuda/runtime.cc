@@ -97,6 +97,7 @@ Status CheckLastError(const char* what) {
   return Status::Ok();
 }
 
+template <>
 Result<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
   DeviceBuffer buffer;
   if (bytes == 0) return buffer;
@@ -112,22 +113,12 @@ Result<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
   return buffer;
 }
 
-DeviceBuffer::~DeviceBuffer() {
+template <>
+void DeviceBuffer::Free() {
   if (data_ != nullptr) cudaFree(data_);
 }
 
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) cudaFree(data_);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
+template <>
 Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
   PinnedBuffer buffer;
   if (bytes == 0) return buffer;
@@ -141,20 +132,9 @@ Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes) {
   return buffer;
 }
 
-PinnedBuffer::~PinnedBuffer() {
+template <>
+void PinnedBuffer::Free() {
   if (data_ != nullptr) cudaFreeHost(data_);
-}
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 
@@ -59,17 +60,34 @@ Status Synchronize(Stream stream, const char* what);
 // `what`), or OK.
 Status CheckLastError(const char* what);
 
-// Device memory owned by one object (cudaMalloc / cudaFree). Movable.
-class DeviceBuffer {
+enum class MemoryKind {
+  kDevice,  // cudaMalloc / cudaFree
+  kPinned,  // page-locked host memory, cudaHostAlloc / cudaFreeHost: the
+            // staging area of asynchronous copies and of KV transfer from
+            // device pools
+};
+
+// Memory of `kKind` owned by one object. Movable.
+template <MemoryKind kKind>
+class OwnedMemory {
  public:
-  DeviceBuffer() = default;
-  // Errors: ResourceExhausted naming the bytes asked for and the bytes free.
-  static Result<DeviceBuffer> Allocate(size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  OwnedMemory() = default;
+  // bytes == 0 gives an empty buffer. Errors: ResourceExhausted naming the
+  // bytes asked for (and, for device memory, the bytes free).
+  static Result<OwnedMemory> Allocate(size_t bytes);
+  ~OwnedMemory() { Free(); }
+  OwnedMemory(OwnedMemory&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  OwnedMemory& operator=(OwnedMemory&& other) noexcept {
+    if (this != &other) {
+      Free();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  OwnedMemory(const OwnedMemory&) = delete;
+  OwnedMemory& operator=(const OwnedMemory&) = delete;
 
   void* data() const { return data_; }
   template <typename T>
@@ -77,32 +95,23 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  void Free();  // releases data_ (defined for each kind in runtime.cc)
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
 
-// Page-locked host memory (cudaHostAlloc), the staging area of
-// asynchronous copies and of KV transfer from device pools. Movable.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  // Errors: ResourceExhausted.
-  static Result<PinnedBuffer> Allocate(size_t bytes);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  void* data() const { return data_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = OwnedMemory<MemoryKind::kDevice>;
+using PinnedBuffer = OwnedMemory<MemoryKind::kPinned>;
+// Defined in runtime.cc.
+template <>
+Result<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes);
+template <>
+void DeviceBuffer::Free();
+template <>
+Result<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes);
+template <>
+void PinnedBuffer::Free();
 
 // Asynchronous copies on `stream` (host memory should be pinned for real
 // overlap; pageable memory works but the copy is staged by the driver).

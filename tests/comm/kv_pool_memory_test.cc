@@ -4,6 +4,7 @@
 // agent that dereferenced a staged pool directly would crash the test.
 #include "comm/kv_pool_memory.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/kv_block_pattern.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -22,25 +23,12 @@ namespace {
 
 using Millis = std::chrono::milliseconds;
 
-// 96 KiB blocks: a run of blocks splits into 256 KiB messages that start
-// and end inside blocks, and a long run needs more messages than the agent
-// has staging buffers (8).
-constexpr uint64_t kBlockBytes = 96 * 1024;
-constexpr uint32_t kNumBlocks = 48;
-constexpr uint64_t kPoolBytes = kBlockBytes * kNumBlocks;
+constexpr uint64_t kBlockBytes = testing::kPatternBlockBytes;
+constexpr uint32_t kNumBlocks = testing::kPatternNumBlocks;
+constexpr uint64_t kPoolBytes = testing::kPatternPoolBytes;
 constexpr Millis kTimeout(20000);
 
-uint8_t PatternByte(uint32_t block, uint64_t offset, uint8_t seed) {
-  return static_cast<uint8_t>(block * 131u + offset * 7u + (offset >> 8) * 3u + seed);
-}
 
-std::vector<uint8_t> MakePattern(uint8_t seed) {
-  std::vector<uint8_t> pool(kPoolBytes);
-  for (uint32_t b = 0; b < kNumBlocks; ++b) {
-    for (uint64_t i = 0; i < kBlockBytes; ++i) pool[b * kBlockBytes + i] = PatternByte(b, i, seed);
-  }
-  return pool;
-}
 
 // Pool memory that only the copy functions reach: the bytes live in a
 // private array; base() is a PROT_NONE mapping of the pool's size, so any
@@ -114,11 +102,11 @@ std::unique_ptr<Side> MakeSide(bool staged, uint8_t seed, const std::string& tls
   options.max_outstanding_puts = max_outstanding;
   Result<std::unique_ptr<KvTransferAgent>> agent = Status::Internal("unset");
   if (staged) {
-    auto memory = std::make_unique<OpaqueKvPoolMemory>(MakePattern(seed));
+    auto memory = std::make_unique<OpaqueKvPoolMemory>(testing::MakePattern(seed));
     side->opaque = memory.get();
     agent = KvTransferAgent::Create(std::move(memory), kBlockBytes, kNumBlocks, options);
   } else {
-    side->host = MakePattern(seed);
+    side->host = testing::MakePattern(seed);
     agent = KvTransferAgent::Create(side->host.data(), kBlockBytes, kNumBlocks, options);
   }
   EXPECT_TRUE(agent.ok()) << agent.status().ToString();
@@ -128,38 +116,15 @@ std::unique_ptr<Side> MakeSide(bool staged, uint8_t seed, const std::string& tls
   return side;
 }
 
-// A run of 20 blocks (1,920 KiB: 8 messages when coalesced, more than the
-// staging buffers), shorter runs, single blocks and the last block.
-std::vector<BlockCopy> Copies() {
-  std::vector<BlockCopy> copies;
-  for (uint32_t i = 0; i < 20; ++i) copies.push_back({2 + i, 25 + i});
-  for (const BlockCopy& c : std::vector<BlockCopy>{{30, 0}, {31, 1}, {32, 2}, {40, 10},
-                                                   {47, 47}, {0, 20}, {45, 46}}) {
-    copies.push_back(c);
-  }
-  return copies;
-}
 
 // Every byte of `dst` is `src`'s per `copies`, else `dst`'s own pattern.
 void ExpectCopied(const Side& src, const Side& dst, const std::vector<BlockCopy>& copies,
                   uint8_t dst_seed) {
-  std::vector<uint8_t> want = MakePattern(dst_seed);
-  for (const BlockCopy& c : copies) {
-    std::memcpy(&want[c.dst * kBlockBytes], &src.bytes()[c.src * kBlockBytes], kBlockBytes);
-  }
-  const std::vector<uint8_t>& got = dst.bytes();
-  ASSERT_EQ(got.size(), want.size());
-  for (uint32_t b = 0; b < kNumBlocks; ++b) {
-    uint64_t mismatches = 0, first = 0;
-    for (uint64_t i = 0; i < kBlockBytes; ++i) {
-      if (got[b * kBlockBytes + i] != want[b * kBlockBytes + i] && mismatches++ == 0) first = i;
-    }
-    EXPECT_EQ(mismatches, 0u) << "destination block " << b << ", first bad byte " << first;
-  }
+  testing::ExpectCopied(src.bytes(), dst.bytes(), copies, dst_seed);
 }
 
 TEST(KvPoolMemoryTest, HostCopiesAndChecksRanges) {
-  std::vector<uint8_t> pool = MakePattern(3);
+  std::vector<uint8_t> pool = testing::MakePattern(3);
   auto memory = NewHostKvPoolMemory(pool.data(), pool.size());
   EXPECT_EQ(memory->base(), pool.data());
   EXPECT_EQ(memory->bytes(), kPoolBytes);
@@ -173,7 +138,7 @@ TEST(KvPoolMemoryTest, HostCopiesAndChecksRanges) {
   std::vector<uint8_t> in(50, 0xab);
   ASSERT_TRUE(memory->CopyFromHost(7, in.data(), 50).ok());
   EXPECT_EQ(0, std::memcmp(&pool[7], in.data(), 50));
-  EXPECT_EQ(pool[57], PatternByte(0, 57, 3));
+  EXPECT_EQ(pool[57], testing::MakePattern(3)[57]);
 
   EXPECT_EQ(memory->CopyToHost(kPoolBytes - 99, out.data(), 100).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(memory->CopyFromHost(kPoolBytes + 1, in.data(), 0).code(), StatusCode::kOutOfRange);
@@ -225,7 +190,7 @@ TEST_P(KvTransferStagedTest, WritesEveryByteThroughStaging) {
     ASSERT_TRUE(src && dst);
     auto peer = src->agent->Connect(dst->agent->local_info());
     ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-    const std::vector<BlockCopy> copies = Copies();
+    const std::vector<BlockCopy> copies = testing::PatternCopies();
     Status st = src->agent->WriteBlocks(*peer, copies, kTimeout);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectCopied(*src, *dst, copies, 2);
@@ -256,7 +221,7 @@ TEST_P(KvTransferStagedTest, CopyFailuresFailTheWrite) {
 
   // The receiver cannot store: its acks say so and the sender aborts.
   dst->opaque->fail_copies.store(true);
-  Status st = src->agent->WriteBlocks(*peer, Copies(), kTimeout);
+  Status st = src->agent->WriteBlocks(*peer, testing::PatternCopies(), kTimeout);
   EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
   dst->opaque->fail_copies.store(false);
 
@@ -268,8 +233,8 @@ TEST_P(KvTransferStagedTest, CopyFailuresFailTheWrite) {
   src->opaque->fail_copies.store(false);
 
   // Both recover: the endpoint and the staging buffers are still usable.
-  ASSERT_TRUE(src->agent->WriteBlocks(*peer, Copies(), kTimeout).ok());
-  ExpectCopied(*src, *dst, Copies(), 2);
+  ASSERT_TRUE(src->agent->WriteBlocks(*peer, testing::PatternCopies(), kTimeout).ok());
+  ExpectCopied(*src, *dst, testing::PatternCopies(), 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvTransferStagedTest, ::testing::Values("tcp", "sm,self"),

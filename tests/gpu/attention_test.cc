@@ -34,32 +34,16 @@
 namespace headway {
 namespace {
 
+using testing::MaxAbsDiff;
 using testing::RandomFloats;
 using testing::RecordError;
+using testing::Sync;
 using testing::ToDevice;
 using testing::ToHost;
 
 constexpr double kAttentionTolerance = 1e-4;
 constexpr double kRopeTolerance = 1e-5;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// Largest |got - want|; infinity when either holds a NaN the other lacks.
-double MaxAbsDiff(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
-    const double d = std::fabs(double(got[i]) - double(want[i]));
-    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, d);
-  }
-  return worst;
-}
-
-void Sync(const char* what) {
-  const Status s = cuda::Synchronize(nullptr, what);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-}
 
 struct SeqRows {
   int start_pos;

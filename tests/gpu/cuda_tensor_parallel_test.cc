@@ -17,6 +17,7 @@
 #include "tests/support/gguf_writer.h"
 #include "tests/support/process.h"
 #include "tests/support/test_env.h"
+#include "tests/worker/fixed_workload.h"
 #include "worker/cuda/cuda_decoder_model.h"
 #include "worker/decoder_model.h"
 
@@ -24,13 +25,13 @@ namespace headway {
 namespace {
 
 constexpr int kBlockSize = 16;
-constexpr int kMaxBlocks = 4;
-constexpr int kDecodeSteps = 6;
-const std::vector<std::vector<int32_t>> kPrompts = {
-    {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 2, 1, 40, 41, 42, 43, 44},
-    {1, 300, 17, 250, 9}};
+constexpr int kMaxBlocks = 3;  // per slot: 48 positions
 
-using StepLogits = std::vector<std::vector<float>>;  // [step][row * vocab + v], rank 0
+using testing::GreedyTokens;
+using testing::PlaceholderDecodeTokens;
+using testing::RunWorkload;
+using testing::StepLogits;
+using testing::WorkloadBlocks;
 
 enum class Backend { kCpu, kGpuExact, kGpuServing };
 
@@ -49,7 +50,7 @@ std::string WriteTinyModel(const std::string& dir, int num_heads, int num_kv_hea
   return path;
 }
 
-// Prefill of kPrompts, then kDecodeSteps greedy-fed steps of `decode_tokens`,
+// The fixed workload (tests/worker/fixed_workload.h) fed `decode_tokens`,
 // on one rank; rank 0's logits per step into `out`.
 Status RunRank(const std::string& path, Backend backend, int tp_size, int tp_rank, int device,
                Communicator* comm, const std::vector<std::vector<int32_t>>& decode_tokens,
@@ -59,65 +60,31 @@ Status RunRank(const std::string& path, Backend backend, int tp_size, int tp_ran
   const TpShard shard = ShardForRank(spec, tp_size, tp_rank);
   HW_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
                       ModelWeights::Load(*file, spec, shard));
-  const int num_seqs = int(kPrompts.size());
-  const int n_kv = shard.num_local_kv_heads();
   const KvCacheLayout layout{kBlockSize, spec.head_dim};
-  const int num_blocks = num_seqs * spec.num_layers * n_kv * kMaxBlocks;
   std::unique_ptr<ForwardModel> model;
   std::unique_ptr<KvPool> pool;
   if (backend == Backend::kCpu) {
     HW_ASSIGN_OR_RETURN(model, DecoderModel::Create(spec, std::move(weights), comm));
+    const int num_blocks = WorkloadBlocks(*model, kMaxBlocks);
     HW_ASSIGN_OR_RETURN(pool, KvPool::Create(layout, int64_t(num_blocks) * layout.BlockBytes()));
   } else {
     cuda::CudaModelOptions options;
     options.device = device;
     options.max_tokens_per_step = 64;
+    options.max_seqs_per_step = 8;
+    options.max_model_len = kMaxBlocks * kBlockSize;
+    options.block_size = kBlockSize;
     options.exact_matmuls = backend == Backend::kGpuExact;
     HW_ASSIGN_OR_RETURN(model,
                         cuda::CudaDecoderModel::Create(spec, std::move(weights), comm, options));
+    const int num_blocks = WorkloadBlocks(*model, kMaxBlocks);
     HW_ASSIGN_OR_RETURN(cuda::DeviceBuffer memory,
                         cuda::DeviceBuffer::Allocate(size_t(num_blocks) * layout.BlockBytes()));
     HW_RETURN_IF_ERROR(cuda::Memset(memory.data(), 0, memory.bytes(), nullptr));
     auto owner = std::make_shared<cuda::DeviceBuffer>(std::move(memory));
     pool = KvPool::WrapDeviceMemory(layout, num_blocks, owner->as<float>(), device, owner);
   }
-  std::vector<std::vector<int32_t>> ids(spec.num_layers);
-  std::vector<LayerBlockTable> tables(spec.num_layers);
-  for (int l = 0; l < spec.num_layers; ++l) {
-    ids[l].resize(size_t(num_seqs) * n_kv * kMaxBlocks);
-    for (size_t i = 0; i < ids[l].size(); ++i) {
-      // Blocks of one (layer, sequence, head) row are scattered over the pool.
-      ids[l][i] = int32_t((i * 7 + size_t(l) * ids[l].size()) % size_t(num_blocks));
-    }
-    tables[l] = LayerBlockTable{ids[l].data(), n_kv, kMaxBlocks};
-  }
-  std::vector<int32_t> lengths(num_seqs, 0);
-  for (int step = 0; step <= kDecodeSteps; ++step) {
-    std::vector<int32_t> tokens, positions, query_start{0}, start_pos, rows;
-    for (int s = 0; s < num_seqs; ++s) {
-      const std::vector<int32_t> chunk =
-          step == 0 ? kPrompts[s] : std::vector<int32_t>{decode_tokens[step - 1][s]};
-      start_pos.push_back(lengths[s]);
-      for (size_t i = 0; i < chunk.size(); ++i) {
-        tokens.push_back(chunk[i]);
-        positions.push_back(lengths[s] + int32_t(i));
-      }
-      lengths[s] += int32_t(chunk.size());
-      query_start.push_back(int32_t(tokens.size()));
-      rows.push_back(int32_t(tokens.size()) - 1);
-    }
-    ForwardBatch batch;
-    batch.token_ids = tokens.data();
-    batch.positions = positions.data();
-    batch.layout = BatchLayout{num_seqs, query_start.data(), start_pos.data()};
-    batch.tables = tables.data();
-    batch.logit_rows = rows.data();
-    batch.num_logit_rows = int(rows.size());
-    std::vector<float> logits;
-    HW_RETURN_IF_ERROR(model->Forward(batch, pool.get(), &logits));
-    if (tp_rank == 0) out->push_back(std::move(logits));
-  }
-  return Status::Ok();
+  return RunWorkload(model.get(), pool.get(), kMaxBlocks, decode_tokens, out);
 }
 
 // Every rank of `tp_size` as a thread, rank r on GPU r (NCCL at TP > 1).
@@ -155,19 +122,6 @@ StepLogits RunTp(const std::string& path, Backend backend, int tp_size,
   return logits[0];
 }
 
-std::vector<std::vector<int32_t>> GreedyTokens(const StepLogits& logits, int vocab) {
-  std::vector<std::vector<int32_t>> tokens;
-  for (const std::vector<float>& step : logits) {
-    std::vector<int32_t> per_seq;
-    for (size_t row = 0; row * vocab < step.size(); ++row) {
-      auto begin = step.begin() + row * vocab;
-      per_seq.push_back(int32_t(std::max_element(begin, begin + vocab) - begin));
-    }
-    tokens.push_back(per_seq);
-  }
-  return tokens;
-}
-
 // Max |a - b| and max |b| over all steps.
 std::pair<double, double> Compare(const StepLogits& a, const StepLogits& b) {
   double diff = 0.0, scale = 0.0;
@@ -195,8 +149,7 @@ class CudaTinyModelTest : public ::testing::Test {
 TEST_F(CudaTinyModelTest, GpuForwardEqualsCpuOnRandomWeights) {
   HW_SKIP_WITHOUT_GPU();
   const std::string path = WriteTinyModel(dir_, 4, 2);
-  std::vector<std::vector<int32_t>> tokens(kDecodeSteps,
-                                           std::vector<int32_t>(kPrompts.size(), 3));
+  std::vector<std::vector<int32_t>> tokens = PlaceholderDecodeTokens();
   tokens = GreedyTokens(RunTp(path, Backend::kCpu, 1, tokens), 320);
   tokens.pop_back();
   const StepLogits cpu = RunTp(path, Backend::kCpu, 1, tokens);
@@ -204,9 +157,10 @@ TEST_F(CudaTinyModelTest, GpuForwardEqualsCpuOnRandomWeights) {
   const StepLogits serving = RunTp(path, Backend::kGpuServing, 1, tokens);
   const auto [exact_diff, scale] = Compare(exact, cpu);
   const auto [serving_diff, unused] = Compare(serving, cpu);
-  std::printf("[ measured ] tiny llama, GPU vs CPU: max |logit diff| %.3g (exact weights), %.3g "
-              "(bf16 prefill); max |logit| %.3g\n",
-              exact_diff, serving_diff, scale);
+  std::printf(
+      "[ measured ] tiny llama, GPU vs CPU: max |logit diff| %.3g (exact weights), %.3g "
+      "(bf16 prefill); max |logit| %.3g\n",
+      exact_diff, serving_diff, scale);
   testing::RecordError(exact_diff, "exact_max_abs_error");
   testing::RecordError(serving_diff, "bf16_max_abs_error");
   EXPECT_LE(exact_diff, 1e-4 * std::max(1.0, scale));
@@ -221,8 +175,7 @@ TEST_F(CudaTinyModelTest, NcclTp2EqualsTp1) {
   HW_SKIP_WITHOUT_GPU();
   if (cuda::DeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has 1)";
   const std::string path = WriteTinyModel(dir_, 4, 2);
-  std::vector<std::vector<int32_t>> tokens(kDecodeSteps,
-                                           std::vector<int32_t>(kPrompts.size(), 3));
+  std::vector<std::vector<int32_t>> tokens = PlaceholderDecodeTokens();
   tokens = GreedyTokens(RunTp(path, Backend::kGpuExact, 1, tokens), 320);
   tokens.pop_back();
   const StepLogits tp1 = RunTp(path, Backend::kGpuExact, 1, tokens);

@@ -29,31 +29,17 @@
 namespace headway {
 namespace {
 
+using testing::MaxAbsDiff;
 using testing::RandomFloats;
 using testing::RecordError;
+using testing::Sync;
 using testing::ToDevice;
 using testing::ToHost;
-
-double MaxAbsDiff(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    const double d = std::fabs(double(got[i]) - double(want[i]));
-    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, d);
-  }
-  return worst;
-}
 
 double MaxAbs(const std::vector<float>& v) {
   double m = 0.0;
   for (float x : v) m = std::max(m, std::fabs(double(x)));
   return m;
-}
-
-void Sync(const char* what) {
-  const Status s = cuda::Synchronize(nullptr, what);
-  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 TEST(CudaElementwise, EmbeddingShardMatchesCpu) {
@@ -99,8 +85,8 @@ TEST(CudaElementwise, EmbeddingShardMatchesCpu) {
       EXPECT_LE(RecordError(err), 0.0) << "max abs error";
       // The f32 table (the exact path) gives the same values.
       cuda::DeviceBuffer d_table_f32 = ToDevice(table_f32);
-      cuda::EmbeddingShard(d_table_f32.as<float>(), c.row_begin, c.row_end,
-                           d_ids.as<int32_t>(), c.n, c.dim, c.scale, d_out.as<float>(), nullptr);
+      cuda::EmbeddingShard(d_table_f32.as<float>(), c.row_begin, c.row_end, d_ids.as<int32_t>(),
+                           c.n, c.dim, c.scale, d_out.as<float>(), nullptr);
       Sync("EmbeddingShard f32");
       EXPECT_LE(RecordError(MaxAbsDiff(ToHost<float>(d_out.data(), want.size()), want)), 0.0)
           << "f32 table: max abs error";

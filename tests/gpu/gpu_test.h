@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -50,6 +52,26 @@ inline double RecordError(double error, const char* key = "max_abs_error") {
   std::snprintf(text, sizeof(text), "%.3g", it->second);
   ::testing::Test::RecordProperty(key, text);
   return error;
+}
+
+// Largest |got - want|, in double; NaN in both at one index counts as equal,
+// NaN in one only as infinitely far.
+inline double MaxAbsDiff(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+// Waits for the default stream; fails the test with the runtime's error.
+inline void Sync(const char* what) {
+  const Status s = cuda::Synchronize(nullptr, what);
+  ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
 // A device copy of `host`, synchronously (tests only).

@@ -15,6 +15,7 @@
 
 #include "comm/kv_pool_memory.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/kv_block_pattern.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace headway {
@@ -22,30 +23,12 @@ namespace {
 
 using Millis = std::chrono::milliseconds;
 
-// 96 KiB blocks: runs split into 256 KiB messages that start and end inside
-// blocks; the 20-block run needs more messages than the staging buffers.
-constexpr uint64_t kBlockBytes = 96 * 1024;
-constexpr uint32_t kNumBlocks = 48;
-constexpr uint64_t kPoolBytes = kBlockBytes * kNumBlocks;
+constexpr uint64_t kBlockBytes = testing::kPatternBlockBytes;
+constexpr uint32_t kNumBlocks = testing::kPatternNumBlocks;
+constexpr uint64_t kPoolBytes = testing::kPatternPoolBytes;
 constexpr Millis kTimeout(20000);
 
-std::vector<uint8_t> MakePattern(uint8_t seed) {
-  std::vector<uint8_t> pool(kPoolBytes);
-  for (uint64_t i = 0; i < kPoolBytes; ++i) {
-    pool[i] = static_cast<uint8_t>((i / kBlockBytes) * 131u + i * 7u + (i >> 8) * 3u + seed);
-  }
-  return pool;
-}
 
-std::vector<BlockCopy> Copies() {
-  std::vector<BlockCopy> copies;
-  for (uint32_t i = 0; i < 20; ++i) copies.push_back({2 + i, 25 + i});
-  for (const BlockCopy& c : std::vector<BlockCopy>{{30, 0}, {31, 1}, {32, 2}, {40, 10},
-                                                   {47, 47}, {0, 20}, {45, 46}}) {
-    copies.push_back(c);
-  }
-  return copies;
-}
 
 // One agent and its pool, on the device (device.data() != nullptr) or the host.
 struct Side {
@@ -66,14 +49,14 @@ std::unique_ptr<Side> MakeSide(bool on_device, uint8_t seed, const std::string& 
   options.coalesce_runs = coalesce;
   Result<std::unique_ptr<KvTransferAgent>> agent = Status::Internal("unset");
   if (on_device) {
-    side->device = testing::ToDevice(MakePattern(seed));
+    side->device = testing::ToDevice(testing::MakePattern(seed));
     if (side->device.data() == nullptr) return nullptr;
     auto memory = NewCudaKvPoolMemory(side->device.data(), kPoolBytes, 0);
     EXPECT_TRUE(memory.ok()) << memory.status().ToString();
     if (!memory.ok()) return nullptr;
     agent = KvTransferAgent::Create(std::move(memory).value(), kBlockBytes, kNumBlocks, options);
   } else {
-    side->host = MakePattern(seed);
+    side->host = testing::MakePattern(seed);
     agent = KvTransferAgent::Create(side->host.data(), kBlockBytes, kNumBlocks, options);
   }
   EXPECT_TRUE(agent.ok()) << agent.status().ToString();
@@ -93,25 +76,12 @@ std::unique_ptr<Side> MakeSide(bool on_device, uint8_t seed, const std::string& 
 // Every byte of `dst` is `src`'s per `copies`, else `dst`'s own pattern.
 void ExpectCopied(const Side& src, const Side& dst, const std::vector<BlockCopy>& copies,
                   uint8_t dst_seed) {
-  const std::vector<uint8_t> from = src.Bytes();
-  std::vector<uint8_t> want = MakePattern(dst_seed);
-  for (const BlockCopy& c : copies) {
-    std::memcpy(&want[c.dst * kBlockBytes], &from[c.src * kBlockBytes], kBlockBytes);
-  }
-  const std::vector<uint8_t> got = dst.Bytes();
-  ASSERT_EQ(got.size(), want.size());
-  for (uint32_t b = 0; b < kNumBlocks; ++b) {
-    uint64_t mismatches = 0, first = 0;
-    for (uint64_t i = 0; i < kBlockBytes; ++i) {
-      if (got[b * kBlockBytes + i] != want[b * kBlockBytes + i] && mismatches++ == 0) first = i;
-    }
-    EXPECT_EQ(mismatches, 0u) << "destination block " << b << ", first bad byte " << first;
-  }
+  testing::ExpectCopied(src.Bytes(), dst.Bytes(), copies, dst_seed);
 }
 
 TEST(KvPoolMemoryGpuTest, CopiesToAndFromTheDevice) {
   HW_SKIP_WITHOUT_GPU();
-  cuda::DeviceBuffer pool = testing::ToDevice(MakePattern(5));
+  cuda::DeviceBuffer pool = testing::ToDevice(testing::MakePattern(5));
   ASSERT_NE(pool.data(), nullptr);
   auto memory = NewCudaKvPoolMemory(pool.data(), kPoolBytes, 0);
   ASSERT_TRUE(memory.ok()) << memory.status().ToString();
@@ -123,7 +93,7 @@ TEST(KvPoolMemoryGpuTest, CopiesToAndFromTheDevice) {
 
   auto staging = m.AllocateStaging(kBlockBytes);
   ASSERT_TRUE(staging.ok()) << staging.status().ToString();
-  const std::vector<uint8_t> want = MakePattern(5);
+  const std::vector<uint8_t> want = testing::MakePattern(5);
   ASSERT_TRUE(m.CopyToHost(3 * kBlockBytes + 10, staging->get(), kBlockBytes).ok());
   EXPECT_EQ(0, std::memcmp(staging->get(), &want[3 * kBlockBytes + 10], kBlockBytes));
 
@@ -155,7 +125,7 @@ TEST_P(KvTransferGpuTest, MovesEveryByteBetweenDeviceAndHostPools) {
     ASSERT_TRUE(src && dst);
     auto peer = src->agent->Connect(dst->agent->local_info());
     ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-    const std::vector<BlockCopy> copies = Copies();
+    const std::vector<BlockCopy> copies = testing::PatternCopies();
     Status st = src->agent->WriteBlocks(*peer, copies, kTimeout);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectCopied(*src, *dst, copies, 2);

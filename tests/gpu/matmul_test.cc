@@ -35,13 +35,9 @@ namespace headway {
 namespace {
 
 using testing::RecordError;
+using testing::Sync;
 using testing::ToDevice;
 using testing::ToHost;
-
-void Sync(const char* what) {
-  const Status s = cuda::Synchronize(nullptr, what);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-}
 
 // Per output (r, i): the largest |got - want| / (rel * sum_l |x_l w_l| + 1e-6);
 // <= 1 passes. Also reports the largest absolute error.

@@ -21,15 +21,11 @@ namespace headway {
 namespace {
 
 using testing::RecordError;
+using testing::Sync;
 using testing::ToDevice;
 using testing::ToHost;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-void Sync(const char* what) {
-  const Status s = cuda::Synchronize(nullptr, what);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-}
 
 // rows x vocab logits: normal * 4, with per-row twists: row 1 has a tie for
 // the maximum at two ids, row 2 has many -inf, row 3 is all -inf (when

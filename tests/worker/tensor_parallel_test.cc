@@ -28,6 +28,7 @@
 #include "tests/support/gguf_writer.h"
 #include "tests/support/process.h"
 #include "tests/support/test_env.h"
+#include "tests/worker/fixed_workload.h"
 #include "worker/decoder_model.h"
 #include "worker/kv_pool.h"
 #include "worker/model_weights.h"
@@ -35,16 +36,16 @@
 namespace headway {
 namespace {
 
+using testing::GreedyTokens;
+using testing::kWorkloadDecodeSteps;
+using testing::kWorkloadPrompts;
+using testing::PlaceholderDecodeTokens;
+using testing::RunWorkload;
+using testing::StepLogits;
+using testing::WorkloadBlocks;
+
 constexpr int kBlockSize = 4;      // small, so sequences span several blocks
 constexpr int kMaxBlocks = 16;     // per slot: 64 positions
-constexpr int kDecodeSteps = 6;
-const std::vector<std::vector<int32_t>> kPrompts = {
-    {1, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 2, 1, 40, 41, 42, 43, 44},
-    {1, 300, 17, 250, 9}};
-
-// Logits of rank 0 per step: [step][row * vocab + v].
-using StepLogits = std::vector<std::vector<float>>;
-
 // Runs the fixed workload on one rank. `decode_tokens[step][seq]` are the
 // tokens fed at decode step `step` (ignored at step 0, the prefill).
 Status RunRank(const std::string& path, int tp_size, int tp_rank, Communicator* comm,
@@ -57,60 +58,11 @@ Status RunRank(const std::string& path, int tp_size, int tp_rank, Communicator* 
                       ModelWeights::Load(*file, spec, shard));
   HW_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model,
                       DecoderModel::Create(spec, std::move(weights), comm));
-  const int num_seqs = int(kPrompts.size());
-  const int n_kv = shard.num_local_kv_heads();
   const KvCacheLayout layout{kBlockSize, spec.head_dim};
   HW_ASSIGN_OR_RETURN(
       std::unique_ptr<KvPool> pool,
-      KvPool::Create(layout, int64_t(num_seqs) * spec.num_layers * n_kv * kMaxBlocks *
-                                 int64_t(layout.BlockBytes())));
-  // Block of (seq, layer, local head, logical i): a fixed disjoint map.
-  std::vector<std::vector<int32_t>> ids(spec.num_layers);
-  std::vector<LayerBlockTable> tables(spec.num_layers);
-  for (int l = 0; l < spec.num_layers; ++l) {
-    ids[l].resize(size_t(num_seqs) * n_kv * kMaxBlocks);
-    for (int s = 0; s < num_seqs; ++s) {
-      for (int h = 0; h < n_kv; ++h) {
-        for (int i = 0; i < kMaxBlocks; ++i) {
-          ids[l][(size_t(s) * n_kv + h) * kMaxBlocks + i] =
-              ((s * spec.num_layers + l) * n_kv + h) * kMaxBlocks + i;
-        }
-      }
-    }
-    tables[l] = LayerBlockTable{ids[l].data(), n_kv, kMaxBlocks};
-  }
-
-  std::vector<int32_t> lengths(num_seqs, 0);
-  for (int step = 0; step <= kDecodeSteps; ++step) {
-    std::vector<int32_t> tokens, positions, query_start{0}, start_pos, rows;
-    for (int s = 0; s < num_seqs; ++s) {
-      const std::vector<int32_t> chunk =
-          step == 0 ? kPrompts[s] : std::vector<int32_t>{decode_tokens[step - 1][s]};
-      start_pos.push_back(lengths[s]);
-      for (size_t i = 0; i < chunk.size(); ++i) {
-        tokens.push_back(chunk[i]);
-        positions.push_back(lengths[s] + int32_t(i));
-      }
-      lengths[s] += int32_t(chunk.size());
-      query_start.push_back(int32_t(tokens.size()));
-      rows.push_back(int32_t(tokens.size()) - 1);
-    }
-    ForwardBatch batch;
-    batch.token_ids = tokens.data();
-    batch.positions = positions.data();
-    batch.layout = BatchLayout{num_seqs, query_start.data(), start_pos.data()};
-    batch.tables = tables.data();
-    batch.logit_rows = rows.data();
-    batch.num_logit_rows = int(rows.size());
-    std::vector<float> logits;
-    HW_RETURN_IF_ERROR(model->Forward(batch, pool.get(), &logits));
-    if (tp_rank == 0) {
-      out->push_back(std::move(logits));
-    } else if (!logits.empty()) {
-      return Status::Internal("rank " + std::to_string(tp_rank) + " returned logits");
-    }
-  }
-  return Status::Ok();
+      KvPool::Create(layout, int64_t(WorkloadBlocks(*model, kMaxBlocks)) * layout.BlockBytes()));
+  return RunWorkload(model.get(), pool.get(), kMaxBlocks, decode_tokens, out);
 }
 
 // Runs every rank of `tp_size` as a thread; returns rank 0's logits.
@@ -148,19 +100,6 @@ StepLogits RunTp(const std::string& path, int tp_size, const std::string& backen
   return logits[0];
 }
 
-std::vector<std::vector<int32_t>> GreedyTokens(const StepLogits& logits, int vocab) {
-  std::vector<std::vector<int32_t>> tokens;
-  for (const std::vector<float>& step : logits) {
-    std::vector<int32_t> per_seq;
-    for (size_t row = 0; row * vocab < step.size(); ++row) {
-      auto begin = step.begin() + row * vocab;
-      per_seq.push_back(int32_t(std::max_element(begin, begin + vocab) - begin));
-    }
-    tokens.push_back(per_seq);
-  }
-  return tokens;
-}
-
 struct TpCase {
   std::string name;
   int num_heads;
@@ -188,9 +127,9 @@ TEST_P(TensorParallelTest, MatchesTp1) {
   ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
 
   // TP 1 decides the tokens: prefill, then greedy decode fed back.
-  std::vector<std::vector<int32_t>> tokens(kDecodeSteps, std::vector<int32_t>(kPrompts.size(), 3));
+  std::vector<std::vector<int32_t>> tokens = PlaceholderDecodeTokens();
   StepLogits tp1 = RunTp(path, 1, c.backend, tokens);
-  ASSERT_EQ(tp1.size(), size_t(kDecodeSteps + 1));
+  ASSERT_EQ(tp1.size(), size_t(kWorkloadDecodeSteps + 1));
   tokens = GreedyTokens(tp1, c.vocab_size);
   tokens.pop_back();  // the last step's choice is never fed
   tp1 = RunTp(path, 1, c.backend, tokens);
@@ -231,10 +170,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TensorParallelRealModelTest, Gemma3AtTp2EqualsTp1) {
   HW_REQUIRE_MODEL(testing::Gemma3Path());
   const std::string path = testing::Gemma3Path();
-  std::vector<std::vector<int32_t>> tokens(kDecodeSteps, std::vector<int32_t>(kPrompts.size(), 3));
+  std::vector<std::vector<int32_t>> tokens = PlaceholderDecodeTokens();
   StepLogits tp1 = RunTp(path, 1, "shm", tokens);
-  ASSERT_EQ(tp1.size(), size_t(kDecodeSteps + 1));
-  const int vocab = int(tp1[0].size() / kPrompts.size());
+  ASSERT_EQ(tp1.size(), size_t(kWorkloadDecodeSteps + 1));
+  const int vocab = int(tp1[0].size() / kWorkloadPrompts.size());
   tokens = GreedyTokens(tp1, vocab);
   tokens.pop_back();
   tp1 = RunTp(path, 1, "shm", tokens);
