@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "worker/cuda/step_metadata.h"
 
 namespace headway::cuda {
 namespace {
@@ -175,55 +176,30 @@ Status CudaDecoderModel::AllReduce(float* data, size_t count) {
 }
 
 Status CudaDecoderModel::UploadBatch(const ForwardBatch& batch) {
-  const int n = batch.layout.num_tokens();
-  const int num_seqs = batch.layout.num_seqs;
-  const int n_kv = shard_.num_local_kv_heads();
-  const int max_blocks = batch.tables[0].max_blocks;
-  const size_t table_ints = size_t(num_seqs) * n_kv * max_blocks;
-  // Layout of the metadata, in int32s: token ids [n], positions [n], row ->
-  // sequence [n], query_start [S+1], start_pos [S], logit rows [R], then
-  // each layer's table [S, n_kv, max_blocks].
-  const size_t total = size_t(3) * n + (num_seqs + 1) + num_seqs + batch.num_logit_rows +
-                       table_ints * spec_.num_layers;
+  const size_t total = StepMetadataInts(batch, spec_.num_layers);
   if (metadata_host_.bytes() < total * sizeof(int32_t)) {
     HW_RETURN_IF_ERROR(Synchronize(stream_, "growing step metadata"));
     HW_ASSIGN_OR_RETURN(metadata_host_, PinnedBuffer::Allocate(2 * total * sizeof(int32_t)));
     HW_ASSIGN_OR_RETURN(metadata_, DeviceBuffer::Allocate(2 * total * sizeof(int32_t)));
   }
-  int32_t* host = metadata_host_.as<int32_t>();
+  const StepMetadataLayout m =
+      PackStepMetadata(batch, spec_.num_layers, metadata_host_.as<int32_t>());
   const int32_t* device = metadata_.as<const int32_t>();
-  size_t at = 0;
-  auto put = [&](const int32_t* src, size_t count) {
-    if (count > 0) std::memcpy(host + at, src, count * sizeof(int32_t));  // src may be null at 0
-    const int32_t* where = device + at;
-    at += count;
-    return where;
-  };
-  token_ids_ = put(batch.token_ids, size_t(n));
-  batch_.positions = put(batch.positions, size_t(n));
-  batch_.token_seq = device + at;
-  batch_.max_query_len = 0;
-  batch_.max_context_len = 0;
-  for (int s = 0; s < num_seqs; ++s) {
-    const int begin = batch.layout.query_start[s];
-    const int end = batch.layout.query_start[s + 1];
-    for (int t = begin; t < end; ++t) host[at + t] = s;
-    batch_.max_query_len = std::max(batch_.max_query_len, end - begin);
-    batch_.max_context_len =
-        std::max(batch_.max_context_len, batch.layout.start_pos[s] + end - begin);
-  }
-  at += size_t(n);
-  batch_.query_start = put(batch.layout.query_start, size_t(num_seqs) + 1);
-  batch_.start_pos = put(batch.layout.start_pos, size_t(num_seqs));
-  logit_rows_ = put(batch.logit_rows, size_t(batch.num_logit_rows));
+  token_ids_ = device + m.token_ids;
+  logit_rows_ = device + m.logit_rows;
+  batch_.num_seqs = batch.layout.num_seqs;
+  batch_.num_tokens = batch.layout.num_tokens();
+  batch_.query_start = device + m.query_start;
+  batch_.start_pos = device + m.start_pos;
+  batch_.token_seq = device + m.token_seq;
+  batch_.positions = device + m.positions;
+  batch_.max_query_len = m.max_query_len;
+  batch_.max_context_len = m.max_context_len;
   for (int l = 0; l < spec_.num_layers; ++l) {
-    const LayerBlockTable& t = batch.tables[l];
-    HW_CHECK(t.num_kv_heads == n_kv && t.max_blocks == max_blocks);
-    tables_[l] = LayerBlockTable{put(t.block_ids, table_ints), n_kv, max_blocks};
+    tables_[l] = LayerBlockTable{device + m.tables[l], batch.tables[l].num_kv_heads,
+                                 batch.tables[l].max_blocks};
   }
-  batch_.num_seqs = num_seqs;
-  batch_.num_tokens = n;
-  return CopyToDevice(metadata_.data(), host, at * sizeof(int32_t), stream_);
+  return CopyToDevice(metadata_.data(), metadata_host_.data(), m.total * sizeof(int32_t), stream_);
 }
 
 Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
@@ -240,6 +216,7 @@ Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
   HW_CHECK(layout.head_dim == hd && pool->device() == options_.device);
   HW_CHECK(n >= 1 && n <= options_.max_tokens_per_step);
   HW_CHECK(batch.num_logit_rows <= options_.max_seqs_per_step);
+  HW_CHECK(batch.tables[0].num_kv_heads == n_kv);
   HW_RETURN_IF_ERROR(BindDevice(options_.device).WithContext("forward pass"));
   HW_RETURN_IF_ERROR(UploadBatch(batch));
 
