@@ -35,17 +35,24 @@ using testing::WorkloadBlocks;
 
 enum class Backend { kCpu, kGpuExact, kGpuServing };
 
-// A tiny llama with head_dim 64 (the smallest the CUDA attention serves).
-std::string WriteTinyModel(const std::string& dir, int num_heads, int num_kv_heads) {
+// A tiny llama or gemma3 with head_dim 64 (the smallest the CUDA attention
+// serves); gemma3's 6 layers have windows of 8 on layers 0-4.
+std::string WriteTinyModel(const std::string& dir, int num_heads, int num_kv_heads,
+                           const std::string& architecture = "llama") {
   testing::TinyLlamaOptions o;
-  o.name = "tiny-gpu";
+  o.name = "tiny-gpu-" + architecture;
+  o.architecture = architecture;
   o.num_heads = num_heads;
   o.num_kv_heads = num_kv_heads;
   o.hidden_size = 64 * num_heads;
   o.intermediate_size = 256;
   o.vocab_size = 320;
   o.num_layers = 2;
-  const std::string path = dir + "/model.gguf";
+  if (architecture == "gemma3") {
+    o.num_layers = 6;
+    o.sliding_window = 8;
+  }
+  const std::string path = dir + "/" + architecture + ".gguf";
   EXPECT_TRUE(testing::WriteTinyLlama(path, o).ok());
   return path;
 }
@@ -146,9 +153,12 @@ class CudaTinyModelTest : public ::testing::Test {
 // The CPU worker's forward pass decides the tokens; the GPU's must give the
 // same logits: to f32 rounding with the exact weights, within bf16's 8-bit
 // precision with the serving path's bf16 prefill GEMMs.
-TEST_F(CudaTinyModelTest, GpuForwardEqualsCpuOnRandomWeights) {
+class CudaTinyArchitectureTest : public CudaTinyModelTest,
+                                 public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CudaTinyArchitectureTest, GpuForwardEqualsCpuOnRandomWeights) {
   HW_SKIP_WITHOUT_GPU();
-  const std::string path = WriteTinyModel(dir_, 4, 2);
+  const std::string path = WriteTinyModel(dir_, 4, GetParam() == "gemma3" ? 1 : 2, GetParam());
   std::vector<std::vector<int32_t>> tokens = PlaceholderDecodeTokens();
   tokens = GreedyTokens(RunTp(path, Backend::kCpu, 1, tokens), 320);
   tokens.pop_back();
@@ -158,15 +168,18 @@ TEST_F(CudaTinyModelTest, GpuForwardEqualsCpuOnRandomWeights) {
   const auto [exact_diff, scale] = Compare(exact, cpu);
   const auto [serving_diff, unused] = Compare(serving, cpu);
   std::printf(
-      "[ measured ] tiny llama, GPU vs CPU: max |logit diff| %.3g (exact weights), %.3g "
+      "[ measured ] tiny %s, GPU vs CPU: max |logit diff| %.3g (exact weights), %.3g "
       "(bf16 prefill); max |logit| %.3g\n",
-      exact_diff, serving_diff, scale);
+      GetParam().c_str(), exact_diff, serving_diff, scale);
   testing::RecordError(exact_diff, "exact_max_abs_error");
   testing::RecordError(serving_diff, "bf16_max_abs_error");
   EXPECT_LE(exact_diff, 1e-4 * std::max(1.0, scale));
   EXPECT_LE(serving_diff, 0.02 * std::max(1.0, scale));
   EXPECT_EQ(GreedyTokens(exact, 320), GreedyTokens(cpu, 320));
 }
+
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaTinyArchitectureTest,
+                         ::testing::Values(std::string("llama"), std::string("gemma3")));
 
 // NCCL TP 2 on two GPUs (one KV head per rank) against TP 1 on one. NCCL
 // refuses two ranks on one GPU, so a one-GPU machine skips this; its

@@ -290,23 +290,31 @@ Status WriteTinyLlama(const std::string& path, const TinyLlamaOptions& o) {
   const uint64_t ffn = o.intermediate_size;
   const uint64_t vocab = o.vocab_size;
 
-  GgufWriter w;
-  w.AddString("general.architecture", "llama");
-  w.AddString("general.name", o.name);
-  w.AddUInt32("llama.block_count", o.num_layers);
-  w.AddUInt32("llama.context_length", o.context_length);
-  w.AddUInt32("llama.embedding_length", o.hidden_size);
-  w.AddUInt32("llama.feed_forward_length", o.intermediate_size);
-  w.AddUInt32("llama.attention.head_count", o.num_heads);
-  w.AddUInt32("llama.attention.head_count_kv", o.num_kv_heads);
-  w.AddFloat32("llama.rope.freq_base", o.rope_freq_base);
-  w.AddFloat32("llama.attention.layer_norm_rms_epsilon", o.rms_norm_eps);
-  w.AddUInt32("llama.vocab_size", o.vocab_size);
-  w.AddUInt32("llama.rope.dimension_count", head_dim);
-  if (o.head_dim > 0) {
-    w.AddUInt32("llama.attention.key_length", head_dim);
-    w.AddUInt32("llama.attention.value_length", head_dim);
+  const std::string& a = o.architecture;
+  if (a != "llama" && a != "gemma3") {
+    return Status::InvalidArgument("tiny model: architecture must be llama or gemma3");
   }
+  if (a == "gemma3" && o.sliding_window <= 0) {
+    return Status::InvalidArgument("tiny gemma3: sliding_window must be positive");
+  }
+  GgufWriter w;
+  w.AddString("general.architecture", a);
+  w.AddString("general.name", o.name);
+  w.AddUInt32(a + ".block_count", o.num_layers);
+  w.AddUInt32(a + ".context_length", o.context_length);
+  w.AddUInt32(a + ".embedding_length", o.hidden_size);
+  w.AddUInt32(a + ".feed_forward_length", o.intermediate_size);
+  w.AddUInt32(a + ".attention.head_count", o.num_heads);
+  w.AddUInt32(a + ".attention.head_count_kv", o.num_kv_heads);
+  w.AddFloat32(a + ".rope.freq_base", o.rope_freq_base);
+  w.AddFloat32(a + ".attention.layer_norm_rms_epsilon", o.rms_norm_eps);
+  w.AddUInt32(a + ".vocab_size", o.vocab_size);
+  w.AddUInt32(a + ".rope.dimension_count", head_dim);
+  if (o.head_dim > 0) {
+    w.AddUInt32(a + ".attention.key_length", head_dim);
+    w.AddUInt32(a + ".attention.value_length", head_dim);
+  }
+  if (a == "gemma3") w.AddUInt32(a + ".attention.sliding_window", o.sliding_window);
 
   std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   for (const std::string& t : ByteTokens()) tokens.push_back(t);
@@ -331,24 +339,30 @@ Status WriteTinyLlama(const std::string& path, const TinyLlamaOptions& o) {
   auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows, GgmlType type) {
     return w.AddTensor(name, {cols, rows}, type, RandomValues(rng, cols * rows, 0.0f, s));
   };
-  auto norm = [&](const std::string& name) {
-    return w.AddTensor(name, {hidden}, GgmlType::kF32, RandomValues(rng, hidden, 1.0f, 0.1f));
+  auto norm = [&](const std::string& name, uint64_t size) {
+    return w.AddTensor(name, {size}, GgmlType::kF32, RandomValues(rng, size, 1.0f, 0.1f));
   };
 
   HW_RETURN_IF_ERROR(matrix("token_embd.weight", hidden, vocab, o.embedding_type));
   for (int l = 0; l < o.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    HW_RETURN_IF_ERROR(norm(p + "attn_norm.weight"));
+    HW_RETURN_IF_ERROR(norm(p + "attn_norm.weight", hidden));
+    if (a == "gemma3") {
+      HW_RETURN_IF_ERROR(norm(p + "attn_q_norm.weight", uint64_t(head_dim)));
+      HW_RETURN_IF_ERROR(norm(p + "attn_k_norm.weight", uint64_t(head_dim)));
+      HW_RETURN_IF_ERROR(norm(p + "post_attention_norm.weight", hidden));
+      HW_RETURN_IF_ERROR(norm(p + "post_ffw_norm.weight", hidden));
+    }
     HW_RETURN_IF_ERROR(matrix(p + "attn_q.weight", hidden, q_dim, o.matrix_type));
     HW_RETURN_IF_ERROR(matrix(p + "attn_k.weight", hidden, kv_dim, o.matrix_type));
     HW_RETURN_IF_ERROR(matrix(p + "attn_v.weight", hidden, kv_dim, o.matrix_type));
     HW_RETURN_IF_ERROR(matrix(p + "attn_output.weight", q_dim, hidden, o.matrix_type));
-    HW_RETURN_IF_ERROR(norm(p + "ffn_norm.weight"));
+    HW_RETURN_IF_ERROR(norm(p + "ffn_norm.weight", hidden));
     HW_RETURN_IF_ERROR(matrix(p + "ffn_gate.weight", hidden, ffn, o.matrix_type));
     HW_RETURN_IF_ERROR(matrix(p + "ffn_up.weight", hidden, ffn, o.matrix_type));
     HW_RETURN_IF_ERROR(matrix(p + "ffn_down.weight", ffn, hidden, o.matrix_type));
   }
-  HW_RETURN_IF_ERROR(norm("output_norm.weight"));
+  HW_RETURN_IF_ERROR(norm("output_norm.weight", hidden));
   if (!o.tied_embeddings) {
     HW_RETURN_IF_ERROR(matrix("output.weight", hidden, vocab, o.embedding_type));
   }

@@ -84,6 +84,11 @@ std::vector<uint8_t> QuantizeQ4_1(const std::vector<float>& values);
 // Shape and contents of a random llama model for tests.
 struct TinyLlamaOptions {
   std::string name = "tiny-llama";
+  // "llama", or "gemma3": then also per-layer attn_q_norm / attn_k_norm
+  // [head_dim] and post_attention_norm / post_ffw_norm [hidden], and
+  // gemma3.attention.sliding_window (every sixth layer full, as Gemma 3).
+  std::string architecture = "llama";
+  int sliding_window = 0;      // gemma3 only; must be > 0 there
   int num_layers = 2;
   int hidden_size = 64;
   int num_heads = 4;
@@ -101,7 +106,8 @@ struct TinyLlamaOptions {
   float weight_scale = 0.1f;   // matrices uniform in [-scale, scale)
 };
 
-// Writes a llama GGUF laid out like SmolLM2's: tensors `token_embd.weight`
+// Writes a llama GGUF laid out like SmolLM2's (or, with architecture
+// "gemma3", the same plus Gemma 3's extra norms and sliding window): tensors `token_embd.weight`
 // [hidden, vocab], `output_norm.weight` [hidden] (F32), per layer `blk.N.`
 // `attn_norm`, `ffn_norm` [hidden] (F32, near 1), `attn_q` [hidden, heads*hd],
 // `attn_k`, `attn_v` [hidden, kv_heads*hd], `attn_output` [heads*hd, hidden],

@@ -108,6 +108,7 @@ struct TpCase {
   int vocab_size;
   int tp_size;
   std::string backend;
+  std::string architecture = "llama";  // gemma3: 6 layers, window 8 on five of them
 };
 
 class TensorParallelTest : public ::testing::TestWithParam<TpCase> {};
@@ -122,6 +123,11 @@ TEST_P(TensorParallelTest, MatchesTp1) {
   o.intermediate_size = c.intermediate_size;
   o.vocab_size = c.vocab_size;
   o.num_layers = 2;
+  o.architecture = c.architecture;
+  if (c.architecture == "gemma3") {
+    o.num_layers = 6;  // layers 0-4 sliding, layer 5 full
+    o.sliding_window = 8;
+  }
   const std::string dir = testing::MakeTempDir("headway-tp");
   const std::string path = dir + "/model.gguf";
   ASSERT_TRUE(testing::WriteTinyLlama(path, o).ok());
@@ -160,7 +166,10 @@ INSTANTIATE_TEST_SUITE_P(
         // padded to 324 (two zero rows on rank 2).
         TpCase{"kv3_tp3", 9, 3, 192, 322, 3, "gloo"},
         TpCase{"kv3_tp3_shm", 9, 3, 192, 322, 3, "shm"},
-        TpCase{"kv1_tp4_shm", 4, 1, 128, 320, 4, "shm"}),
+        TpCase{"kv1_tp4_shm", 4, 1, 128, 320, 4, "shm"},
+        // Gemma 3's extra norms, GeGLU, NeoX RoPE and sliding windows, 1 KV
+        // head replicated on 2 ranks.
+        TpCase{"gemma3_kv1_tp2", 4, 1, 128, 320, 2, "shm", "gemma3"}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
 
 // Gemma 3 270M's single KV head replicated on 2 ranks (and its Q4_K / Q6_K
