@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
@@ -141,7 +144,72 @@ Status CudaDecoderModel::Init(std::unique_ptr<ModelWeights> weights) {
     HW_RETURN_IF_ERROR(blas_->MatmulTransB(gate_.as<float>(), w.w_down.bf16_data(), m,
                                            w.w_down.rows, w.w_down.cols, proj_.as<float>()));
   }
-  return Synchronize(stream_, "CUDA model init");
+  HW_RETURN_IF_ERROR(Synchronize(stream_, "CUDA model init"));
+  if (!options_.exact_matmuls) HW_RETURN_IF_ERROR(CalibrateGemv());
+  return Status::Ok();
+}
+
+Status CudaDecoderModel::CalibrateGemv() {
+  std::vector<const DeviceLinear*> linears = {&weights_->lm_head()};
+  if (spec_.num_layers > 0) {
+    const DeviceLayerWeights& w = weights_->layer(0);
+    linears.insert(linears.end(), {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down});
+  }
+  size_t max_rows = 1, max_cols = 1;
+  for (const DeviceLinear* w : linears) {
+    max_rows = std::max(max_rows, size_t(w->rows));
+    max_cols = std::max(max_cols, size_t(w->cols));
+  }
+  HW_ASSIGN_OR_RETURN(DeviceBuffer x, AllocateFloats(kMaxDequantGemvRows * max_cols));
+  HW_ASSIGN_OR_RETURN(DeviceBuffer y, AllocateFloats(kMaxDequantGemvRows * max_rows));
+  HW_RETURN_IF_ERROR(Memset(x.data(), 0, x.bytes(), stream_));
+  // Median of 5 timed calls after 2 untimed ones, in milliseconds.
+  auto time = [&](auto&& call) -> Result<float> {
+    std::vector<float> ms;
+    for (int i = 0; i < 7; ++i) {
+      EventTimer timer;
+      timer.Start(stream_);
+      HW_RETURN_IF_ERROR(call());
+      timer.Stop(stream_);
+      const float t = timer.ElapsedMs();
+      if (i >= 2) ms.push_back(t);
+    }
+    HW_RETURN_IF_ERROR(Synchronize(stream_, "timing linear layers"));
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    return ms[ms.size() / 2];
+  };
+  for (const DeviceLinear* w : linears) {
+    if (!w->has_quant()) continue;
+    const GemvKey key{w->rows, w->cols, int(w->quant_type)};
+    if (gemv_max_rows_.count(key)) continue;
+    int faster_up_to = 0;
+    for (int m : {1, 2, 4, kMaxDequantGemvRows}) {
+      HW_ASSIGN_OR_RETURN(float gemv, time([&] {
+                            DequantGemv(x.as<float>(), w->quant_data(), w->quant_type, m, w->rows,
+                                        w->cols, y.as<float>(), stream_);
+                            return Status::Ok();
+                          }));
+      HW_ASSIGN_OR_RETURN(float gemm, time([&] {
+                            return blas_->MatmulTransB(x.as<float>(), w->bf16_data(), m, w->rows,
+                                                       w->cols, y.as<float>());
+                          }));
+      if (gemv > gemm) break;
+      faster_up_to = m;
+    }
+    gemv_max_rows_[key] = faster_up_to;
+    spdlog::info("cuda:{}: [{} x {}] {} weights: dequantising GEMV for up to {} rows, then "
+                 "bf16 GEMM",
+                 options_.device, w->rows, w->cols, GgmlTypeName(w->quant_type), faster_up_to);
+  }
+  return Status::Ok();
+}
+
+int CudaDecoderModel::GemvMaxRows(const DeviceLinear& w) const {
+  if (!w.has_quant()) return 0;
+  if (options_.exact_matmuls) return std::numeric_limits<int>::max();
+  auto it = gemv_max_rows_.find(GemvKey{w.rows, w.cols, int(w.quant_type)});
+  // Shapes not timed (other layers share layer 0's) default to the GEMV.
+  return it != gemv_max_rows_.end() ? it->second : kMaxDequantGemvRows;
 }
 
 size_t CudaDecoderModel::device_bytes() const {
@@ -154,7 +222,7 @@ size_t CudaDecoderModel::device_bytes() const {
 }
 
 Status CudaDecoderModel::Linear(const DeviceLinear& w, const float* x, int m, float* y) {
-  if (w.has_quant() && (m <= kMaxDequantGemvRows || options_.exact_matmuls)) {
+  if (m <= GemvMaxRows(w)) {
     for (int r = 0; r < m; r += kMaxDequantGemvRows) {
       const int rows = std::min(kMaxDequantGemvRows, m - r);
       DequantGemv(x + size_t(r) * w.cols, w.quant_data(), w.quant_type, rows, w.rows, w.cols,

@@ -16,12 +16,16 @@
 //   TP:     NCCL all-reduces on device pointers between the stream's work
 //           (the stream is synchronised before each collective, whose
 //           communicator waits on its own stream).
-// Linear layers: decode-sized products (m <= kMaxDequantGemvRows) read the
-// stored quantised blocks with cuda::DequantGemv (exact weights, f32
-// activations, as the CPU path); larger ones use cuBLAS bf16 GEMMs on the
-// bf16 copy (activations rounded to bf16, f32 accumulation).
+// Linear layers: decode-sized products read the stored quantised blocks with
+// cuda::DequantGemv (exact weights, f32 activations, as the CPU path) where
+// that measured faster than the bf16 GEMM at model creation (per weight
+// shape and type, for 1, 2, 4 and kMaxDequantGemvRows rows); the others use
+// cuBLAS bf16 GEMMs on the bf16 copy (activations rounded to bf16, f32
+// accumulation).
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -84,6 +88,11 @@ class CudaDecoderModel final : public ForwardModel {
                    const CudaModelOptions& options);
   Status Init(std::unique_ptr<ModelWeights> weights);
   Status Linear(const DeviceLinear& w, const float* x, int m, float* y);
+  // Times DequantGemv against the bf16 GEMM for layer 0's weights and the
+  // LM head and fills gemv_max_rows_.
+  Status CalibrateGemv();
+  // Most rows of a product with `w` that go through DequantGemv (0: none).
+  int GemvMaxRows(const DeviceLinear& w) const;
   Status AllReduce(float* data, size_t count);
   // Packs and uploads the step's metadata; fills batch_ (device pointers).
   Status UploadBatch(const ForwardBatch& batch);
@@ -96,6 +105,8 @@ class CudaDecoderModel final : public ForwardModel {
   const CudaModelOptions options_;
   std::vector<SlotSpec> local_specs_;
   double collective_seconds_ = 0.0;
+  using GemvKey = std::array<int, 3>;  // rows, cols, GgmlType
+  std::map<GemvKey, int> gemv_max_rows_;
 
   Stream stream_ = nullptr;
   std::unique_ptr<Blas> blas_;
