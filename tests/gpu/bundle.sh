@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the GPU check (tests/gpu/run.sh) for a GPU machine that has the
-# CUDA toolkit but none of Debian's libraries: builds the binaries here (no
-# GPU needed), gathers them with the shared libraries they need into
+# CUDA toolkit but none of Debian's libraries: builds the binaries here (this
+# machine needs the CUDA toolkit, not a GPU), gathers them with the shared libraries they need into
 # .gpu-bundle/ and packs that into .gpu-bundle.tar.xz (about 13 MiB); splits
 # the SmolLM2 GGUF into .gpu-model/part-aa and part-ab (40 MiB + 54 MiB), so
 # that a machine reached by calls that carry at most 64 MiB each can get the
@@ -39,8 +39,11 @@ done
 tar -cJf .gpu-bundle.tar.xz "$OUT"
 
 model="${HEADWAY_MODEL_DIR:-$HOME/.cache/headway/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [[ -f "$model" ]]; then
-  rm -rf .gpu-model && mkdir -p .gpu-model
+rm -rf .gpu-model
+if [[ ! -f "$model" ]]; then
+  echo "bundle.sh: no model at $model (run deploy/setup.sh): .gpu-model/ not made" >&2
+else
+  mkdir -p .gpu-model
   head -c 40M "$model" > .gpu-model/part-aa
   tail -c +$((40 * 1024 * 1024 + 1)) "$model" > .gpu-model/part-ab
 fi
