@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_cache.h"
+#include "kernels/sampling.h"
 #include "worker/kv_pool.h"
 #include "worker/model_weights.h"
 
@@ -31,6 +32,13 @@ struct ForwardBatch {
   // Rows (token indices in [0, n_tokens)) whose logits are wanted, in order.
   const int32_t* logit_rows = nullptr;
   int num_logit_rows = 0;
+  // Optional, [num_logit_rows]: per logit row, -1 when its sampling needs
+  // the logits on the host, or k >= 0 when it is greedy and needs only what
+  // cpu::Sample's greedy result holds (the argmax, its log-probability, the
+  // k best log-probabilities). A model whose device_picks() is not null may
+  // then pick such rows where the logits are and leave them out of
+  // `logits`. nullptr: every row needs its logits.
+  const int32_t* greedy_picks = nullptr;
 };
 
 // What the architecture changes in the forward pass (decoder_model.h draws
@@ -85,6 +93,13 @@ class ForwardModel {
 
   // Seconds spent in TP collectives since construction, wall clock.
   virtual double collective_seconds() const = 0;
+
+  // After Forward on rank 0: the greedy results of the rows the batch's
+  // greedy_picks marked, indexed by logit row, as cpu::Sample would give
+  // them; an entry with token_id < 0 was not picked (sample it from the
+  // logits, which the model then filled). nullptr (the default): the model
+  // picks nothing and fills every row's logits.
+  virtual const std::vector<SampleResult>* device_picks() const { return nullptr; }
 };
 
 }  // namespace headway

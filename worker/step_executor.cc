@@ -190,8 +190,12 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
     const proto::SamplingParams& p = step.sampling();
     const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
     const double uniform = SeededUniform(seed, step.num_generated());
-    SampleResult s = cpu::Sample(logits_.data() + r * vocab, vocab, ToSamplingConfig(p),
-                                 uniform, p.num_logprobs());
+    const std::vector<SampleResult>* picks = model_->device_picks();
+    const bool picked = picks != nullptr && r < picks->size() && (*picks)[r].token_id >= 0 &&
+                        greedy_picks_[r] >= 0;
+    SampleResult s = picked ? (*picks)[r]
+                            : cpu::Sample(logits_.data() + r * vocab, vocab, ToSamplingConfig(p),
+                                          uniform, p.num_logprobs());
     proto::SampledToken* t = result->add_tokens();
     t->set_seq_id(step.seq_id());
     t->set_token_id(s.token_id);
@@ -225,6 +229,14 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     batch.tables = tables_.data();
     batch.logit_rows = staged->logit_rows.data();
     batch.num_logit_rows = int(staged->logit_rows.size());
+    // Greedy rows may be picked where the logits are (a GPU); the others
+    // are sampled here from copied logits.
+    greedy_picks_.clear();
+    for (int index : staged->sampled_seqs) {
+      const proto::SamplingParams& p = plan.seqs(index).sampling();
+      greedy_picks_.push_back(ToSamplingConfig(p).temperature <= 0.0f ? p.num_logprobs() : -1);
+    }
+    batch.greedy_picks = greedy_picks_.data();
     if (Status forward = model_->Forward(batch, pool_, &logits_); !forward.ok()) {
       // Only the collectives fail inside Forward, and they leave the TP group
       // broken: no later step can succeed on this rank.

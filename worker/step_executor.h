@@ -62,7 +62,9 @@ class StepExecutor {
   std::optional<uint64_t> last_step_id() const { return last_step_id_; }
 
   // Logits of the last successful step's sampled rows, in plan order of the
-  // sequences with sample = true: [num_sampled, vocab_size] f32. For tests.
+  // sequences with sample = true: [num_sampled, vocab_size] f32; rows the
+  // model picked on its device (ForwardModel::device_picks) may be unfilled.
+  // For tests.
   const std::vector<float>& TEST_last_logits() const { return logits_; }
 
  private:
@@ -96,6 +98,7 @@ class StepExecutor {
   std::vector<std::vector<int32_t>> table_ids_;  // [num_layers][num_seqs, n_kv, max_blocks]
   std::vector<LayerBlockTable> tables_;          // [num_layers]
   std::vector<float> logits_;
+  std::vector<int32_t> greedy_picks_;  // ForwardBatch::greedy_picks of the last step
 };
 
 }  // namespace headway

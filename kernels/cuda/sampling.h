@@ -26,6 +26,7 @@ void GreedySample(const float* logits, int rows, int vocab, int32_t* token, floa
 // Costs k passes over the row (fine for k <= 32; the row stays in L2).
 //   ids: [rows, k] int32; logprobs: [rows, k] f32 (device); 1 <= k <= 32
 //   (another k launches nothing)
+constexpr int kMaxTopLogprobs = 32;
 void TopLogprobs(const float* logits, int rows, int vocab, int k, int32_t* ids, float* logprobs,
                  Stream stream);
 

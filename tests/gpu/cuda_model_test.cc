@@ -94,6 +94,9 @@ class CudaModelTest : public RealModelFixture {
     options.device = 0;
     options.max_tokens_per_step = 8192;
     options.exact_matmuls = exact_matmuls;
+    // Greedy rows are still picked on the GPU (the tokens compared below come
+    // from there); the logits come back too, for the logit comparisons.
+    options.copy_all_logits = true;
     auto model = cuda::CudaDecoderModel::Create(spec, std::move(weights), nullptr, options);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     gpu_model_ = std::move(*model);

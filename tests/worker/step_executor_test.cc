@@ -5,6 +5,8 @@
 #include "worker/decoder_model.h"
 #include "worker/step_executor.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,11 +46,49 @@ TpShard FullShard(const ModelSpec& spec) {
   return s;
 }
 
+// The CPU model, made to pick greedy rows itself as a GPU model does
+// (ForwardModel::device_picks), with cpu::Sample; the logits of every row it
+// picked are replaced by a row that would sample token 0, so a result taken
+// from them instead of the pick shows.
+class PickingModel final : public ForwardModel {
+ public:
+  explicit PickingModel(ForwardModel* inner) : inner_(inner) {}
+  const ModelSpec& spec() const override { return inner_->spec(); }
+  const TpShard& shard() const override { return inner_->shard(); }
+  const SlotSpec& slot_spec(int slot) const override { return inner_->slot_spec(slot); }
+  double collective_seconds() const override { return 0.0; }
+  const std::vector<SampleResult>* device_picks() const override { return &picks_; }
+
+  Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override {
+    HW_RETURN_IF_ERROR(inner_->Forward(batch, pool, logits));
+    const int vocab = spec().vocab_size;
+    picks_.assign(size_t(batch.num_logit_rows), SampleResult{});
+    for (int i = 0; i < batch.num_logit_rows; ++i) {
+      seen_.push_back(batch.greedy_picks != nullptr ? batch.greedy_picks[i] : -2);
+      if (batch.greedy_picks == nullptr || batch.greedy_picks[i] < 0) continue;
+      float* row = logits->data() + size_t(i) * vocab;
+      picks_[i] = cpu::Sample(row, vocab, SamplingConfig{}, 0.0, batch.greedy_picks[i]);
+      std::fill(row, row + vocab, -std::numeric_limits<float>::infinity());
+      row[0] = 0.0f;
+    }
+    return Status::Ok();
+  }
+
+  // greedy_picks of every logit row seen, in order (-2: none passed).
+  const std::vector<int32_t>& seen() const { return seen_; }
+
+ private:
+  ForwardModel* const inner_;
+  std::vector<SampleResult> picks_;
+  std::vector<int32_t> seen_;
+};
+
 // A model, a pool, an executor, and a trivial allocator that hands every
-// slot fresh blocks as sequences grow.
+// slot fresh blocks as sequences grow. With `picking`, the executor runs the
+// model through a PickingModel.
 class Harness {
  public:
-  Harness() {
+  explicit Harness(bool picking = false) {
     const ModelSpec spec = TinySpec();
     model_ = std::move(DecoderModel::Create(
                            spec, ModelWeights::TEST_Random(spec, FullShard(spec), 7, 0.2f)))
@@ -59,7 +99,9 @@ class Harness {
     StepExecutorOptions options;
     options.max_tokens_per_step = 64;
     options.seed_base = 1;
-    executor_ = std::make_unique<StepExecutor>(model_.get(), pool_.get(), options);
+    if (picking) picking_ = std::make_unique<PickingModel>(model_.get());
+    ForwardModel* runs = picking ? static_cast<ForwardModel*>(picking_.get()) : model_.get();
+    executor_ = std::make_unique<StepExecutor>(runs, pool_.get(), options);
     granter_.emplace(model_->num_slots(), kBlockSize);
   }
 
@@ -73,9 +115,11 @@ class Harness {
   proto::StepResult Run(const proto::StepPlan& plan) { return executor_->Execute(plan); }
   StepExecutor& executor() { return *executor_; }
   DecoderModel& model() { return *model_; }
+  const PickingModel* picking() const { return picking_.get(); }
 
  private:
   std::unique_ptr<DecoderModel> model_;
+  std::unique_ptr<PickingModel> picking_;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<StepExecutor> executor_;
   std::optional<testing::BlockGranter> granter_;  // set once the model exists
@@ -383,6 +427,57 @@ TEST(KvPoolTest, SizesFromMemoryAndRejectsTooLittle) {
   EXPECT_EQ((*pool)->num_blocks(), 10);
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*pool)->data()) % KvPool::kAlignmentBytes, 0u);
   EXPECT_EQ(KvPool::Create(layout, 8191).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Rows a model picks on its device (GPU greedy sampling) give the executor
+// the same results as sampling their logits on the host; other rows are
+// still sampled from the logits.
+TEST(ExecutorDevicePicksTest, PickedRowsGiveTheSameResultsAsHostSampling) {
+  Harness host, picking(/*picking=*/true);
+  auto plan_for = [](Harness& h, uint64_t step, bool prefill, const std::vector<int32_t>& last) {
+    proto::StepPlan plan;
+    plan.set_step_id(step);
+    for (uint64_t seq = 1; seq <= 3; ++seq) {
+      const uint32_t pos = prefill ? 0 : uint32_t(4 + step - 2);
+      proto::SequenceStep* s =
+          prefill ? h.Add(&plan, seq, {int32_t(seq), 5, 6, 7}, 0, true)
+                  : h.Add(&plan, seq, {last[seq - 1]}, pos, false);
+      s->set_num_generated(uint32_t(step - 1));
+      proto::SamplingParams* p = s->mutable_sampling();
+      if (seq == 2) p->set_num_logprobs(3);           // greedy with top logprobs
+      if (seq == 3) {                                 // sampled: never picked
+        p->set_temperature(0.8f);
+        p->set_seed(42);
+        p->set_num_logprobs(2);
+      }
+    }
+    return plan;
+  };
+  std::vector<int32_t> last_host(3), last_picking(3);
+  for (uint64_t step = 1; step <= 4; ++step) {
+    const proto::StepResult a = host.Run(plan_for(host, step, step == 1, last_host));
+    const proto::StepResult b = picking.Run(plan_for(picking, step, step == 1, last_picking));
+    ASSERT_EQ(a.error(), "");
+    ASSERT_EQ(b.error(), "");
+    ASSERT_EQ(a.tokens_size(), 3);
+    ASSERT_EQ(b.tokens_size(), 3);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(a.tokens(i).token_id(), b.tokens(i).token_id()) << "step " << step << " seq " << i;
+      EXPECT_EQ(a.tokens(i).logprob(), b.tokens(i).logprob());
+      ASSERT_EQ(a.tokens(i).top_logprobs_size(), b.tokens(i).top_logprobs_size());
+      for (int j = 0; j < a.tokens(i).top_logprobs_size(); ++j) {
+        EXPECT_EQ(a.tokens(i).top_logprobs(j).token_id(), b.tokens(i).top_logprobs(j).token_id());
+        EXPECT_EQ(a.tokens(i).top_logprobs(j).logprob(), b.tokens(i).top_logprobs(j).logprob());
+      }
+      last_host[i] = a.tokens(i).token_id();
+      last_picking[i] = b.tokens(i).token_id();
+    }
+  }
+  // Per step: seq 1 greedy (0 logprobs), seq 2 greedy (3), seq 3 sampled (-1).
+  const std::vector<int32_t> per_step = {0, 3, -1};
+  std::vector<int32_t> expected;
+  for (int step = 0; step < 4; ++step) expected.insert(expected.end(), per_step.begin(), per_step.end());
+  EXPECT_EQ(picking.picking()->seen(), expected);
 }
 
 }  // namespace

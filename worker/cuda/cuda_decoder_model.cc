@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/sampling.h"
 #include "worker/cuda/step_metadata.h"
 
 namespace headway::cuda {
@@ -113,6 +114,12 @@ Status CudaDecoderModel::Init(std::unique_ptr<ModelWeights> weights) {
   if (shard_.tp_rank == 0) {
     HW_ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(size_t(shard_.tp_size) * rows *
                                                              vocab_rows * sizeof(float)));
+  }
+  {
+    // Greedy picks: per row a token, a logprob and kMaxTopLogprobs of each.
+    const size_t bytes = rows * (2 + 2 * kMaxTopLogprobs) * sizeof(int32_t);
+    HW_ASSIGN_OR_RETURN(picks_device_, DeviceBuffer::Allocate(bytes));
+    HW_ASSIGN_OR_RETURN(picks_host_, PinnedBuffer::Allocate(bytes));
   }
   // Step metadata for the largest step the scheduler plans, so that it is
   // allocated before the KV pool takes what is left.
@@ -351,13 +358,59 @@ Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
     AddRmsNorm(x, proj, next_norm, n, hidden, eps, h, stream_);
   }
   HW_RETURN_IF_ERROR(CheckLastError("forward pass launch"));
-  return ComputeLogits(batch.num_logit_rows, logits);
+  return ComputeLogits(batch, logits);
 }
 
-Status CudaDecoderModel::ComputeLogits(int r, std::vector<float>* logits) {
+Status CudaDecoderModel::PickGreedyRows(const ForwardBatch& batch, const float* device_logits,
+                                        bool* need_logits) {
+  const int r = batch.num_logit_rows;
+  const int vocab = spec_.vocab_size;
+  int k = 0;
+  for (int i = 0; i < r; ++i) {
+    const int want = batch.greedy_picks != nullptr ? batch.greedy_picks[i] : -1;
+    if (want < 0 || want > kMaxTopLogprobs) *need_logits = true;
+    if (want > 0 && want <= kMaxTopLogprobs) k = std::max(k, want);
+  }
+  picks_.assign(size_t(r), SampleResult{});  // token_id -1: not picked
+  if (batch.greedy_picks == nullptr) return Status::Ok();
+  // Layout: tokens [r] | logprobs [r] | top ids [r, k] | top logprobs [r, k].
+  int32_t* tokens = picks_device_.as<int32_t>();
+  float* logprobs = reinterpret_cast<float*>(tokens + r);
+  int32_t* top_ids = tokens + 2 * size_t(r);
+  float* top_logprobs = reinterpret_cast<float*>(top_ids + size_t(r) * k);
+  GreedySample(device_logits, r, vocab, tokens, logprobs, stream_);
+  if (k > 0) TopLogprobs(device_logits, r, vocab, k, top_ids, top_logprobs, stream_);
+  const size_t bytes = (2 * size_t(r) + 2 * size_t(r) * k) * sizeof(int32_t);
+  HW_RETURN_IF_ERROR(CopyToHost(picks_host_.data(), tokens, bytes, stream_));
+  HW_RETURN_IF_ERROR(Synchronize(stream_, "greedy picks"));
+  const int32_t* h_tokens = picks_host_.as<const int32_t>();
+  const float* h_logprobs = reinterpret_cast<const float*>(h_tokens + r);
+  const int32_t* h_top_ids = h_tokens + 2 * size_t(r);
+  const float* h_top_logprobs = reinterpret_cast<const float*>(h_top_ids + size_t(r) * k);
+  for (int i = 0; i < r; ++i) {
+    const int want = batch.greedy_picks[i];
+    if (want < 0 || want > kMaxTopLogprobs) continue;
+    if (h_tokens[i] < 0) {  // a row of only -inf: cpu::Sample decides, from the logits
+      *need_logits = true;
+      continue;
+    }
+    SampleResult& pick = picks_[i];
+    pick.token_id = h_tokens[i];
+    pick.logprob = h_logprobs[i];
+    for (int j = 0; j < want; ++j) {
+      const int32_t id = h_top_ids[size_t(i) * k + j];
+      if (id >= 0) pick.top_logprobs.emplace_back(id, h_top_logprobs[size_t(i) * k + j]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaDecoderModel::ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits) {
+  const int r = batch.num_logit_rows;
   const int hidden = spec_.hidden_size;
   const int vocab_rows = shard_.vocab_end - shard_.vocab_begin;
   logits->resize(shard_.tp_rank == 0 ? size_t(r) * spec_.vocab_size : 0);
+  picks_.clear();
   if (r == 0) return Synchronize(stream_, "forward pass");
   // h already holds rmsnorm(x) with output_norm for every row; pick the
   // logit rows into proj_ (n >= r rows of hidden floats).
@@ -377,6 +430,11 @@ Status CudaDecoderModel::ComputeLogits(int r, std::vector<float>* logits) {
     HW_RETURN_IF_ERROR(gathered.WithContext("logits gather"));
     if (shard_.tp_rank != 0) return Status::Ok();
     rank0_logits = gathered_logits_.as<const float>();
+  } else {
+    // At TP 1 the rows are whole ([r, vocab]): greedy rows are picked here.
+    bool need_logits = options_.copy_all_logits;
+    HW_RETURN_IF_ERROR(PickGreedyRows(batch, local, &need_logits));
+    if (!need_logits) return Status::Ok();
   }
   const size_t count = size_t(shard_.tp_size) * r * vocab_rows;
   HW_RETURN_IF_ERROR(

@@ -7,12 +7,17 @@
 //           (step_executor.cc), packing the step's metadata (token ids,
 //           positions, row -> sequence, query starts, start positions,
 //           logit rows, every layer's table) into one pinned buffer;
-//           sampling from the copied logits (cpu::Sample: one sampler for
-//           every device, so a seed gives the same tokens anywhere).
+//           sampling the non-greedy rows from copied logits (cpu::Sample:
+//           one sampler for every device, so a seed gives the same tokens
+//           anywhere).
 //   device: one copy of that metadata in; embedding, every layer (RMSNorm,
 //           Q/K/V GEMMs, RoPE fused with append_kv, paged attention, O
-//           GEMM, MLP), the final norm and LM head of the logit rows; one
-//           copy of the logits out. All on one stream.
+//           GEMM, MLP), the final norm and LM head of the logit rows; at TP
+//           1 the greedy rows' picks (argmax, its log-probability, top
+//           log-probabilities: cpu::Sample's greedy result), so a step of
+//           greedy rows copies back a few bytes per row, not the logits
+//           (cpu::Sample takes ~0.1-0.5 ms per 49,152-entry row on a CPU
+//           core, mostly its log-sum-exp). All on one stream.
 //   TP:     NCCL all-reduces on device pointers between the stream's work
 //           (the stream is synchronised before each collective, whose
 //           communicator waits on its own stream).
@@ -48,6 +53,9 @@ struct CudaModelOptions {
   // up front; longer steps grow it inside Forward.
   int max_model_len = 8192;
   int block_size = 16;             // the KV pool's (kernels/kv_cache.h)
+  // Tests: copy every logit row to the host, also those picked on the
+  // device (greedy rows are still picked there).
+  bool copy_all_logits = false;
   // Tests: every linear layer through DequantGemv (in chunks of
   // kMaxDequantGemvRows rows) where the stored blocks allow, and the
   // embedding from an f32 table, so the GPU computes with exactly the CPU
@@ -78,6 +86,13 @@ class CudaDecoderModel final : public ForwardModel {
   // num_logit_rows <= max_seqs_per_step.
   Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override;
   double collective_seconds() const override { return collective_seconds_; }
+  // At TP 1, greedy rows (ForwardBatch::greedy_picks) are picked on the GPU
+  // (cuda::GreedySample, cuda::TopLogprobs) and their logits stay there
+  // unless another row needs the host's; at TP > 1 nullptr (the logits are
+  // gathered to rank 0's host and sampled there).
+  const std::vector<SampleResult>* device_picks() const override {
+    return shard_.tp_size == 1 ? &picks_ : nullptr;
+  }
 
   int device() const { return options_.device; }
   // Device bytes of weights and step buffers.
@@ -96,7 +111,12 @@ class CudaDecoderModel final : public ForwardModel {
   Status AllReduce(float* data, size_t count);
   // Packs and uploads the step's metadata; fills batch_ (device pointers).
   Status UploadBatch(const ForwardBatch& batch);
-  Status ComputeLogits(int num_logit_rows, std::vector<float>* logits);
+  Status ComputeLogits(const ForwardBatch& batch, std::vector<float>* logits);
+  // Picks the greedy rows of `batch` from `device_logits` ([r, vocab] on the
+  // device) into picks_; sets *need_logits when some row must be sampled
+  // on the host.
+  Status PickGreedyRows(const ForwardBatch& batch, const float* device_logits,
+                        bool* need_logits);
 
   const ModelSpec spec_;
   const TpShard shard_;
@@ -121,6 +141,11 @@ class CudaDecoderModel final : public ForwardModel {
   DeviceBuffer metadata_;         // int32, grown as needed
   PinnedBuffer metadata_host_;    // int32 staging, grown as needed
   PinnedBuffer logits_host_;      // f32 staging of the logits
+  // Greedy picks: token [rows] i32, logprob [rows] f32, top ids [rows, 32]
+  // i32, top logprobs [rows, 32] f32, on the device and staged on the host.
+  DeviceBuffer picks_device_;
+  PinnedBuffer picks_host_;
+  std::vector<SampleResult> picks_;  // [num_logit_rows] of the last step
   DeviceBatch batch_;
   std::vector<LayerBlockTable> tables_;  // [num_layers], device block ids
   const int32_t* logit_rows_ = nullptr;  // device, into metadata_
