@@ -16,11 +16,6 @@
 #include <thread>
 #include <vector>
 
-#if __has_include(<cuda_runtime.h>)
-#include <cuda_runtime.h>
-#define HEADWAY_TEST_HAVE_CUDA 1
-#endif
-
 namespace headway {
 namespace {
 
@@ -343,7 +338,7 @@ TEST(CommunicatorOptionsTest, SizeOneGatherCopies) {
   }
 }
 
-TEST(NcclCommunicatorTest, SingleRankAllReduce) {
+TEST(NcclCommunicatorTest, SingleRankGroupForms) {
   auto store = NewInMemoryStore();
   auto comm = CreateCommunicator(Options("nccl", 0, 1, TestPrefix("")), *store);
   if (comm.status().code() == StatusCode::kUnimplemented) {
@@ -354,20 +349,9 @@ TEST(NcclCommunicatorTest, SingleRankAllReduce) {
     GTEST_SKIP() << comm.status().ToString();
   }
   ASSERT_TRUE(comm.ok()) << comm.status().ToString();
-#ifdef HEADWAY_TEST_HAVE_CUDA
-  std::vector<float> host = {1.5f, -2.0f, 3.25f}, back(3);
-  float* device = nullptr;
-  ASSERT_EQ(cudaSuccess, cudaMalloc(&device, host.size() * sizeof(float)));
-  ASSERT_EQ(cudaSuccess, cudaMemcpy(device, host.data(), host.size() * sizeof(float),
-                                    cudaMemcpyHostToDevice));
-  Status status = (*comm)->AllReduceSum(device, host.size());
-  ASSERT_TRUE(status.ok()) << status.ToString();
-  ASSERT_TRUE((*comm)->Barrier().ok());
-  ASSERT_EQ(cudaSuccess, cudaMemcpy(back.data(), device, host.size() * sizeof(float),
-                                    cudaMemcpyDeviceToHost));
-  cudaFree(device);
-  EXPECT_EQ(host, back);
-#endif
+  // Collectives on device memory are tests/gpu/nccl_test.cc's (built with
+  // the CUDA toolkit); here the group forms and a barrier passes.
+  EXPECT_TRUE((*comm)->Barrier().ok());
 }
 
 }  // namespace
