@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/elementwise.h"
 
 namespace headway::cuda {
@@ -25,18 +26,6 @@ unsigned FlatGrid(int64_t n) {
 
 __device__ __forceinline__ float Bf16Bits(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
-// Sum of `v` over the CTA (kThreads threads); every thread gets the total.
-// Uses `scratch` [kWarps]; safe to call again after it returns.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];  // same order in every thread
-  __syncthreads();                                       // scratch may be reused by the caller
-  return total;
-}
 
 // cpu::RmsNorm's scale, 1 / sqrt(mean(x^2) + eps), computed in double as there.
 __device__ __forceinline__ float InverseRms(float sum_sq, int dim, float eps) {
@@ -69,7 +58,7 @@ __global__ void RmsNormKernel(const float* x, const float* weight, int dim, floa
   float* o = out + size_t(blockIdx.x) * dim;
   float sum_sq = 0.0f;
   for (int d = threadIdx.x; d < dim; d += kThreads) sum_sq += row[d] * row[d];
-  const float inv = InverseRms(BlockSum(sum_sq, scratch), dim, eps);
+  const float inv = InverseRms(BlockSum<kWarps>(sum_sq, scratch), dim, eps);
   for (int d = threadIdx.x; d < dim; d += kThreads) o[d] = row[d] * inv * weight[d];
 }
 
@@ -85,7 +74,7 @@ __global__ void AddRmsNormKernel(float* out, const float* x, const float* weight
     o[d] = v;
     sum_sq += v * v;
   }
-  const float inv = InverseRms(BlockSum(sum_sq, scratch), dim, eps);
+  const float inv = InverseRms(BlockSum<kWarps>(sum_sq, scratch), dim, eps);
   // Each thread re-reads only the values it wrote itself.
   for (int d = threadIdx.x; d < dim; d += kThreads) nr[d] = o[d] * inv * weight[d];
 }

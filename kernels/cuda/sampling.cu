@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/sampling.h"
 
 namespace headway::cuda {
@@ -46,16 +47,6 @@ __device__ Candidate BlockBest(Candidate c, Candidate* scratch) {
   return best;
 }
 
-__device__ float BlockSum(float v, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
 
 // log(sum(exp(row - max_value))) for the row's maximum `max_value` (finite):
 // a logit's log-probability is then (logit - max_value) - this, which keeps
@@ -63,7 +54,7 @@ __device__ float BlockSum(float v, float* scratch) {
 __device__ float ShiftedLogSumExp(const float* row, int vocab, float max_value, float* scratch) {
   float sum = 0.0f;
   for (int v = threadIdx.x; v < vocab; v += kThreads) sum += expf(row[v] - max_value);
-  return logf(BlockSum(sum, scratch));
+  return logf(BlockSum<kWarps>(sum, scratch));
 }
 
 // The best finite-or-+inf logit of the row: -inf (and NaN) never qualify.

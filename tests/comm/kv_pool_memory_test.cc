@@ -5,6 +5,7 @@
 #include "comm/kv_pool_memory.h"
 #include "comm/kv_transfer.h"
 #include "tests/comm/kv_block_pattern.h"
+#include "tests/comm/transport_name.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -238,13 +239,7 @@ TEST_P(KvTransferStagedTest, CopyFailuresFailTheWrite) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvTransferStagedTest, ::testing::Values("tcp", "sm,self"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) {
-                             if (ch == ',') ch = '_';
-                           }
-                           return name;
-                         });
+                         testing::TransportName);
 
 }  // namespace
 }  // namespace headway

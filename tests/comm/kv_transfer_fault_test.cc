@@ -28,6 +28,7 @@
 
 #include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/transport_name.h"
 
 namespace headway {
 namespace {
@@ -290,14 +291,6 @@ int RunSender(int fd, const std::string& tls, uint8_t seed) {
   return 0;
 }
 
-std::string TransportName(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  for (char& c : name) {
-    if (c == ',') c = '_';
-  }
-  return name;
-}
-
 class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
  protected:
   // A write to a dead child's socket must fail with EPIPE, not kill the
@@ -478,7 +471,7 @@ TEST_P(KvTransferFaultTest, ReceiverKilledMidTransfer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvTransferFaultTest, ::testing::Values("tcp", "sm,self"),
-                         TransportName);
+                         testing::TransportName);
 
 }  // namespace
 }  // namespace headway

@@ -3,6 +3,7 @@
 // the bytes itself.
 #include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/transport_name.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -136,13 +137,7 @@ TEST_P(KvTransferTest, ConnectRejectsOtherBlockBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvTransferTest,
                          ::testing::Values("tcp", "sm,self", "posix,cma,self"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (c == ',') c = '_';
-                           }
-                           return name;
-                         });
+                         testing::TransportName);
 
 TEST(KvTransferAgentTest, CreateRejectsBadArguments) {
   std::vector<uint8_t> pool = MakePool(0);

@@ -21,19 +21,6 @@ namespace {
 
 using testing::RealModelFixture;
 
-std::unique_ptr<ModelWeights> LoadWeights(const std::string& path, ModelSpec* spec) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status().ToString();
-  if (!file.ok()) return nullptr;
-  auto loaded_spec = LoadModelSpec(**file);
-  EXPECT_TRUE(loaded_spec.ok()) << loaded_spec.status().ToString();
-  if (!loaded_spec.ok()) return nullptr;
-  *spec = *loaded_spec;
-  auto weights = ModelWeights::Load(**file, *spec, ShardForRank(*spec, 1, 0));
-  EXPECT_TRUE(weights.ok()) << weights.status().ToString();
-  return weights.ok() ? std::move(weights).value() : nullptr;
-}
-
 // Runs on machines without a GPU too: the errors a user gets there.
 TEST(CudaWorkerSetupTest, NoGpuGivesClearErrors) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "this machine has a GPU";
@@ -88,7 +75,7 @@ class CudaModelTest : public RealModelFixture {
   // The GPU model of SmolLM2 at TP 1 and a device pool on GPU 0.
   void StartGpuExecutor(bool exact_matmuls) {
     ModelSpec spec;
-    auto weights = LoadWeights(testing::SmolLm2Path(), &spec);
+    auto weights = testing::LoadRealWeights(testing::SmolLm2Path(), &spec);
     ASSERT_NE(weights, nullptr);
     cuda::CudaModelOptions options;
     options.device = 0;

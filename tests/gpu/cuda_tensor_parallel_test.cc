@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "comm/communicator.h"
 #include "common/gguf.h"
@@ -97,36 +96,14 @@ Status RunRank(const std::string& path, Backend backend, int tp_size, int tp_ran
 // Every rank of `tp_size` as a thread, rank r on GPU r (NCCL at TP > 1).
 StepLogits RunTp(const std::string& path, Backend backend, int tp_size,
                  const std::vector<std::vector<int32_t>>& decode_tokens) {
-  std::unique_ptr<RendezvousStore> store = NewInMemoryStore();
-  std::vector<Status> status(tp_size);
-  std::vector<StepLogits> logits(tp_size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < tp_size; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Communicator> comm;
-      if (tp_size > 1) {
-        CommunicatorOptions options;
-        options.backend = "nccl";
-        options.rank = r;
-        options.size = tp_size;
-        options.device = r;
-        options.key_prefix = "gpu-tp-" + std::to_string(tp_size);
-        Result<std::unique_ptr<Communicator>> c = CreateCommunicator(options, *store);
-        if (!c.ok()) {
-          status[r] = c.status();
-          return;
-        }
-        comm = std::move(*c);
-      }
-      status[r] = RunRank(path, backend, tp_size, r, r, comm.get(), decode_tokens, &logits[r]);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < tp_size; ++r) {
-    EXPECT_TRUE(status[r].ok()) << "TP " << tp_size << " rank " << r << ": "
-                                << status[r].ToString();
-  }
-  return logits[0];
+  CommunicatorOptions options;
+  options.backend = "nccl";
+  options.device = 0;
+  options.key_prefix = "gpu-tp-" + std::to_string(tp_size);
+  return testing::RunRanksAsThreads(
+      tp_size, options, [&](int rank, Communicator* comm, StepLogits* out) {
+        return RunRank(path, backend, tp_size, rank, rank, comm, decode_tokens, out);
+      });
 }
 
 // Max |a - b| and max |b| over all steps.

@@ -17,6 +17,7 @@
 #include "comm/kv_transfer.h"
 #include "tests/comm/kv_block_pattern.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/comm/transport_name.h"
 
 namespace headway {
 namespace {
@@ -139,13 +140,7 @@ TEST_P(KvTransferGpuTest, MovesEveryByteBetweenDeviceAndHostPools) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvTransferGpuTest, ::testing::Values("tcp", "sm,self"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) {
-                             if (ch == ',') ch = '_';
-                           }
-                           return name;
-                         });
+                         testing::TransportName);
 
 }  // namespace
 }  // namespace headway

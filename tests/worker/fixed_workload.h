@@ -4,9 +4,17 @@
 // directly (no executor), with every slot's blocks laid out ahead.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
+
+#include "comm/communicator.h"
 
 #include "common/status.h"
 #include "kernels/kv_cache.h"
@@ -102,6 +110,44 @@ inline std::vector<std::vector<int32_t>> GreedyTokens(const StepLogits& logits, 
     tokens.push_back(per_seq);
   }
   return tokens;
+}
+
+// Runs ranks 0 .. tp_size - 1 of one TP group as threads of this process,
+// each calling run_rank(rank, communicator, &its logits): the communicator
+// comes from `options` with rank, size and device (options.device + rank)
+// set per thread, through one in-memory store; none at tp_size 1. Records a
+// test failure for every rank that fails; returns rank 0's logits.
+inline StepLogits RunRanksAsThreads(
+    int tp_size, CommunicatorOptions options,
+    const std::function<Status(int rank, Communicator* comm, StepLogits* out)>& run_rank) {
+  std::unique_ptr<RendezvousStore> store = NewInMemoryStore();
+  std::vector<Status> status(tp_size);
+  std::vector<StepLogits> logits(tp_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp_size; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm;
+      if (tp_size > 1) {
+        CommunicatorOptions rank_options = options;
+        rank_options.rank = r;
+        rank_options.size = tp_size;
+        rank_options.device = options.device + r;
+        Result<std::unique_ptr<Communicator>> c = CreateCommunicator(rank_options, *store);
+        if (!c.ok()) {
+          status[r] = c.status();
+          return;
+        }
+        comm = std::move(*c);
+      }
+      status[r] = run_rank(r, comm.get(), &logits[r]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < tp_size; ++r) {
+    EXPECT_TRUE(status[r].ok()) << "TP " << tp_size << " rank " << r << ": "
+                                << status[r].ToString();
+  }
+  return logits[0];
 }
 
 // Tokens to feed before any run decided them: token 3 everywhere.

@@ -35,18 +35,27 @@ inline nlohmann::json ReadJson(const std::string& relative) {
 
 // The TP-1 model of the GGUF at `path`; nullptr when the file is absent, or
 // (with a test failure recorded) when it does not load.
-inline std::unique_ptr<DecoderModel> LoadRealModel(const std::string& path) {
-  if (!std::filesystem::exists(path)) return nullptr;
+// The TP-1 weights and spec of the GGUF at `path`; nullptr (with a test
+// failure recorded) when it does not load.
+inline std::unique_ptr<ModelWeights> LoadRealWeights(const std::string& path, ModelSpec* spec) {
   auto file = GgufFile::Open(path);
   EXPECT_TRUE(file.ok()) << file.status().ToString();
   if (!file.ok()) return nullptr;
-  auto spec = LoadModelSpec(**file);
-  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-  if (!spec.ok()) return nullptr;
+  auto loaded_spec = LoadModelSpec(**file);
+  EXPECT_TRUE(loaded_spec.ok()) << loaded_spec.status().ToString();
+  if (!loaded_spec.ok()) return nullptr;
+  *spec = *loaded_spec;
   auto weights = ModelWeights::Load(**file, *spec, ShardForRank(*spec, 1, 0));
   EXPECT_TRUE(weights.ok()) << weights.status().ToString();
-  if (!weights.ok()) return nullptr;
-  auto model = DecoderModel::Create(*spec, std::move(*weights));
+  return weights.ok() ? std::move(weights).value() : nullptr;
+}
+
+inline std::unique_ptr<DecoderModel> LoadRealModel(const std::string& path) {
+  if (!std::filesystem::exists(path)) return nullptr;
+  ModelSpec spec;
+  std::unique_ptr<ModelWeights> weights = LoadRealWeights(path, &spec);
+  if (weights == nullptr) return nullptr;
+  auto model = DecoderModel::Create(spec, std::move(weights));
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   if (!model.ok()) return nullptr;
   return std::move(model).value();

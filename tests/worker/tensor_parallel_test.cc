@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -68,36 +67,14 @@ Status RunRank(const std::string& path, int tp_size, int tp_rank, Communicator* 
 // Runs every rank of `tp_size` as a thread; returns rank 0's logits.
 StepLogits RunTp(const std::string& path, int tp_size, const std::string& backend,
                  const std::vector<std::vector<int32_t>>& decode_tokens) {
-  std::unique_ptr<RendezvousStore> store = NewInMemoryStore();
-  std::vector<Status> status(tp_size);
-  std::vector<StepLogits> logits(tp_size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < tp_size; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Communicator> comm;
-      if (tp_size > 1) {
-        CommunicatorOptions options;
-        options.backend = backend;
-        options.rank = r;
-        options.size = tp_size;
-        options.timeout = std::chrono::milliseconds(20000);
-        options.key_prefix = "tp-test-" + backend + "-" + std::to_string(tp_size);
-        Result<std::unique_ptr<Communicator>> c = CreateCommunicator(options, *store);
-        if (!c.ok()) {
-          status[r] = c.status();
-          return;
-        }
-        comm = std::move(*c);
-      }
-      status[r] = RunRank(path, tp_size, r, comm.get(), decode_tokens, &logits[r]);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < tp_size; ++r) {
-    EXPECT_TRUE(status[r].ok()) << "TP " << tp_size << " rank " << r << ": "
-                                << status[r].ToString();
-  }
-  return logits[0];
+  CommunicatorOptions options;
+  options.backend = backend;
+  options.timeout = std::chrono::milliseconds(20000);
+  options.key_prefix = "tp-test-" + backend + "-" + std::to_string(tp_size);
+  return testing::RunRanksAsThreads(
+      tp_size, options, [&](int rank, Communicator* comm, StepLogits* out) {
+        return RunRank(path, tp_size, rank, comm, decode_tokens, out);
+      });
 }
 
 struct TpCase {

@@ -7,15 +7,28 @@
 
 namespace headway::cuda {
 
-Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization) {
+namespace {
+
+// The device's facts, once `gpu_memory_utilization` is known to be a fraction.
+Result<DeviceInfo> CheckedDevice(int device, double gpu_memory_utilization) {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return Status::InvalidArgument("gpu_memory_utilization " +
                                    std::to_string(gpu_memory_utilization) +
                                    " is not a fraction in (0, 1]");
   }
-  HW_ASSIGN_OR_RETURN(DeviceInfo info, SetDevice(device));
+  return SetDevice(device);
+}
+
+int64_t BudgetOf(const DeviceInfo& info, double gpu_memory_utilization) {
   const double used = double(info.total_bytes - info.free_bytes);
   return int64_t(gpu_memory_utilization * double(info.total_bytes) - used);
+}
+
+}  // namespace
+
+Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization) {
+  HW_ASSIGN_OR_RETURN(DeviceInfo info, CheckedDevice(device, gpu_memory_utilization));
+  return BudgetOf(info, gpu_memory_utilization);
 }
 
 Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, int device,
@@ -24,8 +37,8 @@ Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, 
   if (layout.block_size <= 0 || layout.head_dim <= 0) {
     return Status::InvalidArgument("KV pool: block_size and head_dim must be positive");
   }
-  HW_ASSIGN_OR_RETURN(int64_t budget, KvBudgetBytes(device, gpu_memory_utilization));
-  HW_ASSIGN_OR_RETURN(DeviceInfo info, SetDevice(device));
+  HW_ASSIGN_OR_RETURN(DeviceInfo info, CheckedDevice(device, gpu_memory_utilization));
+  const int64_t budget = BudgetOf(info, gpu_memory_utilization);
   const int64_t block_bytes = int64_t(layout.BlockBytes());
   const int64_t num_blocks =
       std::min<int64_t>(INT32_MAX, std::max<int64_t>(0, budget - reserve_bytes) / block_bytes);
