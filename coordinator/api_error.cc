@@ -27,4 +27,24 @@ ApiError ApiError::Internal(std::string message) {
   return ApiError{500, std::move(message), "server_error", "", ""};
 }
 
+ApiError ApiErrorFromStatus(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      return ApiError::BadRequest(status.message());
+    case StatusCode::kNotFound:
+      return ApiError::NotFound(status.message());
+    case StatusCode::kCancelled:
+      // nginx's "client closed request", which vLLM's server uses too.
+      return ApiError{499, status.message(), "server_error", "", ""};
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kAborted:
+      return ApiError::Unavailable(status.message());
+    default:
+      return ApiError::Internal(status.message());
+  }
+}
+
 }  // namespace headway

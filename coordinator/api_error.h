@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/status.h"
+
 namespace headway {
 
 struct ApiError {
@@ -25,5 +27,12 @@ struct ApiError {
   // 500: a failure inside Headway (a worker's step error).
   static ApiError Internal(std::string message);
 };
+
+// The HTTP answer to a request that failed with `status` (REQUIRES: not
+// OK), as vLLM's server answers: InvalidArgument and OutOfRange 400,
+// NotFound 404, Cancelled 499 (the client went away), Unavailable,
+// DeadlineExceeded, ResourceExhausted and Aborted 503 (the server cannot
+// serve it now), anything else 500 (a failure inside Headway).
+ApiError ApiErrorFromStatus(const Status& status);
 
 }  // namespace headway

@@ -248,7 +248,10 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareChat(const std::st
 void ApiServer::Respond(Prepared p, httplib::Response& res) {
   if (p.stream) return RespondStream(std::move(p), res);
   CompletionOutcome out = engine_->Submit(std::move(p.request)).get();
-  if (out.error) return Reply(res, out.error->http_status, out.error->ToJson());
+  if (!out.status.ok()) {
+    const ApiError error = ApiErrorFromStatus(out.status);
+    return Reply(res, error.http_status, error.ToJson());
+  }
   ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
                         options_.served_model_name};
   json body = p.kind == StreamKind::kChat ? ChatResponseJson(header, out, *tokenizer_, p.logprobs)
@@ -265,8 +268,9 @@ void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
   // produced anything gets its error as a plain JSON response.
   OutputStream::Update first;
   while (IsEmpty(first)) first = stream->Take(kStreamPoll);
-  if (first.final && first.final->error && first.text.empty() && first.tokens.empty()) {
-    return Reply(res, first.final->error->http_status, first.final->error->ToJson());
+  if (first.final && !first.final->status.ok() && first.text.empty() && first.tokens.empty()) {
+    const ApiError error = ApiErrorFromStatus(first.final->status);
+    return Reply(res, error.http_status, error.ToJson());
   }
   ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
                         options_.served_model_name};

@@ -22,8 +22,12 @@
 // instance prefills those itself) and its blocks return to the pools; the
 // instance is ready again once all its ranks have registered anew.
 //
-// Disaggregation (prefill and decode pools): see the PdJob comment in
-// engine_impl.h and disaggregation.cc.
+// The engine composes one class per concern: the InstanceRegistry
+// (registration, rendezvous, liveness), the Scheduler of each instance
+// (scheduler.h), BuildStepPlans and InFlightStep (step_plan.h), the
+// OutputProcessor of each request (output_processor.h), the router
+// (router.h) and, with prefill and decode pools, the
+// DisaggregationCoordinator (disaggregation.h).
 #pragma once
 
 #include <atomic>
@@ -39,44 +43,13 @@
 #include "comm/control_channel.h"
 #include "common/config.h"
 #include "common/model_spec.h"
-#include "coordinator/api_error.h"
+#include "coordinator/engine_request.h"
+#include "coordinator/instance_registry.h"
 #include "coordinator/request_output.h"
-#include "coordinator/sequence.h"
 #include "coordinator/serving_metrics.h"
 #include "coordinator/tokenizer.h"
 
 namespace headway {
-
-// A validated, tokenized request.
-struct EngineRequest {
-  std::vector<int32_t> prompt_ids;  // non-empty
-  int max_tokens = 16;              // >= 1
-  SamplingOptions sampling;
-  std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;  // each in [0, vocab_size)
-  bool ignore_eos = false;
-  bool logprobs = false;            // fill CompletionOutcome::tokens (sampling.num_top_logprobs each)
-  Clock::time_point deadline = Clock::time_point::max();
-  // Set for a streaming request: receives text as it is produced, then the
-  // outcome (OutputStream::Close). Shared with the HTTP thread.
-  std::shared_ptr<OutputStream> stream;
-};
-
-struct RankHealth {
-  int tp_rank = 0;
-  bool registered = false;
-  int free_blocks = 0;   // 0/0 until the instance is ready
-  int total_blocks = 0;
-};
-
-struct InstanceHealth {
-  int instance_id = 0;
-  int tp_size = 1;
-  bool ready = false;
-  size_t num_waiting = 0;
-  size_t num_running = 0;
-  std::vector<RankHealth> ranks;
-};
 
 class Engine {
  public:
@@ -116,7 +89,15 @@ class Engine {
 
  private:
   struct Impl;
+  struct Pending {
+    uint64_t id;
+    EngineRequest request;
+    std::promise<CompletionOutcome> promise;
+  };
   void Run();
+  // Hands the engine thread what HTTP threads submitted and cancelled.
+  void TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled);
+  void PublishHealth(std::vector<InstanceHealth> health);
 
   std::unique_ptr<Impl> impl_;
   std::thread thread_;
@@ -125,11 +106,6 @@ class Engine {
 
   std::atomic<uint64_t> next_request_id_{1};
   mutable std::mutex mu_;  // guards the fields below
-  struct Pending {
-    uint64_t id;
-    EngineRequest request;
-    std::promise<CompletionOutcome> promise;
-  };
   std::vector<Pending> submitted_;          // guarded by mu_
   std::vector<uint64_t> cancelled_;         // guarded by mu_
   std::vector<InstanceHealth> health_;      // guarded by mu_

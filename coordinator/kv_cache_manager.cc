@@ -5,6 +5,11 @@
 #include <string>
 
 namespace headway {
+namespace {
+
+InstanceCounters kNoCounters;
+
+}  // namespace
 
 std::vector<SlotSpec> KvCacheManager::BookkeepingSpecs(const ModelSpec& spec,
                                                        KvCacheOptions::Granularity granularity) {
@@ -23,10 +28,12 @@ std::vector<SlotSpec> KvCacheManager::BookkeepingSpecs(const ModelSpec& spec,
 }
 
 KvCacheManager::KvCacheManager(const ModelSpec& spec, int tp_size, int block_size,
-                               std::vector<int> num_blocks_per_rank, KvCacheOptions options)
+                               std::vector<int> num_blocks_per_rank, KvCacheOptions options,
+                               InstanceCounters* counters)
     : block_size_(block_size),
       options_(options),
-      cache_(std::max<int>(1, int(num_blocks_per_rank.size())), options.block_hasher) {
+      cache_(std::max<int>(1, int(num_blocks_per_rank.size())), options.block_hasher),
+      counters_(counters != nullptr ? counters : &kNoCounters) {
   HW_CHECK(block_size > 0);
   HW_CHECK(tp_size >= 1 && static_cast<int>(num_blocks_per_rank.size()) == tp_size);
   HW_CHECK(ValidateTpSize(spec, tp_size).ok());
@@ -73,9 +80,9 @@ int64_t KvCacheManager::BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t 
   return want - have - skipped;
 }
 
-int KvCacheManager::BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const {
+int KvCacheManager::BlocksNeeded(int tp_rank, TableKey key, int64_t num_positions) const {
   const Rank& rank = ranks_.at(tp_rank);
-  auto it = tables_.find(seq_id);
+  auto it = tables_.find(key);
   const int64_t first = it == tables_.end() ? 0 : it->second.first_uncomputed;
   int64_t needed = 0;
   for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
@@ -85,9 +92,9 @@ int KvCacheManager::BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_posit
   return static_cast<int>(std::min<int64_t>(needed, std::numeric_limits<int>::max()));
 }
 
-const std::vector<std::vector<int32_t>>& KvCacheManager::Rows(uint64_t seq_id,
+const std::vector<std::vector<int32_t>>& KvCacheManager::Rows(TableKey key,
                                                               int tp_rank) const {
-  return tables_.at(seq_id).rows.at(tp_rank);
+  return tables_.at(key).rows.at(tp_rank);
 }
 
 void KvCacheManager::AppendRunDeltas(int slot, const std::vector<int32_t>& row,
@@ -105,10 +112,10 @@ void KvCacheManager::AppendRunDeltas(int slot, const std::vector<int32_t>& row,
   }
 }
 
-std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(uint64_t seq_id,
+std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(TableKey key,
                                                                  int64_t first_uncomputed) {
   std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
-  auto it = tables_.find(seq_id);
+  auto it = tables_.find(key);
   if (it == tables_.end()) return deltas;
   SeqTable& table = it->second;
   table.first_uncomputed = std::max(table.first_uncomputed, first_uncomputed);
@@ -133,6 +140,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(uint64_t seq_id
       deltas[r].push_back(std::move(delta));
     }
     num_recycled_blocks_ += freed.size();
+    if (!freed.empty()) counters_->OnKvBlocksRecycled(int64_t(freed.size()));
     rank.pool.Free(freed);
   }
   return deltas;
@@ -154,23 +162,23 @@ void KvCacheManager::EnsureUnused(const std::vector<int>& needed) {
   }
 }
 
-bool KvCacheManager::CanAppend(uint64_t seq_id, int64_t num_positions) const {
+bool KvCacheManager::CanAppend(TableKey key, int64_t num_positions) const {
   for (int r = 0; r < tp_size(); ++r) {
-    if (BlocksNeeded(r, seq_id, num_positions) > Available(r)) return false;
+    if (BlocksNeeded(r, key, num_positions) > Available(r)) return false;
   }
   return true;
 }
 
-std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(uint64_t seq_id,
+std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(TableKey key,
                                                                 int64_t num_positions) {
-  HW_CHECK(CanAppend(seq_id, num_positions));
-  SeqTable& table = tables_[seq_id];
+  HW_CHECK(CanAppend(key, num_positions));
+  SeqTable& table = tables_[key];
   if (table.rows.empty()) {
     table.rows.resize(ranks_.size());
     for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
   }
   std::vector<int> needed(ranks_.size());
-  for (int r = 0; r < tp_size(); ++r) needed[r] = BlocksNeeded(r, seq_id, num_positions);
+  for (int r = 0; r < tp_size(); ++r) needed[r] = BlocksNeeded(r, key, num_positions);
   EnsureUnused(needed);
   std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -268,13 +276,13 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
   return true;
 }
 
-std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
+std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(TableKey key,
                                                                const PrefixMatch& match,
                                                                int64_t num_positions,
                                                                int64_t first_uncomputed) {
-  HW_CHECK(!Contains(seq_id));
+  HW_CHECK(!Contains(key));
   HW_CHECK(CanStart(match, num_positions, first_uncomputed));
-  SeqTable& table = tables_[seq_id];
+  SeqTable& table = tables_[key];
   table.rows.resize(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
   for (CacheEntryId id : match.entries) {
@@ -290,7 +298,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
   table.num_positions = match.num_positions;
   // Shared blocks outside the windows are dropped at once (no delta: the
   // worker meets the rows below).
-  (void)Recycle(seq_id, first_uncomputed < 0 ? match.num_positions : first_uncomputed);
+  (void)Recycle(key, first_uncomputed < 0 ? match.num_positions : first_uncomputed);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     for (size_t s = 0; s < table.rows[r].size(); ++s) {
       for (size_t i = 0; i < table.rows[r][s].size(); ++i) {
@@ -300,7 +308,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(uint64_t seq_id,
       }
     }
   }
-  (void)Append(seq_id, num_positions);
+  (void)Append(key, num_positions);
   // The worker meets the sequence now: it needs every row from logical 0.
   std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -317,10 +325,10 @@ void KvCacheManager::FillBlockTokens(const TokenIds& token_ids, int64_t logical,
   for (int j = 0; j < block_size_; ++j) (*out)[j] = token_ids[logical * block_size_ + j];
 }
 
-void KvCacheManager::CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_ids,
+void KvCacheManager::CacheComputedBlocks(TableKey key, const TokenIds& token_ids,
                                          int64_t num_computed) {
   if (!options_.enable_prefix_caching) return;
-  auto it = tables_.find(seq_id);
+  auto it = tables_.find(key);
   if (it == tables_.end()) return;
   SeqTable& table = it->second;
   int64_t full = std::min({num_computed, token_ids.size(), table.num_positions}) / block_size_;
@@ -353,8 +361,8 @@ void KvCacheManager::CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_
   }
 }
 
-void KvCacheManager::Release(uint64_t seq_id) {
-  auto it = tables_.find(seq_id);
+void KvCacheManager::Release(TableKey key) {
+  auto it = tables_.find(key);
   if (it == tables_.end()) return;
   SeqTable& table = it->second;
   // Tail first: the LRU order then evicts a prefix's tail before its head.
@@ -381,8 +389,8 @@ void KvCacheManager::Release(uint64_t seq_id) {
   tables_.erase(it);
 }
 
-int64_t KvCacheManager::NumCoveredPositions(uint64_t seq_id) const {
-  auto it = tables_.find(seq_id);
+int64_t KvCacheManager::NumCoveredPositions(TableKey key) const {
+  auto it = tables_.find(key);
   return it == tables_.end() ? 0 : it->second.num_positions;
 }
 
@@ -436,11 +444,11 @@ Status KvCacheManager::CheckConsistency() const {
     return Status::Internal("rank " + std::to_string(r) + ": " + what);
   };
   std::unordered_map<CacheEntryId, int> refs;  // references found in tables
-  for (const auto& [seq_id, table] : tables_) {
+  for (const auto& [key, table] : tables_) {
     for (CacheEntryId id : table.entries) {
       if (id == kNoCacheEntry) continue;
       if (!cache_.Contains(id)) {
-        return Status::Internal("seq " + std::to_string(seq_id) + " holds unknown entry " +
+        return Status::Internal(KeyName(key) + " holds unknown entry " +
                                 std::to_string(id));
       }
       ++refs[id];
@@ -460,7 +468,7 @@ Status KvCacheManager::CheckConsistency() const {
     int num_referenced = 0, num_evictable = 0, num_unused = 0;
     // Rows holding each entry's block of slot s, to check the entry's holders.
     std::unordered_map<CacheEntryId, std::vector<int>> holding;
-    for (const auto& [seq_id, table] : tables_) {
+    for (const auto& [key, table] : tables_) {
       for (size_t i = 0; i < table.entries.size(); ++i) {
         const CacheEntryId e = table.entries[i];
         if (e == kNoCacheEntry) continue;
@@ -489,7 +497,7 @@ Status KvCacheManager::CheckConsistency() const {
         (cache_.refcount(id) > 0 ? num_referenced : num_evictable) += 1;
       }
     }
-    for (const auto& [seq_id, table] : tables_) {
+    for (const auto& [key, table] : tables_) {
       for (size_t s = 0; s < table.rows[r].size(); ++s) {
         const std::vector<int32_t>& row = table.rows[r][s];
         for (size_t i = 0; i < row.size(); ++i) {
@@ -498,13 +506,13 @@ Status KvCacheManager::CheckConsistency() const {
           CacheEntryId e = i < table.entries.size() ? table.entries[i] : kNoCacheEntry;
           if (e != kNoCacheEntry) {
             if (cache_.blocks(e)[r][s] != b) {
-              return fail(r, "seq " + std::to_string(seq_id) + " slot " + std::to_string(s) +
+              return fail(r, KeyName(key) + " slot " + std::to_string(s) +
                                  " logical " + std::to_string(i) + " differs from its entry");
             }
             continue;
           }
           if (b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
-            return fail(r, "seq " + std::to_string(seq_id) + " block " + std::to_string(b) +
+            return fail(r, KeyName(key) + " block " + std::to_string(b) +
                                " is out of range, unallocated or held twice");
           }
           owner[b] = 1;
@@ -531,9 +539,42 @@ Status KvCacheManager::CheckConsistency() const {
   return Status::Ok();
 }
 
-const std::vector<int32_t>& KvCacheManager::TEST_Row(uint64_t seq_id, int tp_rank,
+const std::vector<int32_t>& KvCacheManager::TEST_Row(TableKey key, int tp_rank,
                                                      int slot) const {
-  return tables_.at(seq_id).rows.at(tp_rank).at(slot);
+  return tables_.at(key).rows.at(tp_rank).at(slot);
+}
+
+std::string KvCacheManager::KeyName(TableKey key) {
+  switch (key.kind) {
+    case TableKey::Kind::kSequence: return "seq " + std::to_string(key.id);
+    case TableKey::Kind::kPin: return "pin " + std::to_string(key.id);
+    case TableKey::Kind::kReservation: return "reservation " + std::to_string(key.id);
+  }
+  return "table " + std::to_string(key.id);
+}
+
+size_t KvCacheManager::num_sequences() const {
+  return size_t(std::count_if(tables_.begin(), tables_.end(), [](const auto& entry) {
+    return entry.first.kind == TableKey::Kind::kSequence;
+  }));
+}
+
+PinId KvCacheManager::Pin(const PrefixMatch& match) {
+  const PinId pin{next_pin_id_++};
+  (void)Start(Key(pin), match, match.num_positions, -1);
+  return pin;
+}
+
+ReservationId KvCacheManager::Reserve(const PrefixMatch& have, int64_t num_positions) {
+  const ReservationId reservation{next_reservation_id_++};
+  (void)Start(Key(reservation), have, num_positions, num_positions);
+  return reservation;
+}
+
+void KvCacheManager::CommitReceived(ReservationId reservation, const TokenIds& token_ids,
+                                    int64_t num_positions) {
+  CacheComputedBlocks(Key(reservation), token_ids, num_positions);
+  Release(Key(reservation));
 }
 
 }  // namespace headway

@@ -38,12 +38,14 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/model_spec.h"
 #include "common/status.h"
 #include "coordinator/block_pool.h"
+#include "coordinator/instance_counters.h"
 #include "coordinator/prefix_cache.h"
 #include "kernels/kv_cache.h"
 
@@ -107,13 +109,28 @@ struct PrefixMatch {
   std::vector<CacheEntryId> entries;  // logical blocks 0, 1, ...
 };
 
+// Blocks that KV transfer holds outside any sequence (KvCacheManager::Pin,
+// Reserve). Ids are the manager's own: a new manager (an instance that
+// restarted) starts them again, so callers check the instance's generation
+// before they use an old one.
+struct PinId {
+  uint64_t value = 0;
+  bool operator==(const PinId&) const = default;
+};
+struct ReservationId {
+  uint64_t value = 0;
+  bool operator==(const ReservationId&) const = default;
+};
+
 class KvCacheManager {
  public:
   // `num_blocks_per_rank[r]` is rank r's pool size (from its RegisterRequest).
   // REQUIRES: ValidateTpSize(spec, tp_size).ok(), block_size > 0,
-  // num_blocks_per_rank.size() == tp_size.
+  // num_blocks_per_rank.size() == tp_size. `counters` (optional) counts
+  // recycled blocks and must outlive the manager.
   KvCacheManager(const ModelSpec& spec, int tp_size, int block_size,
-                 std::vector<int> num_blocks_per_rank, KvCacheOptions options = {});
+                 std::vector<int> num_blocks_per_rank, KvCacheOptions options = {},
+                 InstanceCounters* counters = nullptr);
 
   KvCacheManager(const KvCacheManager&) = delete;
   KvCacheManager& operator=(const KvCacheManager&) = delete;
@@ -126,18 +143,24 @@ class KvCacheManager {
   // Blocks rank `tp_rank` must allocate so that `seq_id` (known or not)
   // covers positions [0, num_positions) (sliding slots: what its window and
   // sink need). 0 if it already does.
-  int BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const;
+  int BlocksNeeded(int tp_rank, uint64_t seq_id, int64_t num_positions) const {
+    return BlocksNeeded(tp_rank, Key(seq_id), num_positions);
+  }
 
   // True if Append(seq_id, num_positions) would find enough free or
   // evictable blocks on every rank.
-  bool CanAppend(uint64_t seq_id, int64_t num_positions) const;
+  bool CanAppend(uint64_t seq_id, int64_t num_positions) const {
+    return CanAppend(Key(seq_id), num_positions);
+  }
 
   // Grows `seq_id` (creating its table, with no prefix hit, on first use;
   // Start shares cached blocks) so every slot covers
   // positions [0, num_positions). Returns, per rank, the deltas of the slots
   // that received blocks (empty when nothing was needed).
   // REQUIRES: CanAppend(seq_id, num_positions).
-  std::vector<std::vector<SlotBlockDelta>> Append(uint64_t seq_id, int64_t num_positions);
+  std::vector<std::vector<SlotBlockDelta>> Append(uint64_t seq_id, int64_t num_positions) {
+    return Append(Key(seq_id), num_positions);
+  }
 
   // The longest prefix of `token_ids` the cache holds, in whole blocks and
   // at most `max_positions` positions (callers pass num_tokens - 1 so at
@@ -164,7 +187,9 @@ class KvCacheManager {
   // CanStart(match, num_positions, first_uncomputed).
   std::vector<std::vector<SlotBlockDelta>> Start(uint64_t seq_id, const PrefixMatch& match,
                                                  int64_t num_positions,
-                                                 int64_t first_uncomputed = -1);
+                                                 int64_t first_uncomputed = -1) {
+    return Start(Key(seq_id), match, num_positions, first_uncomputed);
+  }
 
   // Positions before `first_uncomputed` are computed: returns to the pool
   // every sliding-slot block of `seq_id` that lies wholly outside the
@@ -172,29 +197,90 @@ class KvCacheManager {
   // block once no other row holds it), sets its entry to -1 and returns the
   // deltas (recycled indices only, first_logical = the row's end) per rank.
   // No-op for an unknown id or when nothing is recyclable.
-  std::vector<std::vector<SlotBlockDelta>> Recycle(uint64_t seq_id, int64_t first_uncomputed);
+  std::vector<std::vector<SlotBlockDelta>> Recycle(uint64_t seq_id, int64_t first_uncomputed) {
+    return Recycle(Key(seq_id), first_uncomputed);
+  }
 
   // Blocks Recycle has returned to the pools since construction (all ranks).
   uint64_t num_recycled_blocks() const { return num_recycled_blocks_; }
 
   // Rank `tp_rank`'s rows of `seq_id` ([slot][logical], -1 = no block).
   // REQUIRES: Contains(seq_id).
-  const std::vector<std::vector<int32_t>>& Rows(uint64_t seq_id, int tp_rank) const;
+  const std::vector<std::vector<int32_t>>& Rows(uint64_t seq_id, int tp_rank) const {
+    return Rows(Key(seq_id), tp_rank);
+  }
 
   // Caches `seq_id`'s full blocks inside [0, num_computed) that are not
   // cached yet (called once a step's KV is written). `token_ids` must cover
   // [0, num_computed). No-op when prefix caching is off or for an unknown id.
-  void CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_ids, int64_t num_computed);
+  void CacheComputedBlocks(uint64_t seq_id, const TokenIds& token_ids, int64_t num_computed) {
+    CacheComputedBlocks(Key(seq_id), token_ids, num_computed);
+  }
 
   // Forgets the sequence: its cached blocks lose a reference (tail first,
   // so a prefix outlives its tail in the LRU order), every other block
   // returns to its pool. No-op for an unknown id.
-  void Release(uint64_t seq_id);
+  void Release(uint64_t seq_id) { Release(Key(seq_id)); }
 
-  bool Contains(uint64_t seq_id) const { return tables_.count(seq_id) > 0; }
+  bool Contains(uint64_t seq_id) const { return Contains(Key(seq_id)); }
   // Positions [0, n) the sequence's blocks cover; 0 for an unknown id.
-  int64_t NumCoveredPositions(uint64_t seq_id) const;
-  size_t num_sequences() const { return tables_.size(); }
+  int64_t NumCoveredPositions(uint64_t seq_id) const { return NumCoveredPositions(Key(seq_id)); }
+  size_t num_sequences() const;
+
+
+  // ---- KV transfer: blocks held for a transfer, outside any sequence ----
+  //
+  // The sending side pins the cached blocks of a prefix (Pin) so that no
+  // eviction reuses them while they are read; the receiving side reserves
+  // the blocks its prefix cache lacks (Reserve), and once they are written
+  // caches them (CommitReceived) or, after a failed transfer, gives them
+  // back (CancelReservation). Pins and reservations count in Usage and
+  // CheckConsistency like sequences.
+
+  // True if Pin(match) would find its blocks: nothing new is allocated, but
+  // evictable entries of the match must stay. REQUIRES: as CanStart's.
+  bool CanPin(const PrefixMatch& match) const { return CanStart(match, match.num_positions); }
+  // References every block of `match` (and drops sliding slots' blocks
+  // outside the window of position match.num_positions, which no receiver
+  // needs). REQUIRES: CanPin(match), with no change to the cache since
+  // MatchPrefix.
+  PinId Pin(const PrefixMatch& match);
+  // Rank `tp_rank`'s rows of a pin ([slot][logical], -1 = no block).
+  // REQUIRES: the pin is held.
+  const std::vector<std::vector<int32_t>>& Rows(PinId pin, int tp_rank) const {
+    return Rows(Key(pin), tp_rank);
+  }
+  // Lets the pinned blocks go (cached ones stay cached, evictable once
+  // unreferenced). No-op for an unknown pin.
+  void Unpin(PinId pin) { Release(Key(pin)); }
+
+  // True if Reserve(have, num_positions) would find its blocks.
+  // REQUIRES: as CanStart's.
+  bool CanReserve(const PrefixMatch& have, int64_t num_positions) const {
+    return CanStart(have, num_positions, num_positions);
+  }
+  // Blocks to receive positions [have.num_positions, num_positions) into:
+  // logical blocks [0, have.entries.size()) are the cached ones the
+  // receiver already holds (referenced, so they stay), the rest are new;
+  // sliding slots take only the sink and the window of position
+  // num_positions (the first the receiver will compute).
+  // REQUIRES: CanReserve(have, num_positions).
+  ReservationId Reserve(const PrefixMatch& have, int64_t num_positions);
+  bool Contains(ReservationId reservation) const { return Contains(Key(reservation)); }
+  // Rank `tp_rank`'s rows of a reservation ([slot][logical], -1 = no block).
+  // REQUIRES: Contains(reservation).
+  const std::vector<std::vector<int32_t>>& Rows(ReservationId reservation, int tp_rank) const {
+    return Rows(Key(reservation), tp_rank);
+  }
+  // The reserved blocks now hold the KV of `token_ids`' positions [0,
+  // num_positions): caches them (prefix caching) and ends the reservation,
+  // so a sequence with that prefix finds them (MatchPrefix). No-op for an
+  // unknown reservation.
+  void CommitReceived(ReservationId reservation, const TokenIds& token_ids,
+                      int64_t num_positions);
+  // Ends a reservation whose blocks were not (or not wholly) written: they
+  // go back to the pool, none is cached. No-op for an unknown reservation.
+  void CancelReservation(ReservationId reservation) { Release(Key(reservation)); }
 
   // The model's slot specs as the allocator keeps blocks for them
   // ([num_layers * num_kv_heads]): under Granularity::kLayer, the slots of a
@@ -225,9 +311,43 @@ class KvCacheManager {
   const PrefixCache& prefix_cache() const { return cache_; }
 
   // The row of one slot (block ids by logical index). REQUIRES: known seq.
-  const std::vector<int32_t>& TEST_Row(uint64_t seq_id, int tp_rank, int slot) const;
+  const std::vector<int32_t>& TEST_Row(uint64_t seq_id, int tp_rank, int slot) const {
+    return TEST_Row(Key(seq_id), tp_rank, slot);
+  }
 
  private:
+  // Whose table: a sequence's, a pin's or a reservation's. Each kind has
+  // its own id space.
+  struct TableKey {
+    enum class Kind : uint8_t { kSequence, kPin, kReservation };
+    Kind kind = Kind::kSequence;
+    uint64_t id = 0;
+    bool operator==(const TableKey&) const = default;
+  };
+  struct TableKeyHash {
+    size_t operator()(const TableKey& k) const {
+      return std::hash<uint64_t>()(k.id * 3 + uint64_t(k.kind));
+    }
+  };
+  static TableKey Key(uint64_t seq_id) { return {TableKey::Kind::kSequence, seq_id}; }
+  static TableKey Key(PinId pin) { return {TableKey::Kind::kPin, pin.value}; }
+  static TableKey Key(ReservationId r) { return {TableKey::Kind::kReservation, r.value}; }
+  static std::string KeyName(TableKey key);  // "seq 3", "pin 1", "reservation 2"
+
+  // The table operations behind the public ones (class comment).
+  int BlocksNeeded(int tp_rank, TableKey key, int64_t num_positions) const;
+  bool CanAppend(TableKey key, int64_t num_positions) const;
+  std::vector<std::vector<SlotBlockDelta>> Append(TableKey key, int64_t num_positions);
+  std::vector<std::vector<SlotBlockDelta>> Start(TableKey key, const PrefixMatch& match,
+                                                 int64_t num_positions, int64_t first_uncomputed);
+  std::vector<std::vector<SlotBlockDelta>> Recycle(TableKey key, int64_t first_uncomputed);
+  const std::vector<std::vector<int32_t>>& Rows(TableKey key, int tp_rank) const;
+  void CacheComputedBlocks(TableKey key, const TokenIds& token_ids, int64_t num_computed);
+  void Release(TableKey key);
+  bool Contains(TableKey key) const { return tables_.count(key) > 0; }
+  int64_t NumCoveredPositions(TableKey key) const;
+  const std::vector<int32_t>& TEST_Row(TableKey key, int tp_rank, int slot) const;
+
   struct Rank {
     std::vector<SlotSpec> slot_specs;  // [num_slots]
     BlockPool pool;
@@ -282,8 +402,11 @@ class KvCacheManager {
   KvCacheOptions options_;
   std::vector<Rank> ranks_;
   PrefixCache cache_;
-  std::unordered_map<uint64_t, SeqTable> tables_;
+  std::unordered_map<TableKey, SeqTable, TableKeyHash> tables_;
+  uint64_t next_pin_id_ = 1;
+  uint64_t next_reservation_id_ = 1;
   uint64_t num_recycled_blocks_ = 0;
+  InstanceCounters* counters_;  // never null (a no-op default)
 };
 
 }  // namespace headway

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/api_error.h"
+#include "common/status.h"
 #include "coordinator/sequence.h"
 
 namespace headway {
@@ -28,7 +28,9 @@ struct GeneratedToken {
 };
 
 struct CompletionOutcome {
-  std::optional<ApiError> error;    // set: the request failed; the rest is unset
+  // Not OK: the request failed (Cancelled: the client went away;
+  // ApiErrorFromStatus gives the HTTP answer) and the rest is unset.
+  Status status;
   std::string text;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;          // the stop string that ended it; "" = none

@@ -12,10 +12,13 @@ TokenIds TokensOf(const Sequence& seq) {
   return TokenIds{seq.prompt_ids(), seq.output_ids()};
 }
 
+InstanceCounters kNoCounters;
+
 }  // namespace
 
-Scheduler::Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv)
-    : config_(config), kv_(std::move(kv)) {
+Scheduler::Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv,
+                     InstanceCounters* counters)
+    : config_(config), kv_(std::move(kv)), counters_(counters != nullptr ? counters : &kNoCounters) {
   HW_CHECK(kv_ != nullptr);
   HW_CHECK(config_.max_num_seqs >= 1 && config_.max_num_batched_tokens >= 1);
 }
@@ -35,7 +38,8 @@ Status Scheduler::CheckFits(int num_prompt_tokens, int max_tokens) const {
 
 Status Scheduler::Add(std::unique_ptr<Sequence> seq) {
   HW_CHECK(seq != nullptr);
-  HW_RETURN_IF_ERROR(CheckFits(seq->num_prompt_tokens(), seq->stop().max_tokens));
+  const bool generates = seq->kind() == SequenceKind::kGenerate;
+  HW_RETURN_IF_ERROR(CheckFits(seq->num_prompt_tokens(), generates ? seq->stop().max_tokens : 0));
   uint64_t id = seq->seq_id();
   if (seqs_.count(id)) {
     return Status::InvalidArgument("duplicate sequence id " + std::to_string(id));
@@ -52,7 +56,8 @@ ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens,
   s.seq_id = seq.seq_id();
   s.start_pos = seq.num_computed();
   s.num_tokens = num_tokens;
-  s.sample = seq.num_computed() + num_tokens == seq.num_tokens();
+  s.sample = seq.kind() == SequenceKind::kGenerate &&
+             seq.num_computed() + num_tokens == seq.num_tokens();
   s.is_new = !seq.on_worker();
   s.deltas = std::move(deltas);
   auto pending = pending_recycled_.find(seq.seq_id());
@@ -133,6 +138,7 @@ ScheduledBatch Scheduler::Schedule() {
     if (kv_->prefix_caching_enabled()) {
       prefix_stats_.num_queried_tokens += uint64_t(seq.num_tokens());
       prefix_stats_.num_hit_tokens += uint64_t(cached);
+      counters_->OnPrefixCacheQuery(seq.num_tokens(), cached);
     }
     batch.seqs.push_back(Plan(seq, n, kv_->Start(seq.seq_id(), match, int64_t(cached) + n)));
     budget -= n;
@@ -159,6 +165,11 @@ Sequence* Scheduler::Find(uint64_t seq_id) {
   return it == seqs_.end() ? nullptr : it->second.get();
 }
 
+const Sequence* Scheduler::Find(uint64_t seq_id) const {
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
 void Scheduler::ReleaseBlocks(Sequence& seq) {
   kv_->Release(seq.seq_id());
   pending_recycled_.erase(seq.seq_id());
@@ -167,6 +178,7 @@ void Scheduler::ReleaseBlocks(Sequence& seq) {
 
 void Scheduler::Preempt(Sequence& seq) {
   ++num_preemptions_;
+  counters_->OnPreemption();
   // vLLM's habit: warn on the first preemption and every 50th after it, as a
   // recompute is costly and frequent ones mean the pool is too small, without
   // flooding the log under sustained pressure.
@@ -190,15 +202,6 @@ std::unique_ptr<Sequence> Scheduler::Remove(uint64_t seq_id) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq_id), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq_id), running_.end());
   return seq;
-}
-
-std::vector<std::unique_ptr<Sequence>> Scheduler::RemoveAll() {
-  std::vector<uint64_t> ids;
-  for (const auto& [id, seq] : seqs_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  std::vector<std::unique_ptr<Sequence>> out;
-  for (uint64_t id : ids) out.push_back(Remove(id));
-  return out;
 }
 
 }  // namespace headway

@@ -64,8 +64,11 @@ struct ScheduledBatch {
 
 class Scheduler {
  public:
-  // REQUIRES: kv != nullptr, config values >= 1.
-  Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv);
+  // REQUIRES: kv != nullptr, config values >= 1. `counters` (optional)
+  // counts preemptions and prefix-cache lookups as they happen and must
+  // outlive the scheduler.
+  Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv,
+            InstanceCounters* counters = nullptr);
 
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -75,11 +78,14 @@ class Scheduler {
   // the numbers (it could never run, so it must not wait forever).
   Status CheckFits(int num_prompt_tokens, int max_tokens) const;
 
-  // Queues a sequence at the back of the waiting queue. Errors: CheckFits's,
-  // and InvalidArgument for a duplicate seq_id. On error nothing changes.
+  // Queues a sequence at the back of the waiting queue. Errors: CheckFits's
+  // (for a prefill-only sequence, with max_tokens 0), and InvalidArgument
+  // for a duplicate seq_id. On error nothing changes.
   Status Add(std::unique_ptr<Sequence> seq);
 
-  // Plans the next step and allocates its blocks. A sequence that starts
+  // Plans the next step and allocates its blocks. A chunk samples
+  // (ScheduledSeq::sample) when it ends at a generating sequence's last
+  // token; a prefill-only sequence never samples. A sequence that starts
   // (or restarts after preemption) with a prefix cache hit of L positions
   // has num_computed() = L and num_cached_tokens() = min(L, prompt length)
   // from here on. The caller sends the batch and, once the step has run,
@@ -92,13 +98,11 @@ class Scheduler {
 
   // The sequence, or nullptr.
   Sequence* Find(uint64_t seq_id);
+  const Sequence* Find(uint64_t seq_id) const;
 
   // Removes a sequence (finished, aborted or cancelled): frees its blocks and
   // tells workers to drop it in the next step. nullptr for an unknown id.
   std::unique_ptr<Sequence> Remove(uint64_t seq_id);
-
-  // Removes every sequence (instance down); blocks return to the pools.
-  std::vector<std::unique_ptr<Sequence>> RemoveAll();
 
   bool HasWork() const { return !waiting_.empty() || !running_.empty() || !released_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
@@ -113,9 +117,20 @@ class Scheduler {
   int64_t MaxPositionsPerSequence() const {
     return kv_->MaxPositionsPerSequence(config_.max_num_batched_tokens);
   }
-  // For KV transfer, which pins and fills blocks through sequences of its
-  // own (ids the scheduler never sees) between steps.
-  KvCacheManager& mutable_kv() { return *kv_; }
+
+  // KV transfer (disaggregation) holds blocks outside any sequence between
+  // steps: the KvCacheManager verbs of the same names. Check first through
+  // kv() (MatchPrefix, CanPin, CanReserve), then commit.
+  PinId Pin(const PrefixMatch& match) { return kv_->Pin(match); }
+  void Unpin(PinId pin) { kv_->Unpin(pin); }
+  ReservationId Reserve(const PrefixMatch& have, int64_t num_positions) {
+    return kv_->Reserve(have, num_positions);
+  }
+  void CommitReceived(ReservationId reservation, const TokenIds& token_ids,
+                      int64_t num_positions) {
+    kv_->CommitReceived(reservation, token_ids, num_positions);
+  }
+  void CancelReservation(ReservationId reservation) { kv_->CancelReservation(reservation); }
 
  private:
   // Releases `seq`'s blocks and puts it back at the head of the queue.
@@ -134,6 +149,7 @@ class Scheduler {
   // Recycled blocks not yet told to the workers, per sequence ([tp_rank]).
   std::unordered_map<uint64_t, std::vector<std::vector<SlotBlockDelta>>> pending_recycled_;
   PrefixCacheStats prefix_stats_;
+  InstanceCounters* counters_;  // never null (a no-op default)
 };
 
 }  // namespace headway

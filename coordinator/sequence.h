@@ -1,6 +1,7 @@
 // One request's token sequence as the scheduler and engine see it: prompt
 // and output ids, how many positions are computed, sampling and stop
-// conditions, status and timing.
+// conditions, status and timing. The output text and the stop decision are
+// the OutputProcessor's (output_processor.h).
 //
 // Positions [0, num_computed) have their KV in the instance's cache. The
 // tokens still to compute are [num_computed, num_tokens()): a prefill (or a
@@ -36,7 +37,13 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;    // sampling one of these stops (even with ignore_eos)
 };
 
-enum class SequenceStatus { kWaiting, kRunning, kFinished };
+enum class SequenceStatus { kWaiting, kRunning };
+
+// What a sequence is for. A request's sequence computes its prompt and
+// samples tokens; a prefill-only sequence computes its prompt and samples
+// nothing: the prompt's whole blocks on a prefill instance, which then move
+// to a decode instance (disaggregation).
+enum class SequenceKind { kGenerate, kPrefillOnly };
 
 // Why generation ended (OpenAI's finish_reason; kAbort for errors).
 enum class FinishReason { kNone, kStop, kLength, kAbort };
@@ -46,7 +53,8 @@ class Sequence {
  public:
   // REQUIRES: !prompt_ids.empty().
   Sequence(uint64_t seq_id, std::vector<int32_t> prompt_ids, SamplingOptions sampling,
-           StopConditions stop, Clock::time_point arrival);
+           StopConditions stop, Clock::time_point arrival,
+           SequenceKind kind = SequenceKind::kGenerate);
 
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -88,33 +96,12 @@ class Sequence {
   // Appends a sampled token; records the first token's time.
   void AppendToken(int32_t token_id, Clock::time_point now);
 
-  // Decoded output text, kept by the engine (truncated at a stop string).
-  const std::string& output_text() const { return output_text_; }
-  void set_output_text(std::string text) { output_text_ = std::move(text); }
-
-  // Decides whether the sequence is done after its last AppendToken, given
-  // the full decoded output text (`text`, used only for stop strings). Stops
-  // are checked in vLLM's order: EOS (unless ignore_eos), stop_token_ids,
-  // stop strings (the earliest match in the text wins), then max_tokens and
-  // max_model_len. On a stop: sets the finish reason, trims a stop string
-  // and what follows from output_text (vLLM's behaviour: the stop string is
-  // not returned), records stop_reason, marks the sequence finished and
-  // returns true.
-  bool CheckStop(const std::string& text, Clock::time_point now);
-
-  // What ended the sequence with FinishReason::kStop other than EOS: the
-  // matched stop string (else "") or stop token id (else -1); OpenAI's
-  // `stop_reason` as vLLM reports it.
-  const std::string& stop_string() const { return stop_string_; }
-  int32_t stop_token_id() const { return stop_token_id_; }
-
-  // Ends the sequence for `reason` (abort, cancel, instance down).
-  void Finish(FinishReason reason, Clock::time_point now);
-  FinishReason finish_reason() const { return finish_reason_; }
+  SequenceKind kind() const { return kind_; }
+  // A prefill-only sequence whose prompt is computed: its KV is complete.
+  bool IsPrefillDone() const { return kind_ == SequenceKind::kPrefillOnly && num_uncomputed() == 0; }
 
   Clock::time_point arrival_time() const { return arrival_; }
   std::optional<Clock::time_point> first_token_time() const { return first_token_; }
-  std::optional<Clock::time_point> finish_time() const { return finish_; }
 
  private:
   const uint64_t seq_id_;
@@ -122,18 +109,14 @@ class Sequence {
   const SamplingOptions sampling_;
   const StopConditions stop_;
   const Clock::time_point arrival_;
+  const SequenceKind kind_;
 
   std::vector<int32_t> output_ids_;
-  std::string output_text_;
-  std::string stop_string_;
-  int32_t stop_token_id_ = -1;
   int num_computed_ = 0;
   int num_cached_tokens_ = 0;
   bool on_worker_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
-  FinishReason finish_reason_ = FinishReason::kNone;
   std::optional<Clock::time_point> first_token_;
-  std::optional<Clock::time_point> finish_;
 };
 
 }  // namespace headway

@@ -52,6 +52,29 @@ Result<std::unique_ptr<ServingMetrics>> ServingMetrics::Create(
   return metrics;
 }
 
+class ServingMetrics::CountersOf : public InstanceCounters {
+ public:
+  CountersOf(ServingMetrics* metrics, int instance_id)
+      : metrics_(metrics), instance_id_(instance_id) {}
+  void OnPreemption() override { metrics_->OnPreemption(instance_id_); }
+  void OnPrefixCacheQuery(int64_t queried_tokens, int64_t hit_tokens) override {
+    metrics_->OnPrefixCacheQuery(instance_id_, queried_tokens, hit_tokens);
+  }
+  void OnKvBlocksRecycled(int64_t num_blocks) override {
+    metrics_->OnKvBlocksRecycled(instance_id_, num_blocks);
+  }
+
+ private:
+  ServingMetrics* const metrics_;
+  const int instance_id_;
+};
+
+ServingMetrics::~ServingMetrics() = default;
+
+InstanceCounters* ServingMetrics::Counters(int instance_id) {
+  return counters_.at(size_t(instance_id)).get();
+}
+
 ServingMetrics::ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes)
     : model_name_(std::move(model_name)),
       instance_tp_sizes_(std::move(instance_tp_sizes)),
@@ -60,6 +83,7 @@ ServingMetrics::ServingMetrics(std::string model_name, std::vector<int> instance
       rank_usage_(instance_tp_sizes_.size()) {
   for (size_t i = 0; i < rank_usage_.size(); ++i) {
     rank_usage_[i].assign(static_cast<size_t>(instance_tp_sizes_[i]), 0.0);
+    counters_.push_back(std::make_unique<CountersOf>(this, int(i)));
   }
 }
 

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "coordinator/instance_counters.h"
 #include "coordinator/metrics.h"
 #include "coordinator/sequence.h"
 
@@ -60,6 +61,7 @@ class ServingMetrics {
   static Result<std::unique_ptr<ServingMetrics>> Create(const std::string& model_name,
                                                         const std::vector<int>& instance_tp_sizes);
 
+  ~ServingMetrics();
   ServingMetrics(const ServingMetrics&) = delete;
   ServingMetrics& operator=(const ServingMetrics&) = delete;
 
@@ -123,6 +125,12 @@ class ServingMetrics {
   // 0 <= used_blocks <= total_blocks.
   void SetKvUsage(int instance_id, int tp_rank, int64_t used_blocks, int64_t total_blocks);
 
+  // The counters that instance `instance_id`'s scheduler and KV cache
+  // manager feed as events happen (OnPreemption, OnPrefixCacheQuery,
+  // OnKvBlocksRecycled of that instance). Owned by this object.
+  // REQUIRES: 0 <= instance_id < the number of instances.
+  InstanceCounters* Counters(int instance_id);
+
   // The whole set in Prometheus text format 0.0.4; serve it with
   // Content-Type kPrometheusContentType (coordinator/metrics.h).
   std::string RenderPrometheus() const { return registry_.RenderPrometheus(); }
@@ -172,6 +180,9 @@ class ServingMetrics {
   Histogram* kv_transfer_seconds_ = nullptr;
   Histogram* pd_prefill_seconds_ = nullptr;
   Histogram* pd_first_decode_seconds_ = nullptr;
+
+  class CountersOf;  // InstanceCounters feeding one instance's series
+  std::vector<std::unique_ptr<CountersOf>> counters_;  // [num_instances]
 
   std::mutex kv_mu_;
   std::vector<std::vector<double>> rank_usage_;  // guarded by kv_mu_; [instance][tp_rank] 0..1

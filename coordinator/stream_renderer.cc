@@ -1,5 +1,6 @@
 #include "coordinator/stream_renderer.h"
 
+#include "coordinator/api_error.h"
 #include "coordinator/sse.h"
 
 namespace headway {
@@ -28,7 +29,7 @@ json StreamRenderer::Chunk(const std::string& text, json logprobs, json finish_r
 std::string StreamRenderer::Render(const OutputStream::Update& update) {
   if (done_) return "";
   std::string out;
-  const bool failed = update.final && update.final->error;
+  const bool failed = update.final && !update.final->status.ok();
   if (kind_ == StreamKind::kChat && !sent_role_ && !failed) {
     out += SseEvent(ChatChunkJson(header_, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
                                   nullptr, include_usage_));
@@ -45,7 +46,7 @@ std::string StreamRenderer::Render(const OutputStream::Update& update) {
   const CompletionOutcome& outcome = *update.final;
   if (failed) {
     if (!update.text.empty()) out += SseEvent(Chunk(update.text, std::move(logprobs), nullptr, nullptr));
-    out += SseEvent(outcome.error->ToJson());
+    out += SseEvent(ApiErrorFromStatus(outcome.status).ToJson());
   } else {
     out += SseEvent(Chunk(update.text, std::move(logprobs), FinishReasonName(outcome.finish_reason),
                           StopReasonJson(outcome)));

@@ -108,3 +108,60 @@ TEST(KvCacheManagerDeathTest, AppendWithoutRoomAborts) {
 
 }  // namespace
 }  // namespace headway
+
+namespace headway {
+namespace {
+
+// The transfer verbs: a pin holds a cached prefix for sending, a
+// reservation the blocks a receiver lacks; both count in Usage and
+// CheckConsistency, and pins, reservations and sequences have separate ids.
+TEST(KvCacheManagerTest, PinsAndReservationsHoldBlocksOutsideSequences) {
+  ModelSpec spec = testing::FakeLlamaSpec(2);
+  const int slots = 2 * 3;
+  std::vector<int32_t> tokens(12);
+  for (int i = 0; i < 12; ++i) tokens[size_t(i)] = 50 + i;
+  const TokenIds prompt{tokens, {}};
+
+  KvCacheManager sender(spec, 1, 4, {64});
+  ASSERT_TRUE(sender.CanAppend(1, 8));
+  (void)sender.Append(1, 8);
+  sender.CacheComputedBlocks(1, prompt, 8);
+  sender.Release(1);  // the two cached blocks are evictable now
+  PrefixMatch cached = sender.MatchPrefix(prompt, 8);
+  ASSERT_EQ(cached.num_positions, 8);
+  ASSERT_TRUE(sender.CanPin(cached));
+  const PinId pin = sender.Pin(cached);
+  EXPECT_EQ(sender.Usage(0).num_referenced, 2 * slots);
+  EXPECT_EQ(sender.Rows(pin, 0).size(), size_t(slots));
+  EXPECT_EQ(sender.num_sequences(), 0u);  // a pin is not a sequence
+  EXPECT_FALSE(sender.Contains(uint64_t(pin.value)));
+  EXPECT_TRUE(sender.CheckConsistency().ok()) << sender.CheckConsistency().message();
+  sender.Unpin(pin);
+  EXPECT_EQ(sender.Usage(0).num_referenced, 0);
+  EXPECT_EQ(sender.Usage(0).num_evictable, 2 * slots);
+  EXPECT_TRUE(sender.CheckConsistency().ok());
+
+  KvCacheManager receiver(spec, 1, 4, {64});
+  PrefixMatch none = receiver.MatchPrefix(prompt, 8);
+  ASSERT_TRUE(receiver.CanReserve(none, 8));
+  const ReservationId reservation = receiver.Reserve(none, 8);
+  EXPECT_TRUE(receiver.Contains(reservation));
+  EXPECT_EQ(receiver.Usage(0).num_referenced, 2 * slots);
+  EXPECT_TRUE(receiver.CheckConsistency().ok()) << receiver.CheckConsistency().message();
+  receiver.CommitReceived(reservation, prompt, 8);
+  EXPECT_FALSE(receiver.Contains(reservation));
+  EXPECT_EQ(receiver.MatchPrefix(prompt, 11).num_positions, 8);  // received = cached
+  EXPECT_EQ(receiver.Usage(0).num_referenced, 0);
+  EXPECT_TRUE(receiver.CheckConsistency().ok());
+
+  // A cancelled reservation caches nothing.
+  KvCacheManager failed(spec, 1, 4, {64});
+  const ReservationId r2 = failed.Reserve(failed.MatchPrefix(prompt, 8), 8);
+  failed.CancelReservation(r2);
+  EXPECT_EQ(failed.MatchPrefix(prompt, 11).num_positions, 0);
+  EXPECT_EQ(failed.Usage(0).num_free, 64);
+  EXPECT_TRUE(failed.CheckConsistency().ok());
+}
+
+}  // namespace
+}  // namespace headway

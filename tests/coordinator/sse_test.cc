@@ -199,7 +199,7 @@ TEST_F(StreamRendererTest, CompletionChunksWithLogprobs) {
 TEST_F(StreamRendererTest, ErrorMidStream) {
   StreamRenderer r(StreamKind::kCompletion, {"cmpl-1", 1, "m"}, true, false, *tokenizer_);
   CompletionOutcome o;
-  o.error = ApiError::Unavailable("instance 0 is down");
+  o.status = Status::Unavailable("instance 0 is down");
   std::string sse = r.Render(Text("x"));
   sse += r.Render(Final("", o));
   std::vector<json> ev = Events(sse);

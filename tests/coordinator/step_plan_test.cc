@@ -1,0 +1,148 @@
+#include "coordinator/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/coordinator/fake_model_spec.h"
+
+namespace headway {
+namespace {
+
+constexpr int kBlockSize = 4;
+
+std::unique_ptr<Scheduler> MakeScheduler(int tp_size) {
+  auto kv = std::make_unique<KvCacheManager>(testing::FakeLlamaSpec(2), tp_size, kBlockSize,
+                                             std::vector<int>(size_t(tp_size), 64));
+  return std::make_unique<Scheduler>(SchedulerConfig{8, 64}, std::move(kv));
+}
+
+std::unique_ptr<Sequence> MakeSeq(uint64_t id, std::vector<int32_t> prompt) {
+  SamplingOptions sampling;
+  sampling.temperature = 0.5f;
+  sampling.top_p = 0.9f;
+  sampling.top_k = 20;
+  sampling.seed = 1234;
+  sampling.num_top_logprobs = 3;
+  StopConditions stop;
+  stop.max_tokens = 4;
+  return std::make_unique<Sequence>(id, std::move(prompt), sampling, stop, Clock::now());
+}
+
+TEST(StepPlanTest, EveryRankGetsTheBatchWithItsOwnDeltas) {
+  std::unique_ptr<Scheduler> s = MakeScheduler(3);
+  ASSERT_TRUE(s->Add(MakeSeq(5, {10, 11, 12, 13, 14, 15})).ok());
+  ScheduledBatch batch = s->Schedule();
+  ASSERT_EQ(batch.seqs.size(), 1u);
+  std::vector<proto::StepPlan> plans = BuildStepPlans(42, batch, *s, 3);
+  ASSERT_EQ(plans.size(), 3u);
+  for (int rank = 0; rank < 3; ++rank) {
+    const proto::StepPlan& plan = plans[size_t(rank)];
+    EXPECT_EQ(plan.step_id(), 42u);
+    ASSERT_EQ(plan.seqs_size(), 1);
+    const proto::SequenceStep& step = plan.seqs(0);
+    EXPECT_EQ(step.seq_id(), 5u);
+    EXPECT_TRUE(step.is_new());
+    EXPECT_TRUE(step.sample());
+    EXPECT_EQ(step.start_pos(), 0u);
+    EXPECT_EQ(std::vector<int32_t>(step.token_ids().begin(), step.token_ids().end()),
+              (std::vector<int32_t>{10, 11, 12, 13, 14, 15}));
+    EXPECT_FLOAT_EQ(step.sampling().temperature(), 0.5f);
+    EXPECT_FLOAT_EQ(step.sampling().top_p(), 0.9f);
+    EXPECT_EQ(step.sampling().top_k(), 20);
+    EXPECT_TRUE(step.sampling().has_seed());
+    EXPECT_EQ(step.sampling().seed(), 1234u);
+    EXPECT_EQ(step.sampling().num_logprobs(), 3);
+    EXPECT_EQ(step.num_generated(), 0u);
+    // 2 layers x 1 local KV head at TP 3: two slots of 2 blocks each.
+    const std::vector<SlotBlockDelta>& deltas = batch.seqs[0].deltas[size_t(rank)];
+    ASSERT_EQ(step.deltas_size(), int(deltas.size()));
+    ASSERT_EQ(deltas.size(), 2u);
+    for (size_t d = 0; d < deltas.size(); ++d) {
+      EXPECT_EQ(step.deltas(int(d)).slot(), uint32_t(deltas[d].slot));
+      EXPECT_EQ(step.deltas(int(d)).first_logical(), uint32_t(deltas[d].first_logical));
+      EXPECT_EQ(std::vector<int32_t>(step.deltas(int(d)).appended().begin(),
+                                     step.deltas(int(d)).appended().end()),
+                deltas[d].appended);
+      EXPECT_EQ(deltas[d].appended.size(), 2u);
+    }
+  }
+}
+
+TEST(StepPlanTest, ADecodeStepSendsTheLastTokenAndTheReleasedSequences) {
+  std::unique_ptr<Scheduler> s = MakeScheduler(1);
+  ASSERT_TRUE(s->Add(MakeSeq(1, {10, 11, 12})).ok());
+  ASSERT_TRUE(s->Add(MakeSeq(2, {20, 21, 22})).ok());
+  ScheduledBatch first = s->Schedule();
+  s->OnStepComputed(first);
+  s->Find(1)->AppendToken(99, Clock::now());
+  s->Find(2)->AppendToken(98, Clock::now());
+  (void)s->Remove(2);
+  ScheduledBatch batch = s->Schedule();
+  std::vector<proto::StepPlan> plans = BuildStepPlans(2, batch, *s, 1);
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(std::vector<uint64_t>(plans[0].released_seq_ids().begin(),
+                                  plans[0].released_seq_ids().end()),
+            (std::vector<uint64_t>{2}));
+  ASSERT_EQ(plans[0].seqs_size(), 1);
+  const proto::SequenceStep& step = plans[0].seqs(0);
+  EXPECT_FALSE(step.is_new());
+  EXPECT_EQ(step.start_pos(), 3u);
+  ASSERT_EQ(step.token_ids_size(), 1);
+  EXPECT_EQ(step.token_ids(0), 99);
+  EXPECT_EQ(step.num_generated(), 1u);
+}
+
+TEST(StepPlanTest, APrefillOnlySequenceNeverSamples) {
+  std::unique_ptr<Scheduler> s = MakeScheduler(1);
+  ASSERT_TRUE(s->Add(std::make_unique<Sequence>(3, std::vector<int32_t>{1, 2, 3, 4},
+                                                SamplingOptions{}, StopConditions{}, Clock::now(),
+                                                SequenceKind::kPrefillOnly))
+                  .ok());
+  ScheduledBatch batch = s->Schedule();
+  std::vector<proto::StepPlan> plans = BuildStepPlans(1, batch, *s, 1);
+  ASSERT_EQ(plans[0].seqs_size(), 1);
+  EXPECT_FALSE(plans[0].seqs(0).sample());
+  EXPECT_EQ(plans[0].seqs(0).token_ids_size(), 4);
+  s->OnStepComputed(batch);
+  EXPECT_TRUE(s->Find(3)->IsPrefillDone());
+  EXPECT_FALSE(s->Schedule().seqs.size() > 0);  // nothing left to compute
+}
+
+proto::StepResult Result(uint64_t step_id, const std::string& error = "") {
+  proto::StepResult r;
+  r.set_step_id(step_id);
+  r.set_error(error);
+  return r;
+}
+
+TEST(InFlightStepTest, DoneOnceEveryRankAnswered) {
+  InFlightStep step(0, 7, ScheduledBatch{}, 3);
+  proto::StepResult rank0 = Result(7);
+  proto::SampledToken* t = rank0.add_tokens();
+  t->set_seq_id(1);
+  t->set_token_id(5);
+  EXPECT_EQ(step.OnResult(1, Result(7)), InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(0, rank0), InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(2, Result(7)), InFlightStep::Progress::kDone);
+  ASSERT_EQ(step.tokens().size(), 1u);
+  EXPECT_EQ(step.tokens()[0].token_id(), 5);
+  EXPECT_TRUE(step.status().ok());
+}
+
+TEST(InFlightStepTest, RejectsOtherStepsAndDuplicates) {
+  InFlightStep step(0, 7, ScheduledBatch{}, 2);
+  EXPECT_EQ(step.OnResult(0, Result(6)), InFlightStep::Progress::kRejected);
+  EXPECT_EQ(step.OnResult(0, Result(7)), InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(0, Result(7)), InFlightStep::Progress::kRejected);
+  EXPECT_EQ(step.OnResult(1, Result(7)), InFlightStep::Progress::kDone);
+}
+
+TEST(InFlightStepTest, KeepsTheFirstRankErrorNamingInstanceRankAndStep) {
+  InFlightStep step(4, 9, ScheduledBatch{}, 2);
+  EXPECT_EQ(step.OnResult(1, Result(9, "out of memory")), InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(0, Result(9, "later error")), InFlightStep::Progress::kDone);
+  EXPECT_EQ(step.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(step.status().message(), "instance 4 rank 1 failed step 9: out of memory");
+}
+
+}  // namespace
+}  // namespace headway
