@@ -18,6 +18,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kDataLoss: return "DataLoss";
     case StatusCode::kUnimplemented: return "Unimplemented";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kCancelled: return "Cancelled";
+    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
   }
   return "Unknown";
 }
@@ -35,6 +37,16 @@ Status Status::WithContext(const std::string& context) const {
 namespace internal {
 void CheckFailed(const char* cond, const char* file, int line) {
   std::fprintf(stderr, "CHECK failed: %s at %s:%d\n", cond, file, line);
+  std::abort();
+}
+
+void ResultValueFailed(const Status& status) {
+  std::fprintf(stderr, "Result::value() on an error: %s\n", status.ToString().c_str());
+  std::abort();
+}
+
+void ResultFromOkStatus() {
+  std::fprintf(stderr, "Result built from an OK status without a value\n");
   std::abort();
 }
 }  // namespace internal

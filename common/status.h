@@ -11,31 +11,44 @@
 //   kDataLoss            a file or message is corrupt or truncated.
 //   kUnimplemented       a feature that is not supported (yet).
 //   kInternal            a broken invariant: a bug in Headway.
+//   kCancelled           the caller (or its client) gave the operation up.
+//   kDeadlineExceeded    the deadline passed before the operation finished;
+//                        one that changes state may still have taken effect
+//                        (a late write landing), so retry only where that is
+//                        safe.
 //
 // No exceptions cross module boundaries: functions that can fail return
 // Status or Result<T>, both [[nodiscard]].
 #pragma once
 
-#include <cassert>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 
 namespace headway {
 
-enum class StatusCode {
+// The numeric values travel between processes (StepResult.code and
+// TransferResult.code in proto/control.proto): never renumber a code, add
+// new ones at the end.
+enum class StatusCode : uint32_t {
   kOk = 0,
-  kInvalidArgument,
-  kNotFound,
-  kOutOfRange,
-  kResourceExhausted,
-  kFailedPrecondition,
-  kUnavailable,
-  kAborted,
-  kDataLoss,
-  kUnimplemented,
-  kInternal,
+  kInvalidArgument = 1,
+  kNotFound = 2,
+  kOutOfRange = 3,
+  kResourceExhausted = 4,
+  kFailedPrecondition = 5,
+  kUnavailable = 6,
+  kAborted = 7,
+  kDataLoss = 8,
+  kUnimplemented = 9,
+  kInternal = 10,
+  kCancelled = 11,
+  kDeadlineExceeded = 12,
 };
+
+// The largest StatusCode value, for code that checks a number off the wire.
+inline constexpr StatusCode kMaxStatusCode = StatusCode::kDeadlineExceeded;
 
 // Returns the code's name, e.g. "InvalidArgument".
 const char* StatusCodeName(StatusCode code);
@@ -55,6 +68,14 @@ class [[nodiscard]] Status {
   static Status DataLoss(std::string msg) { return {StatusCode::kDataLoss, std::move(msg)}; }
   static Status Unimplemented(std::string msg) { return {StatusCode::kUnimplemented, std::move(msg)}; }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status Cancelled(std::string msg) { return {StatusCode::kCancelled, std::move(msg)}; }
+  static Status DeadlineExceeded(std::string msg) { return {StatusCode::kDeadlineExceeded, std::move(msg)}; }
+  // The status of `code` with `msg`, for code that rebuilds a status from
+  // its parts (a code off the wire). kOk gives OK and drops `msg`.
+  static Status FromCode(StatusCode code, std::string msg) {
+    if (code == StatusCode::kOk) return Ok();
+    return {code, std::move(msg)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -73,28 +94,44 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// A value or an error. REQUIRES: status passed in is not OK.
+namespace internal {
+// Aborts the process with "Result::value() on an error: <status>" on
+// stderr. Called by Result<T> in every build type (not an assert: a
+// release build must not read a value that is not there).
+[[noreturn]] void ResultValueFailed(const Status& status);
+// Aborts the process saying that a Result was built from an OK status.
+[[noreturn]] void ResultFromOkStatus();
+}  // namespace internal
+
+// A value or an error.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  // REQUIRES: !status.ok() (checked: aborts, as there would be no value).
   Result(Status status) : status_(std::move(status)) {  // NOLINT
-    assert(!status_.ok() && "Result built from an OK status without a value");
+    if (status_.ok()) internal::ResultFromOkStatus();
   }
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  // REQUIRES: ok().
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  // REQUIRES: ok(). On an error, aborts the process with a message naming
+  // the status (any build type); a caller that may see an error checks ok()
+  // first or uses HW_ASSIGN_OR_RETURN.
+  T& value() & { CheckOk(); return *value_; }
+  const T& value() const& { CheckOk(); return *value_; }
+  T&& value() && { CheckOk(); return std::move(*value_); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
  private:
+  void CheckOk() const {
+    if (!ok()) [[unlikely]] internal::ResultValueFailed(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };
