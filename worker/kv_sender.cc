@@ -54,8 +54,6 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   const KvPeerInfo& info = agent->local_info();
   proto::KvEndpoint endpoint;
   endpoint.set_worker_address(info.worker_address);
-  endpoint.set_rkey(info.rkey);
-  endpoint.set_base_address(info.base_address);
   endpoint.set_block_bytes(info.block_bytes);
   endpoint.set_num_blocks(info.num_blocks);
   endpoint.set_layout_version(kKvBlockLayoutVersion);
@@ -106,8 +104,6 @@ Status KvSender::ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget
   }
   KvPeerInfo info;
   info.worker_address = peer.worker_address();
-  info.rkey = peer.rkey();
-  info.base_address = peer.base_address();
   info.block_bytes = peer.block_bytes();
   info.num_blocks = peer.num_blocks();
   HW_ASSIGN_OR_RETURN(int handle, agent_->Connect(info));

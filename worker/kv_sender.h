@@ -24,7 +24,7 @@ struct KvSenderOptions {
   // target of every plan writes its first ceil(n/2) blocks, logs a warning
   // "injected fault: transfer <id> stalls <ms> ms after <k> of <n> blocks",
   // sleeps this long (cut short at the plan's deadline, as a real stalled
-  // put is by the timeout), then writes the rest within the time left; with
+  // write is by the timeout), then writes the rest within the time left; with
   // none left the plan fails as timed out. Lets tests stall a transfer
   // mid-way without a broken network.
   std::chrono::milliseconds inject_stall{0};
