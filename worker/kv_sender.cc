@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/status_proto.h"
+
 namespace headway {
 
 namespace {
@@ -158,6 +160,7 @@ proto::TransferResult KvSender::Execute(const proto::TransferPlan& plan, int tp_
     if (!s.ok()) {
       result.set_error("transfer " + std::to_string(plan.transfer_id()) + " target " +
                        std::to_string(t) + ": " + s.ToString());
+      result.set_code(StatusCodeToProto(s.code()));
       break;
     }
   }
