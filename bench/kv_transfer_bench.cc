@@ -7,8 +7,9 @@
 // and a sender (the same info by fork), so neither shares UCX state with the
 // parent. The sender writes all --blocks blocks (ids 0..n-1 -> 0..n-1) in
 // one WriteBlocks call, --runs times after one warm-up, twice: with runs
-// coalesced into one put ("coalesced") and with one put per block
-// ("per_block", the same message size as ucx_perftest -s block_bytes).
+// coalesced into messages of up to 256 KiB ("coalesced") and with one
+// message per block ("per_block", the same message size as ucx_perftest -s
+// block_bytes).
 // GB/s = blocks * block_bytes / 1e9 / median seconds of one call.
 //
 // ucx_perftest runs twice: -s block_bytes (the per_block message size; its
@@ -269,7 +270,7 @@ int Main(int argc, char** argv) {
     nlohmann::json entry;
     entry["write_blocks"] = MeasureAgent(opts, tls);
     entry["ucx_perftest"] = MeasurePerftest(tls, opts.block_bytes, opts.perftest_iters);
-    // The same bytes as one message: what "coalesced" sends in one put.
+    // The same bytes as one message ("coalesced" sends them as 256 KiB messages).
     entry["ucx_perftest_whole"] =
         MeasurePerftest(tls, opts.block_bytes * opts.blocks, opts.perftest_whole_iters);
     const auto& wb = entry["write_blocks"];

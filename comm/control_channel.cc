@@ -43,6 +43,40 @@ std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
   return frames;
 }
 
+// The receive loop of both ends: waits up to `timeout` for one message that
+// parses, dropping (and logging) malformed ones. A ROUTER (`routed`) sees
+// two frames, the sender's identity (returned in Inbound::peer) and the
+// payload; a DEALER sees the payload alone (peer left empty).
+std::optional<Inbound> ReceiveEnvelope(zmq::socket_t& socket, bool routed,
+                                       std::chrono::milliseconds timeout) {
+  const size_t expected_frames = routed ? 2 : 1;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (WaitReadable(socket, deadline)) {
+    std::vector<zmq::message_t> frames;
+    try {
+      frames = ReadMultipart(socket);
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("control channel: receive failed: {}", e.what());
+      continue;
+    }
+    if (frames.size() != expected_frames) {
+      spdlog::warn("control channel: dropped a message of {} frames (expected {})",
+                   frames.size(), expected_frames);
+      continue;
+    }
+    Inbound inbound;
+    if (routed) inbound.peer = frames[0].to_string();
+    const zmq::message_t& payload = frames.back();
+    if (!inbound.envelope.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+      spdlog::warn("control channel: dropped an unparsable message from {}",
+                   routed ? inbound.peer : std::string("the coordinator"));
+      continue;
+    }
+    return inbound;
+  }
+  return std::nullopt;
+}
+
 class ZmqControlServer final : public ControlServer {
  public:
   ZmqControlServer() : context_(1), socket_(context_, zmq::socket_type::router) {}
@@ -83,30 +117,7 @@ class ZmqControlServer final : public ControlServer {
   }
 
   std::optional<Inbound> Receive(std::chrono::milliseconds timeout) override {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    while (WaitReadable(socket_, deadline)) {
-      std::vector<zmq::message_t> frames;
-      try {
-        frames = ReadMultipart(socket_);
-      } catch (const zmq::error_t& e) {
-        spdlog::warn("control channel: receive failed: {}", e.what());
-        continue;
-      }
-      // ROUTER prepends the sender's identity to the single payload frame.
-      if (frames.size() != 2) {
-        spdlog::warn("control channel: dropped a message of {} frames (expected 2)",
-                     frames.size());
-        continue;
-      }
-      Inbound inbound;
-      inbound.peer = frames[0].to_string();
-      if (!inbound.envelope.ParseFromArray(frames[1].data(), static_cast<int>(frames[1].size()))) {
-        spdlog::warn("control channel: dropped an unparsable message from {}", inbound.peer);
-        continue;
-      }
-      return inbound;
-    }
-    return std::nullopt;
+    return ReceiveEnvelope(socket_, /*routed=*/true, timeout);
   }
 
  private:
@@ -148,28 +159,9 @@ class ZmqControlClient final : public ControlClient {
   }
 
   std::optional<proto::Envelope> Receive(std::chrono::milliseconds timeout) override {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    while (WaitReadable(socket_, deadline)) {
-      std::vector<zmq::message_t> frames;
-      try {
-        frames = ReadMultipart(socket_);
-      } catch (const zmq::error_t& e) {
-        spdlog::warn("control channel: receive failed: {}", e.what());
-        continue;
-      }
-      if (frames.size() != 1) {
-        spdlog::warn("control channel: dropped a message of {} frames (expected 1)",
-                     frames.size());
-        continue;
-      }
-      proto::Envelope envelope;
-      if (!envelope.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
-        spdlog::warn("control channel: dropped an unparsable message from the coordinator");
-        continue;
-      }
-      return envelope;
-    }
-    return std::nullopt;
+    std::optional<Inbound> inbound = ReceiveEnvelope(socket_, /*routed=*/false, timeout);
+    if (!inbound) return std::nullopt;
+    return std::move(inbound->envelope);
   }
 
  private:

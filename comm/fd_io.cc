@@ -29,22 +29,16 @@ bool ReadAll(int fd, void* data, size_t n) {
 }
 
 bool SendPeerInfo(int fd, const KvPeerInfo& info) {
-  for (const std::string* s : {&info.worker_address, &info.rkey}) {
-    uint32_t n = static_cast<uint32_t>(s->size());
-    if (!WriteAll(fd, &n, sizeof n) || !WriteAll(fd, s->data(), n)) return false;
-  }
-  return WriteAll(fd, &info.base_address, 8) && WriteAll(fd, &info.block_bytes, 8) &&
-         WriteAll(fd, &info.num_blocks, 4);
+  const uint32_t n = static_cast<uint32_t>(info.worker_address.size());
+  return WriteAll(fd, &n, sizeof n) && WriteAll(fd, info.worker_address.data(), n) &&
+         WriteAll(fd, &info.block_bytes, 8) && WriteAll(fd, &info.num_blocks, 4);
 }
 
 bool ReceivePeerInfo(int fd, KvPeerInfo* info) {
-  for (std::string* s : {&info->worker_address, &info->rkey}) {
-    uint32_t n = 0;
-    if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
-    s->resize(n);
-    if (!ReadAll(fd, s->data(), n)) return false;
-  }
-  return ReadAll(fd, &info->base_address, 8) && ReadAll(fd, &info->block_bytes, 8) &&
+  uint32_t n = 0;
+  if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
+  info->worker_address.resize(n);
+  return ReadAll(fd, info->worker_address.data(), n) && ReadAll(fd, &info->block_bytes, 8) &&
          ReadAll(fd, &info->num_blocks, 4);
 }
 

@@ -15,9 +15,9 @@ namespace headway {
 bool WriteAll(int fd, const void* data, size_t n);
 bool ReadAll(int fd, void* data, size_t n);
 
-// Encoding: u32 length, worker_address; u32 length, rkey; u64 base_address;
-// u64 block_bytes; u32 num_blocks, in host byte order (both ends on one
-// host). ReceivePeerInfo refuses strings over 1 MiB. False on I/O failure.
+// Encoding: u32 length, worker_address; u64 block_bytes; u32 num_blocks, in
+// host byte order (both ends on one host). ReceivePeerInfo refuses an
+// address over 1 MiB. False on I/O failure.
 bool SendPeerInfo(int fd, const KvPeerInfo& info);
 bool ReceivePeerInfo(int fd, KvPeerInfo* info);
 

@@ -21,7 +21,7 @@ class KvPoolMemory {
   virtual ~KvPoolMemory() = default;
 
   // The pool's first byte in this process's address space (a host or a
-  // device address); published to peers as KvPeerInfo::base_address.
+  // device address). Never sent to peers: block messages name offsets.
   virtual void* base() const = 0;
   // Bytes of the pool, from base().
   virtual uint64_t bytes() const = 0;

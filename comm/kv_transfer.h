@@ -1,20 +1,19 @@
 // The transport layer of KV transfer (DESIGN.md "A request, end to end"):
 // moves whole KV blocks from this worker's block pool into a peer worker's
-// pool with one-sided UCX puts. It knows bytes and block ids only; which
+// pool as UCX active messages. It knows bytes and block ids only; which
 // blocks go where (per slot, across TP sizes) is the coordinator's transfer
 // plan, as in TensorRT-LLM's split of block manager / formatter / transport.
 //
-// Each agent maps its whole pool once (ucp_mem_map) and publishes a
-// KvPeerInfo (its UCX worker address, the packed rkey, the pool's base
-// address and block geometry) through the coordinator. A sender connects to
-// a receiver's KvPeerInfo and writes block lists as batched UCX active
-// messages that the receiver's progress thread copies into its pool and
-// acknowledges (not ucp_put_nbx: UCX 1.13 emulates puts on TCP and shared
-// memory in a way that kills a receiver whose sender dies; see
-// ucx_transfer_agent.h). When WriteBlocks returns OK the bytes are in the
-// receiver's memory. A progress thread in every agent
-// drives UCX for both roles (transports without hardware RMA, such as TCP,
-// need the target to progress). Transports come from
+// Each agent publishes a KvPeerInfo (its UCX worker address and block
+// geometry) through the coordinator. A sender connects to a receiver's
+// KvPeerInfo and writes block lists as batched UCX active messages, each
+// naming its destination as a byte offset into the receiver's pool, that the
+// receiver's progress thread copies into its pool and acknowledges (not
+// ucp_put_nbx: UCX 1.13 emulates puts on TCP and shared memory in a way that
+// kills a receiver whose sender dies; see ucx_transfer_agent.h). When
+// WriteBlocks returns OK the bytes are in the receiver's memory. A progress
+// thread in every agent drives UCX for both roles (the receiver's handler
+// runs there). Transports come from
 // KvTransferOptions::transports (UCX_TLS syntax), e.g. "sm,self" on one
 // host, "tcp" across hosts.
 //
@@ -49,11 +48,6 @@ namespace headway {
 // What a receiver publishes so that senders can write into its pool.
 struct KvPeerInfo {
   std::string worker_address;  // ucp_worker_get_address bytes
-  // ucp_rkey_pack bytes of the mapped pool; for a staged pool (which UCX
-  // cannot address) those of a one-page placeholder, so that every agent
-  // publishes a usable rkey: writes to any pool go by block messages.
-  std::string rkey;
-  uint64_t base_address = 0;   // pool start in the receiver's address space
   uint64_t block_bytes = 0;    // bytes of one block (K and V)
   uint32_t num_blocks = 0;     // blocks in the pool
 };
@@ -61,12 +55,14 @@ struct KvPeerInfo {
 struct KvTransferOptions {
   // UCX transports (the UCX_TLS variable's syntax); "" = UCX's default.
   std::string transports;
-  // Puts (or block messages awaiting their ack) in flight per WriteBlocks
-  // call before waiting for some to complete.
-  int max_outstanding_puts = 256;
-  // Sends a run of copies whose src and dst ids both step by one as a single
-  // put of run_length * block_bytes (fewer, larger puts; measured by
-  // bench/kv_transfer_bench.cc). false = one put per block.
+  // Block messages sent and not yet acknowledged per WriteBlocks call
+  // before it waits for acks; for a staged pool also bounds the staging
+  // buffers (at most 8).
+  int max_outstanding_messages = 256;
+  // Sends a run of copies whose src and dst ids both step by one as the
+  // fewest messages that hold run_length * block_bytes (each at most the
+  // agent's message size, 256 KiB; fewer, larger messages, measured by
+  // bench/kv_transfer_bench.cc). false = one message per block.
   bool coalesce_runs = true;
 };
 
@@ -80,9 +76,9 @@ struct BlockCopy {
 class KvTransferAgent {
  public:
   // Maps `pool` ([num_blocks, block_bytes] bytes, owned by the caller and
-  // alive longer than the agent) for remote access and starts the progress
+  // alive longer than the agent) for UCX and starts the progress
   // thread. Errors: InvalidArgument for a null pool, zero sizes or
-  // max_outstanding_puts < 1;
+  // max_outstanding_messages < 1;
   // Unavailable when UCX cannot start with the requested transports (the
   // message names them and UCX's status).
   static Result<std::unique_ptr<KvTransferAgent>> Create(void* pool, uint64_t block_bytes,
@@ -111,17 +107,18 @@ class KvTransferAgent {
   // info: the endpoint is reused). Returns a peer handle for WriteBlocks.
   // Errors: InvalidArgument when the peer's block_bytes differs from ours
   // (layouts must match: a mismatch is refused here, not mid-transfer) or
-  // its worker_address or rkey is empty;
-  // Unavailable when UCX cannot create the endpoint or unpack the rkey.
+  // its worker_address is empty; Unavailable when UCX cannot create the
+  // endpoint.
   virtual Result<int> Connect(const KvPeerInfo& peer) = 0;
 
   // Writes every copy's block_bytes bytes from the local pool into the
-  // peer's pool and returns once the peer's memory holds them (remote
-  // completion via flush). For a device pool, the kernels that wrote the
-  // blocks must have finished (the copies do not wait for other streams).
-  // Errors: OutOfRange for a block id outside either pool (nothing is sent);
-  // Unavailable when a put, the flush or a copy out of a device pool fails
-  // or `timeout` passes; Aborted when the receiver could not copy the bytes
+  // peer's pool and returns once the peer's memory holds them (the receiver
+  // has acknowledged every block message). For a device pool, the kernels
+  // that wrote the blocks must have finished (the copies do not wait for
+  // other streams). Errors: OutOfRange for a block id outside either pool
+  // (nothing is sent); Unavailable when a message send, the endpoint or a
+  // copy out of a device pool fails or `timeout` passes before every ack;
+  // Aborted when the receiver could not copy the bytes
   // into its pool (a device error there; retrying will not help). After an
   // error the peer's blocks are undefined.
   virtual Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,

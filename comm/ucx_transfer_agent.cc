@@ -104,11 +104,9 @@ constexpr uint64_t kMaxMessageBytes = 256 * 1024;
 // pinned memory): enough messages in flight to keep a link busy while the
 // next one is copied out of the device.
 constexpr int kMaxStagingBuffers = 8;
-// The page mapped in place of a staged pool, for its rkey.
-constexpr uint64_t kPlaceholderBytes = 4096;
 
-// Header of a block message (both ends on the same architecture, as the
-// KvPeerInfo base address already assumes).
+// Header of a block message (both ends on the same architecture: the
+// header travels as raw bytes).
 struct BlocksHeader {
   uint64_t dst_offset;  // bytes from the receiver's pool start
   uint64_t token;       // the sender's write, echoed in the ack
@@ -250,9 +248,9 @@ Result<std::unique_ptr<KvTransferAgent>> UcxTransferAgent::Create(
                                    std::to_string(num_blocks) + " blocks of " +
                                    std::to_string(block_bytes) + " bytes");
   }
-  if (options.max_outstanding_puts < 1) {
-    return Status::InvalidArgument("KV transfer: max_outstanding_puts must be >= 1, got " +
-                                   std::to_string(options.max_outstanding_puts));
+  if (options.max_outstanding_messages < 1) {
+    return Status::InvalidArgument("KV transfer: max_outstanding_messages must be >= 1, got " +
+                                   std::to_string(options.max_outstanding_messages));
   }
   std::unique_ptr<UcxTransferAgent> agent(
       new UcxTransferAgent(std::move(memory), block_bytes, num_blocks, options));
@@ -311,25 +309,17 @@ Status UcxTransferAgent::MapMemory() {
                  "staging through host memory instead",
                  memory_->cuda_device(), ucs_status_string(status));
   }
-  // Staged: UCX never sees the pool. The placeholder page only gives this
-  // agent an rkey to publish like any other.
+  // Staged: UCX never sees the pool, only the staging buffers.
   memory_path_ = MemoryPath::kStaged;
-  const int count = std::min(kMaxStagingBuffers, options_.max_outstanding_puts);
+  const int count = std::min(kMaxStagingBuffers, options_.max_outstanding_messages);
   HW_ASSIGN_OR_RETURN(staging_, KvStagingBuffers::Create(*memory_, count, kMaxMessageBytes));
-  placeholder_ = std::make_unique<uint8_t[]>(kPlaceholderBytes);
-  map_params.address = placeholder_.get();
-  map_params.length = kPlaceholderBytes;
-  const ucs_status_t status = ucp_mem_map(context_, &map_params, &memh_);
-  if (status != UCS_OK) {
-    return Status::Unavailable(UcxError("ucp_mem_map of the KV pool's placeholder", status));
-  }
   return Status::Ok();
 }
 
 Status UcxTransferAgent::Init() {
   // WAKEUP gives the progress thread an fd to sleep on; should a transport
   // set refuse it, run without and let the thread poll with short sleeps.
-  constexpr uint64_t kFeatures = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  constexpr uint64_t kFeatures = UCP_FEATURE_AM;
   auto context = InitContext(options_.transports, kFeatures | UCP_FEATURE_WAKEUP);
   bool wakeup = context.ok();
   if (!wakeup) context = InitContext(options_.transports, kFeatures);
@@ -357,21 +347,13 @@ Status UcxTransferAgent::Init() {
 
   HW_RETURN_IF_ERROR(MapMemory());
 
-  void* rkey_buffer = nullptr;
-  size_t rkey_size = 0;
-  ucs_status_t status = ucp_rkey_pack(context_, memh_, &rkey_buffer, &rkey_size);
-  if (status != UCS_OK) return Status::Unavailable(UcxError("ucp_rkey_pack", status));
-  local_info_.rkey.assign(static_cast<const char*>(rkey_buffer), rkey_size);
-  ucp_rkey_buffer_release(rkey_buffer);
-
   ucp_address_t* address = nullptr;
   size_t address_size = 0;
-  status = ucp_worker_get_address(worker_, &address, &address_size);
+  const ucs_status_t status = ucp_worker_get_address(worker_, &address, &address_size);
   if (status != UCS_OK) return Status::Unavailable(UcxError("ucp_worker_get_address", status));
   local_info_.worker_address.assign(reinterpret_cast<const char*>(address), address_size);
   ucp_worker_release_address(worker_, address);
 
-  local_info_.base_address = reinterpret_cast<uint64_t>(pool_);
   local_info_.block_bytes = block_bytes_;
   local_info_.num_blocks = num_blocks_;
 
@@ -501,18 +483,10 @@ Status UcxTransferAgent::OpenPeer(Peer* peer) {
     peer->ep = nullptr;
     return Status::Unavailable(UcxError("ucp_ep_create to KV peer", status));
   }
-  status = ucp_ep_rkey_unpack(peer->ep, peer->info.rkey.data(), &peer->rkey);
-  if (status != UCS_OK) {
-    peer->rkey = nullptr;
-    ClosePeer(peer);
-    return Status::Unavailable(UcxError("ucp_ep_rkey_unpack of KV peer's rkey", status));
-  }
   return Status::Ok();
 }
 
 void UcxTransferAgent::ClosePeer(Peer* peer) {
-  if (peer->rkey != nullptr) ucp_rkey_destroy(peer->rkey);
-  peer->rkey = nullptr;
   if (peer->ep == nullptr) return;
   // FORCE: do not wait for a peer that may be gone.
   ucp_request_param_t params{};
@@ -529,13 +503,12 @@ Result<int> UcxTransferAgent::Connect(const KvPeerInfo& peer) {
                                    std::to_string(peer.block_bytes) + " != local " +
                                    std::to_string(block_bytes_));
   }
-  if (peer.worker_address.empty() || peer.rkey.empty()) {
-    return Status::InvalidArgument("KV transfer: peer info lacks worker_address or rkey");
+  if (peer.worker_address.empty()) {
+    return Status::InvalidArgument("KV transfer: peer info lacks worker_address");
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string key = peer.worker_address + peer.rkey;
-  auto it = peer_by_key_.find(key);
-  if (it != peer_by_key_.end()) {
+  auto it = peer_by_address_.find(peer.worker_address);
+  if (it != peer_by_address_.end()) {
     Peer* existing = peers_[it->second].get();
     std::lock_guard<std::mutex> peer_lock(existing->mu);
     if (existing->ep != nullptr && !existing->failed.load()) return it->second;
@@ -550,7 +523,7 @@ Result<int> UcxTransferAgent::Connect(const KvPeerInfo& peer) {
   HW_RETURN_IF_ERROR(OpenPeer(fresh.get()));
   const int handle = static_cast<int>(peers_.size());
   peers_.push_back(std::move(fresh));
-  peer_by_key_[key] = handle;
+  peer_by_address_[peer.worker_address] = handle;
   return handle;
 }
 
@@ -568,10 +541,10 @@ ucs_status_t UcxTransferAgent::Wait(void* request, Clock::time_point deadline) {
   return status;
 }
 
-std::vector<UcxTransferAgent::PutRange> UcxTransferAgent::PlanPuts(
+std::vector<UcxTransferAgent::MessageRange> UcxTransferAgent::PlanMessages(
     const std::vector<BlockCopy>& copies, uint64_t max_bytes) const {
-  std::vector<PutRange> puts;
-  puts.reserve(copies.size());
+  std::vector<MessageRange> messages;
+  messages.reserve(copies.size());
   for (size_t i = 0; i < copies.size();) {
     size_t run = 1;
     if (options_.coalesce_runs) {
@@ -585,16 +558,16 @@ std::vector<UcxTransferAgent::PutRange> UcxTransferAgent::PlanPuts(
     const uint64_t bytes = run * block_bytes_;
     for (uint64_t done = 0; done < bytes;) {
       const uint64_t piece = std::min(max_bytes, bytes - done);
-      puts.push_back({src + done, dst + done, piece});
+      messages.push_back({src + done, dst + done, piece});
       done += piece;
     }
     i += run;
   }
-  return puts;
+  return messages;
 }
 
 ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
-                                                     const std::vector<PutRange>& puts,
+                                                     const std::vector<MessageRange>& messages,
                                                      Clock::time_point deadline,
                                                      Status* copy_error) {
   auto write = std::make_shared<AmWrite>();
@@ -623,12 +596,13 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
   };
   const bool staged = memory_path_ == MemoryPath::kStaged;
   ucs_status_t failure = UCS_OK;
-  for (const PutRange& put : puts) {
-    failure = wait_for_acks(static_cast<uint64_t>(options_.max_outstanding_puts) - 1);
+  for (const MessageRange& message : messages) {
+    failure = wait_for_acks(static_cast<uint64_t>(options_.max_outstanding_messages) - 1);
     if (failure != UCS_OK) break;
     // Header and callback state live on the heap: a send still in flight
     // when this call gives up completes (and frees them) later.
-    auto* send = new BlocksSend{{put.dst_offset, token}, write, &write->send_status, nullptr, -1};
+    auto* send =
+        new BlocksSend{{message.dst_offset, token}, write, &write->send_status, nullptr, -1};
     const void* data = nullptr;
     if (staged) {
       // A slot frees when one of this agent's sends completes.
@@ -640,8 +614,9 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
       }
       send->staging = staging_;
       send->staging_slot = slot;
-      HW_CHECK(put.bytes <= staging_->buffer_bytes());
-      Status copied = memory_->CopyToHost(put.src_offset, staging_->data(slot), put.bytes);
+      HW_CHECK(message.bytes <= staging_->buffer_bytes());
+      Status copied =
+          memory_->CopyToHost(message.src_offset, staging_->data(slot), message.bytes);
       if (!copied.ok()) {
         FinishBlocksSend(send);
         *copy_error = std::move(copied);
@@ -650,7 +625,7 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
       }
       data = staging_->data(slot);
     } else {
-      data = pool_ + put.src_offset;
+      data = pool_ + message.src_offset;
     }
     ucp_request_param_t params{};
     params.op_attr_mask =
@@ -665,7 +640,7 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
       params.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
     ucs_status_ptr_t request = ucp_am_send_nbx(peer->ep, kAmIdBlocks, &send->header,
-                                               sizeof(send->header), data, put.bytes, &params);
+                                               sizeof(send->header), data, message.bytes, &params);
     // Not a request: done (or failed) at once and the callback never runs.
     if (!UCS_PTR_IS_PTR(request)) FinishBlocksSend(send);
     if (UCS_PTR_IS_ERR(request)) {
@@ -692,7 +667,7 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
     }
     peer = peers_[peer_handle].get();
   }
-  // Check every id before the first put: a bad list sends nothing.
+  // Check every id before the first message: a bad list sends nothing.
   for (const BlockCopy& copy : copies) {
     if (copy.src >= num_blocks_ || copy.dst >= peer->info.num_blocks) {
       return Status::OutOfRange("KV transfer: copy " + std::to_string(copy.src) + " -> " +
@@ -713,7 +688,7 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
   }
   Status copy_error;
   const ucs_status_t failure =
-      WriteByActiveMessages(peer, PlanPuts(copies, kMaxMessageBytes), deadline, &copy_error);
+      WriteByActiveMessages(peer, PlanMessages(copies, kMaxMessageBytes), deadline, &copy_error);
   if (failure == UCS_ERR_IO_ERROR && !copy_error.ok()) {
     return Status::Unavailable("KV transfer: copying blocks out of the pool: " +
                                copy_error.message());

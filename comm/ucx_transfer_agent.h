@@ -1,8 +1,8 @@
 // The UCX (ucp) implementation of KvTransferAgent; internal to comm/ so that
 // ucp.h stays out of kv_transfer.h. Callers use KvTransferAgent::Create.
 //
-// One ucp_context (UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP)
-// and one worker in UCS_THREAD_MODE_MULTI: the progress thread and WriteBlocks callers both
+// One ucp_context (UCP_FEATURE_AM | UCP_FEATURE_WAKEUP) and one worker in
+// UCS_THREAD_MODE_MULTI: the progress thread and WriteBlocks callers both
 // call ucp_worker_progress. The progress thread sleeps on the worker's event
 // fd (ucp_worker_arm + epoll) so an idle agent uses no CPU; where the
 // transports give no event fd it falls back to a short sleep.
@@ -16,9 +16,9 @@
 // sent by UCX itself, aborts the receiver (TCP) or crashes its shutdown
 // (shared memory) when the sender has died (details in
 // ucx_transfer_agent.cc, at kAmIdBlocks). The ack here is an ordinary send
-// request, which just fails. The pool is still mapped and its rkey
-// published (KvPeerInfo) so that hardware RMA can return without a
-// protocol change.
+// request, which just fails. A block message names its destination as an
+// offset into the receiver's pool, so peers exchange no memory keys or
+// addresses (KvPeerInfo).
 //
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER so that a dead peer fails the
 // writes (then WriteBlocks returns Unavailable) instead of aborting the
@@ -27,10 +27,10 @@
 // endpoints use UCP_ERR_HANDLING_MODE_NONE and a write to a dead peer ends by
 // WriteBlocks' timeout.
 //
-// Memory paths (KvTransferAgent::memory_path): a host pool is mapped and
-// sent from as is. A pool UCX cannot address is "staged": no mapping of it
-// (a one-page placeholder gives the published rkey), each message is copied
-// out of the pool into one of a few staging buffers and sent from there,
+// Memory paths (KvTransferAgent::memory_path): a host pool is mapped
+// (ucp_mem_map) and sent from as is. A pool UCX cannot address is "staged":
+// not mapped, each message is copied out of the pool into one of a few
+// staging buffers and sent from there,
 // the buffer returning to the free list when its send completes; the
 // receiver's handler copies every message in through KvPoolMemory in all
 // paths. "direct" maps device memory with UCS_MEMORY_TYPE_CUDA and sends
@@ -76,20 +76,20 @@ class UcxTransferAgent final : public KvTransferAgent {
                      std::chrono::milliseconds timeout) override;
 
  private:
-  // One receiver: the endpoint to its worker and its unpacked rkey.
+  // One receiver: the endpoint to its worker.
   struct Peer {
     KvPeerInfo info;
     ucp_ep_h ep = nullptr;
-    ucp_rkey_h rkey = nullptr;
     // Set by UCX's endpoint error callback (from whichever thread progresses).
     std::atomic<bool> failed{false};
-    // Held by WriteBlocks and by Connect while it rebuilds ep and rkey, so a
-    // rebuild never pulls them from under a transfer.
+    // Held by WriteBlocks and by Connect while it rebuilds ep, so a rebuild
+    // never pulls it from under a transfer.
     std::mutex mu;
   };
 
-  // One put: `bytes` from local offset `src_offset` to peer offset `dst_offset`.
-  struct PutRange {
+  // One block message: `bytes` from local offset `src_offset` to peer
+  // offset `dst_offset`.
+  struct MessageRange {
     uint64_t src_offset;
     uint64_t dst_offset;
     uint64_t bytes;
@@ -110,27 +110,28 @@ class UcxTransferAgent final : public KvTransferAgent {
                    uint32_t num_blocks, const KvTransferOptions& options);
 
   Status Init();
-  // Picks memory_path_ and maps what UCX gets to see (the pool, or the
-  // placeholder of a staged pool) into memh_.
+  // Picks memory_path_ and maps a pool UCX sends from (host, direct) into
+  // memh_; a staged pool gets its staging buffers instead.
   Status MapMemory();
   void ProgressLoop();
-  // Creates the endpoint and rkey of `peer` (fields ep, rkey). REQUIRES: mu_ held.
+  // Creates the endpoint of `peer` (field ep). REQUIRES: mu_ held.
   Status OpenPeer(Peer* peer);
-  // Releases the rkey and force-closes the endpoint. REQUIRES: mu_ held or
+  // Force-closes the endpoint. REQUIRES: mu_ held or
   // no other thread uses `peer`.
   void ClosePeer(Peer* peer);
   // Drives the worker until `request` completes or `deadline` passes; frees
   // the request either way. Returns UCX's status, or UCS_ERR_TIMED_OUT.
   ucs_status_t Wait(void* request, std::chrono::steady_clock::time_point deadline);
-  // Splits `copies` into puts, merging runs when options_.coalesce_runs and
-  // cutting each into pieces of at most `max_bytes`.
-  std::vector<PutRange> PlanPuts(const std::vector<BlockCopy>& copies, uint64_t max_bytes) const;
-  // Sends `puts` as block messages (staged: through staging buffers) and
-  // waits for their acks until `deadline`. Returns UCS_ERR_REJECTED when the
-  // receiver could not store a message, UCS_ERR_IO_ERROR when copying out of
-  // the local pool failed (then *copy_error says why).
+  // Splits `copies` into block messages, merging runs when
+  // options_.coalesce_runs and cutting each into pieces of at most `max_bytes`.
+  std::vector<MessageRange> PlanMessages(const std::vector<BlockCopy>& copies,
+                                         uint64_t max_bytes) const;
+  // Sends `messages` (staged: through staging buffers) and waits for their
+  // acks until `deadline`. Returns UCS_ERR_REJECTED when the receiver could
+  // not store a message, UCS_ERR_IO_ERROR when copying out of the local pool
+  // failed (then *copy_error says why).
   // REQUIRES: peer->mu held, peer usable, ids checked.
-  ucs_status_t WriteByActiveMessages(Peer* peer, const std::vector<PutRange>& puts,
+  ucs_status_t WriteByActiveMessages(Peer* peer, const std::vector<MessageRange>& messages,
                                      std::chrono::steady_clock::time_point deadline,
                                      Status* copy_error);
 
@@ -147,13 +148,12 @@ class UcxTransferAgent final : public KvTransferAgent {
   uint8_t* const pool_;  // memory_->base(); dereferenced only by memory_
   MemoryPath memory_path_ = MemoryPath::kHost;
   std::shared_ptr<KvStagingBuffers> staging_;  // kStaged only
-  std::unique_ptr<uint8_t[]> placeholder_;     // kStaged only: mapped for the rkey
   const uint64_t block_bytes_;
   const uint32_t num_blocks_;
   const KvTransferOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  ucp_mem_h memh_ = nullptr;
+  ucp_mem_h memh_ = nullptr;  // null for a staged pool
   int epoll_fd_ = -1;  // watches the worker's event fd; -1 = sleep instead
   KvPeerInfo local_info_;
   std::thread progress_thread_;
@@ -162,7 +162,7 @@ class UcxTransferAgent final : public KvTransferAgent {
   // Guarded by mu_. Peers live until the agent dies (handles index peers_).
   std::mutex mu_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  std::map<std::string, int> peer_by_key_;  // worker_address + rkey -> handle
+  std::map<std::string, int> peer_by_address_;  // worker_address -> handle
   // Set once an endpoint in UCP_ERR_HANDLING_MODE_PEER was refused (the
   // transports cannot detect peer failure): later endpoints skip the try.
   bool peer_error_mode_refused_ = false;

@@ -12,9 +12,10 @@
 //   kUnimplemented       a feature that is not supported (yet).
 //   kInternal            a broken invariant: a bug in Headway.
 //   kCancelled           the caller (or its client) gave the operation up.
-//   kDeadlineExceeded    the operation's deadline passed before it finished;
-//                        it may still have taken effect (a write that landed
-//                        late), unlike kUnavailable's "did not happen".
+//   kDeadlineExceeded    the deadline passed before the operation finished;
+//                        one that changes state may still have taken effect
+//                        (a late write landing), so retry only where that is
+//                        safe.
 //
 // No exceptions cross module boundaries: functions that can fail return
 // Status or Result<T>, both [[nodiscard]].

@@ -21,10 +21,10 @@
 
 #include "comm/control_channel.h"
 #include "common/config.h"
-#include "common/deployment_check.h"
 #include "common/gguf.h"
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
+#include "common/startup.h"
 #include "coordinator/api_server.h"
 #include "coordinator/chat_template.h"
 #include "coordinator/engine.h"
@@ -62,10 +62,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
 
   if (model_dir.empty()) {
-    const char* env = std::getenv("HEADWAY_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    model_dir = (env && *env) ? std::string(env)
-                              : std::string(home && *home ? home : "/root") + "/.cache/headway/models";
+    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
   }
 
   if (api_key.empty()) {
@@ -81,25 +78,28 @@ int main(int argc, char** argv) {
   if (!control_address.empty()) config.control_address = control_address;
   ResolveModelPath(config, model_dir);
 
-  auto gguf = GgufFile::Open(config.model_path);
-  if (!gguf.ok()) return Fail(2, "model", gguf.status());
-  Result<ModelSpec> spec = LoadModelSpec(**gguf);
-  if (!spec.ok()) return Fail(2, "model " + config.model_path, spec.status());
-  // Workers apply the same pattern (worker/main.cc): block tables only fit
-  // when both sides agree on every slot's spec.
-  if (Status s = ApplyHeadPattern(config, *spec); !s.ok()) {
-    return Fail(2, "config " + config_path, s);
+  // Workers apply the same head pattern (worker/main.cc): block tables only
+  // fit when both sides agree on every slot's spec.
+  StartupCheck failed_check = StartupCheck::kSupported;
+  Result<StartupModel> model = OpenAndCheckModel(config, StartupCheckOptions{}, &failed_check);
+  if (!model.ok()) {
+    switch (failed_check) {
+      case StartupCheck::kModelFile:
+        return Fail(2, "model", model.status());
+      case StartupCheck::kModelSpec:
+        return Fail(2, "model " + config.model_path, model.status());
+      default:
+        return Fail(2, "config " + config_path, model.status());
+    }
   }
-  spdlog::info("attention: {}", DescribeSlotSpecs(*spec));
-  if (Status s = CheckSupported(config); !s.ok()) return Fail(2, "config " + config_path, s);
-  if (Status s = CheckConfigAgainstModel(config, *spec); !s.ok()) {
-    return Fail(2, "config " + config_path, s);
-  }
-  auto tokenizer = Tokenizer::FromGguf(**gguf);
+  const GgufFile& gguf = *model->file;
+  const ModelSpec& spec = model->spec;
+  spdlog::info("attention: {}", DescribeSlotSpecs(spec));
+  auto tokenizer = Tokenizer::FromGguf(gguf);
   if (!tokenizer.ok()) return Fail(2, "tokenizer of " + config.model_path, tokenizer.status());
   // A model without a usable chat template still serves completions.
   std::unique_ptr<ChatTemplate> chat_template;
-  if (auto t = ChatTemplate::FromGguf(**gguf, **tokenizer); t.ok()) {
+  if (auto t = ChatTemplate::FromGguf(gguf, **tokenizer); t.ok()) {
     chat_template = std::make_unique<ChatTemplate>(std::move(t).value());
   } else {
     spdlog::warn("/v1/chat/completions is unavailable: {}", t.status().message());
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
 
   auto server = ControlServer::Bind(config.control_address);
   if (!server.ok()) return Fail(1, "control channel", server.status());
-  Engine engine(config, *spec, tokenizer->get(), std::move(server).value());
+  Engine engine(config, spec, tokenizer->get(), std::move(server).value());
 
   ApiServerOptions api_options;
   api_options.http_host = config.http_host;

@@ -86,8 +86,8 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
                         e.kv_heads(h), uint64_t(shard.kv_head_begin + h));
       }
     }
-    if (e.worker_address().empty() || e.rkey().empty()) {
-      return Status::InvalidArgument("kv_endpoint has no UCX worker address or rkey");
+    if (e.worker_address().empty()) {
+      return Status::InvalidArgument("kv_endpoint has no UCX worker address");
     }
   }
   if (request.num_blocks() == 0) {

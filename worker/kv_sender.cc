@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/status_proto.h"
+
 namespace headway {
 
 namespace {
@@ -54,8 +56,6 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   const KvPeerInfo& info = agent->local_info();
   proto::KvEndpoint endpoint;
   endpoint.set_worker_address(info.worker_address);
-  endpoint.set_rkey(info.rkey);
-  endpoint.set_base_address(info.base_address);
   endpoint.set_block_bytes(info.block_bytes);
   endpoint.set_num_blocks(info.num_blocks);
   endpoint.set_layout_version(kKvBlockLayoutVersion);
@@ -106,8 +106,6 @@ Status KvSender::ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget
   }
   KvPeerInfo info;
   info.worker_address = peer.worker_address();
-  info.rkey = peer.rkey();
-  info.base_address = peer.base_address();
   info.block_bytes = peer.block_bytes();
   info.num_blocks = peer.num_blocks();
   HW_ASSIGN_OR_RETURN(int handle, agent_->Connect(info));
@@ -162,6 +160,7 @@ proto::TransferResult KvSender::Execute(const proto::TransferPlan& plan, int tp_
     if (!s.ok()) {
       result.set_error("transfer " + std::to_string(plan.transfer_id()) + " target " +
                        std::to_string(t) + ": " + s.ToString());
+      result.set_code(StatusCodeToProto(s.code()));
       break;
     }
   }

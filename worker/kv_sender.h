@@ -24,7 +24,7 @@ struct KvSenderOptions {
   // target of every plan writes its first ceil(n/2) blocks, logs a warning
   // "injected fault: transfer <id> stalls <ms> ms after <k> of <n> blocks",
   // sleeps this long (cut short at the plan's deadline, as a real stalled
-  // put is by the timeout), then writes the rest within the time left; with
+  // write is by the timeout), then writes the rest within the time left; with
   // none left the plan fails as timed out. Lets tests stall a transfer
   // mid-way without a broken network.
   std::chrono::milliseconds inject_stall{0};
@@ -52,8 +52,9 @@ class KvSender {
 
   // Writes every target's blocks, in order, and returns the result to send
   // (tp_rank; bytes and blocks written, including those of a target that
-  // failed part-way; seconds; `error` set on failure, naming the transfer
-  // and target). The whole plan is bounded by its timeout_ms (0 = 5000 ms):
+  // failed part-way; seconds; on failure `error` naming the transfer and
+  // target, and `code`, the failed write's StatusCode). The whole plan is
+  // bounded by its timeout_ms (0 = 5000 ms):
   // each target gets the time left, and a plan whose time runs out fails
   // with an error saying the transfer timed out. Errors reported in the
   // result: a target whose layout differs from this pool's (block bytes,

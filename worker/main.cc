@@ -30,6 +30,7 @@
 #include "common/gguf.h"
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
+#include "common/startup.h"
 #include "kernels/threads.h"
 #include "worker/decoder_model.h"
 #include "worker/kv_pool.h"
@@ -136,11 +137,7 @@ int main(int argc, char** argv) {
   Result<Config> config = LoadConfigFile(flags.config_path);
   if (!config.ok()) return Fail("config " + flags.config_path, config.status());
   if (flags.model_dir.empty()) {
-    const char* env = std::getenv("HEADWAY_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    flags.model_dir = env != nullptr ? env
-                                     : std::string(home != nullptr ? home : "") +
-                                           "/.cache/headway/models";
+    flags.model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
   }
   ResolveModelPath(*config, flags.model_dir);
   if (!flags.control_address.empty()) {
@@ -178,21 +175,26 @@ int main(int argc, char** argv) {
 
   spdlog::info("worker i{}r{}: loading {} ({} threads)", flags.instance_id, flags.tp_rank,
                config->model_path, threads);
-  Result<std::unique_ptr<GgufFile>> file = GgufFile::Open(config->model_path);
-  if (!file.ok()) return Fail("model", file.status());
-  Result<ModelSpec> spec = LoadModelSpec(**file);
-  if (!spec.ok()) return Fail("model", spec.status());
-  // The coordinator applies the same pattern (coordinator/main.cc).
-  if (Status s = ApplyHeadPattern(*config, *spec); !s.ok()) {
-    return Fail("config " + flags.config_path, s);
+  // The coordinator applies the same head pattern (coordinator/main.cc). The
+  // deployment-wide checks are the launcher's and the coordinator's.
+  StartupCheckOptions check_options;
+  check_options.check_deployment = false;
+  StartupCheck failed_check = StartupCheck::kSupported;
+  Result<StartupModel> model_file = OpenAndCheckModel(*config, check_options, &failed_check);
+  if (!model_file.ok()) {
+    return Fail(failed_check == StartupCheck::kHeadPattern ? "config " + flags.config_path
+                                                           : std::string("model"),
+                model_file.status());
   }
+  ModelSpec* const spec = &model_file->spec;
   spdlog::info("worker i{}r{}: attention: {}", flags.instance_id, flags.tp_rank,
                DescribeSlotSpecs(*spec));
   if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return Fail("model", s);
   const TpShard shard = ShardForRank(*spec, instance.tp_size, flags.tp_rank);
-  Result<std::unique_ptr<ModelWeights>> weights = ModelWeights::Load(**file, *spec, shard);
+  Result<std::unique_ptr<ModelWeights>> weights =
+      ModelWeights::Load(*model_file->file, *spec, shard);
   if (!weights.ok()) return Fail("model", weights.status());
-  file->reset();  // weights are dequantised copies; drop the mapping
+  model_file->file.reset();  // weights are dequantised copies; drop the mapping
 
   Result<std::unique_ptr<ControlClient>> client =
       ControlClient::Connect(config->control_address, PeerName(flags.instance_id, flags.tp_rank));

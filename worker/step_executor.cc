@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "comm/status_proto.h"
 #include "kernels/sampling.h"
 
 namespace headway {
@@ -216,6 +217,7 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
   Result<StagedStep> staged = Stage(plan);
   if (!staged.ok()) {
     result.set_error(staged.status().ToString());
+    result.set_code(StatusCodeToProto(staged.status().code()));
     return result;
   }
   if (!staged->token_ids.empty()) {
@@ -241,6 +243,7 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
       // Only the collectives fail inside Forward, and they leave the TP group
       // broken: no later step can succeed on this rank.
       result.set_error(forward.ToString());
+      result.set_code(StatusCodeToProto(forward.code()));
       result.set_fatal(true);
       return result;
     }

@@ -41,7 +41,8 @@ class StepExecutor {
 
   // Validates and runs `plan`; returns the result to send (step_id, tp_rank,
   // sampled tokens on rank 0, compute_seconds). On a rejected plan, `error`
-  // holds the reason (Status::ToString) and no state changed. Errors:
+  // holds the reason (Status::ToString), `code` its StatusCode
+  // (comm/status_proto.h) and no state changed. Errors:
   //   step_id not greater than the last executed one; a seq listed twice or
   //   both stepped and released; an unknown seq without is_new; is_new for a
   //   seq that exists; no tokens; start_pos != positions already computed;
@@ -51,7 +52,7 @@ class StepExecutor {
   //   CheckBlocksCover); bad sampling parameters.
   // Sequences in released_seq_ids are forgotten after the step (unknown ids
   // are ignored: release is idempotent). A failed forward pass (a TP
-  // collective broke) sets `error` and `fatal`: the executor must not be
+  // collective broke) sets `error`, `code` and `fatal`: the executor must not be
   // used again.
   proto::StepResult Execute(const proto::StepPlan& plan);
 

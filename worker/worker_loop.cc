@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/status_proto.h"
 #include "kernels/threads.h"
 
 namespace headway {
@@ -256,9 +257,11 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
           proto::Envelope out;
           out.mutable_step_result()->set_step_id(in->step_plan().step_id());
           out.mutable_step_result()->set_tp_rank(executor.tp_rank());
-          out.mutable_step_result()->set_error("step " +
-                                               std::to_string(in->step_plan().step_id()) +
-                                               " arrived while another step was running");
+          const Status overlap = Status::FailedPrecondition(
+              "step " + std::to_string(in->step_plan().step_id()) +
+              " arrived while another step was running");
+          out.mutable_step_result()->set_error(overlap.message());
+          out.mutable_step_result()->set_code(StatusCodeToProto(overlap.code()));
           spdlog::error("{}", out.step_result().error());
           HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
           last_sent = Clock::now();
@@ -272,7 +275,10 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
           proto::Envelope out;
           out.mutable_transfer_result()->set_transfer_id(in->transfer_plan().transfer_id());
           out.mutable_transfer_result()->set_tp_rank(uint32_t(executor.tp_rank()));
-          out.mutable_transfer_result()->set_error("KV transfer is not enabled on this worker");
+          const Status disabled =
+              Status::FailedPrecondition("KV transfer is not enabled on this worker");
+          out.mutable_transfer_result()->set_error(disabled.message());
+          out.mutable_transfer_result()->set_code(StatusCodeToProto(disabled.code()));
           spdlog::error("{}", out.transfer_result().error());
           HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending TransferResult"));
           last_sent = Clock::now();

@@ -18,10 +18,7 @@
 #include <string>
 
 #include "common/config.h"
-#include "common/deployment_check.h"
-#include "common/gguf.h"
-#include "common/head_pattern.h"
-#include "common/model_spec.h"
+#include "common/startup.h"
 #include "deploy/launcher/health_probe.h"
 #include "deploy/launcher/launch_plan.h"
 #include "deploy/launcher/process_group.h"
@@ -95,13 +92,7 @@ int main(int argc, char** argv) {
 
   // Environment is read here and nowhere else.
   if (model_dir.empty()) {
-    const char* env = std::getenv("HEADWAY_MODEL_DIR");
-    const char* home = std::getenv("HOME");
-    if (env && *env) {
-      model_dir = env;
-    } else {
-      model_dir = std::string(home && *home ? home : "/root") + "/.cache/headway/models";
-    }
+    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
   }
   if (bin_dir.empty()) bin_dir = OwnDirectory();
   std::error_code ec;
@@ -134,29 +125,21 @@ int main(int argc, char** argv) {
                  resolved.model_path.c_str());
     return kExitUsage;
   }
-  if (Status status = CheckSupported(config); !status.ok()) {
-    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
+  // Refuse what this build cannot serve, a TP size the model cannot shard
+  // or a head pattern that does not fit it, before any process starts.
+  StartupCheck failed_check = StartupCheck::kSupported;
+  Result<StartupModel> model = OpenAndCheckModel(resolved, StartupCheckOptions{}, &failed_check);
+  if (!model.ok()) {
+    if (failed_check == StartupCheck::kModelFile || failed_check == StartupCheck::kModelSpec) {
+      std::fprintf(stderr, "headway-launch: model %s: %s\n", resolved.model_path.c_str(),
+                   model.status().message().c_str());
+    } else {
+      std::fprintf(stderr, "headway-launch: config error: %s\n",
+                   model.status().message().c_str());
+    }
     return kExitUsage;
   }
-  // Refuse a TP size the model cannot shard, or a head pattern that does
-  // not fit it, before any process starts.
-  Result<std::unique_ptr<GgufFile>> gguf = GgufFile::Open(resolved.model_path);
-  Result<ModelSpec> model_spec =
-      gguf.ok() ? LoadModelSpec(**gguf) : Result<ModelSpec>(gguf.status());
-  if (!model_spec.ok()) {
-    std::fprintf(stderr, "headway-launch: model %s: %s\n", resolved.model_path.c_str(),
-                 model_spec.status().message().c_str());
-    return kExitUsage;
-  }
-  if (Status status = ApplyHeadPattern(config, *model_spec); !status.ok()) {
-    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
-    return kExitUsage;
-  }
-  if (Status status = CheckConfigAgainstModel(config, *model_spec); !status.ok()) {
-    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
-    return kExitUsage;
-  }
-  gguf->reset();
+  model->file.reset();
 
   LaunchOptions options;
   options.config_path = config_path;

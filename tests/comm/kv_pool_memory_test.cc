@@ -100,7 +100,7 @@ std::unique_ptr<Side> MakeSide(bool staged, uint8_t seed, const std::string& tls
   KvTransferOptions options;
   options.transports = tls;
   options.coalesce_runs = coalesce;
-  options.max_outstanding_puts = max_outstanding;
+  options.max_outstanding_messages = max_outstanding;
   Result<std::unique_ptr<KvTransferAgent>> agent = Status::Internal("unset");
   if (staged) {
     auto memory = std::make_unique<OpaqueKvPoolMemory>(testing::MakePattern(seed));

@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
 // 32 MiB pools: one flood write of every block (uncoalesced, reversed) is
-// 2048 puts of 16 KiB, long enough over loopback TCP that a kill lands
+// 2048 block messages of 16 KiB, long enough over loopback TCP that a kill lands
 // mid-write, and the sender repeats it until stopped.
 constexpr uint64_t kBlockBytes = 16 * 1024;
 constexpr uint32_t kNumBlocks = 2048;
@@ -90,7 +90,7 @@ std::vector<BlockCopy> FreshCopies() {
   return copies;
 }
 
-// Every block, last to first into first to last: one put per block.
+// Every block, last to first into first to last: one message per block.
 std::vector<BlockCopy> FloodCopies() {
   std::vector<BlockCopy> copies;
   for (uint32_t b = 0; b < kNumBlocks; ++b) copies.push_back({b, kNumBlocks - 1 - b});

@@ -115,7 +115,8 @@ TEST_P(KvTransferTest, OutOfRangeIdWritesNothing) {
   std::vector<BlockCopy> bad_src = {{3, 3}, {kNumBlocks, 4}};
   EXPECT_EQ(sender->WriteBlocks(*peer, bad_dst, kTimeout).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(sender->WriteBlocks(*peer, bad_src, kTimeout).code(), StatusCode::kOutOfRange);
-  // A valid write flushes the endpoint: anything sent before it would land.
+  // A valid write on the same endpoint: once it is acknowledged, messages
+  // the bad lists had sent before it would have landed too.
   ASSERT_TRUE(sender->WriteBlocks(*peer, {{9, 9}}, kTimeout).ok());
   ExpectCopied(src, dst, {{9, 9}}, 2);
   EXPECT_EQ(sender->WriteBlocks(*peer + 1, {{0, 0}}, kTimeout).code(),
@@ -148,10 +149,10 @@ TEST(KvTransferAgentTest, CreateRejectsBadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(KvTransferAgent::Create(pool.data(), kBlockBytes, 0, options).status().code(),
             StatusCode::kInvalidArgument);
-  options.max_outstanding_puts = 0;
+  options.max_outstanding_messages = 0;
   EXPECT_EQ(KvTransferAgent::Create(pool.data(), kBlockBytes, kNumBlocks, options).status().code(),
             StatusCode::kInvalidArgument);
-  options.max_outstanding_puts = 4;
+  options.max_outstanding_messages = 4;
   options.transports = "no_such_transport";
   auto bad = KvTransferAgent::Create(pool.data(), kBlockBytes, kNumBlocks, options);
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
@@ -163,7 +164,7 @@ TEST(KvTransferAgentTest, SmallOutstandingCapStillWritesAll) {
   std::vector<uint8_t> src = MakePool(1), dst = MakePool(2);
   KvTransferOptions options;
   options.transports = "tcp";
-  options.max_outstanding_puts = 1;
+  options.max_outstanding_messages = 1;
   options.coalesce_runs = false;
   auto sender = KvTransferAgent::Create(src.data(), kBlockBytes, kNumBlocks, options);
   auto receiver = MakeAgent(dst, "tcp");

@@ -86,7 +86,6 @@ TEST(RegistrationTest, KvEndpointLayoutMustMatch) {
     proto::RegisterRequest r = Good(spec, instance, rank, tp);
     proto::KvEndpoint* e = r.mutable_kv_endpoint();
     e->set_worker_address("ucx-address");
-    e->set_rkey("rkey");
     e->set_block_bytes(KvCacheLayout{16, spec.head_dim}.BlockBytes());
     e->set_num_blocks(100);
     e->set_layout_version(kKvBlockLayoutVersion);
@@ -116,6 +115,9 @@ TEST(RegistrationTest, KvEndpointLayoutMustMatch) {
   r = with_endpoint(1, 1, 3);
   r.mutable_kv_endpoint()->set_kv_heads(0, 2);
   expect(r, "i1r1", "kv_endpoint.kv_heads[0]");
+  r = with_endpoint(0, 0, 1);
+  r.mutable_kv_endpoint()->clear_worker_address();
+  expect(r, "i0r0", "no UCX worker address");
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ constexpr uint32_t kNumBlocks = 256;
 constexpr uint8_t kSenderSeed = 1;
 constexpr uint8_t kReceiverSeed = 2;
 
-// Runs of consecutive ids (coalesced into one put each), a run whose
+// Runs of consecutive ids (coalesced into one message each), a run whose
 // destination steps down (not coalesced), single blocks, the first and the
 // last block.
 std::vector<BlockCopy> ScatteredCopies() {
@@ -132,10 +132,10 @@ bool MakePipe(int ends[2], Fds* owned) {
 }
 
 Result<std::unique_ptr<KvTransferAgent>> MakeAgent(std::vector<uint8_t>& pool,
-                                                   int max_outstanding_puts, bool coalesce) {
+                                                   int max_outstanding_messages, bool coalesce) {
   KvTransferOptions options;
   options.transports = "tcp";
-  options.max_outstanding_puts = max_outstanding_puts;
+  options.max_outstanding_messages = max_outstanding_messages;
   options.coalesce_runs = coalesce;
   return KvTransferAgent::Create(pool.data(), kBlockBytes, kNumBlocks, options);
 }
@@ -159,15 +159,15 @@ struct ConnectedSender {
   int peer = -1;
 };
 
-ConnectedSender ConnectSender(const NetnsPair& link, int chan, int out, int max_outstanding_puts,
-                              bool coalesce) {
+ConnectedSender ConnectSender(const NetnsPair& link, int chan, int out,
+                              int max_outstanding_messages, bool coalesce) {
   std::string err = EnterSide(link, NetnsSide::kB);
   if (!err.empty()) Report(out, "SKIP " + err, 2);
   KvPeerInfo info;
   if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
   ConnectedSender sender;
   sender.pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
-  auto agent = MakeAgent(sender.pool, max_outstanding_puts, coalesce);
+  auto agent = MakeAgent(sender.pool, max_outstanding_messages, coalesce);
   if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);
   sender.agent = std::move(*agent);
   auto peer = sender.agent->Connect(info);
@@ -262,7 +262,7 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
 }
 
 // The receiver is SIGKILLed while the sender streams the whole pool in many
-// small puts: the sender's WriteBlocks must fail with Unavailable within its
+// small block messages: the sender's WriteBlocks must fail with Unavailable within its
 // timeout, and neither the call nor the sender's shutdown may hang.
 TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
   const auto start = Clock::now();
@@ -287,7 +287,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     auto agent = MakeAgent(pool, 256, true);
     if (!agent.ok()) Report(out, "FAIL receiver Create: " + agent.status().ToString(), 3);
     if (!SendPeerInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
-    // Serve puts (the progress thread) until the parent's SIGKILL; the
+    // Serve block messages (the progress thread) until the parent's SIGKILL; the
     // parent, not this process, reads what the sender sends on `chan`.
     WriteAll(out, "READY", 5);
     close(out);
