@@ -27,7 +27,7 @@ Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec) {
 }
 
 bool BuiltWithCuda() {
-#if HEADWAY_BUILT_WITH_CUDA
+#if HEADWAY_HAVE_CUDA
   return true;
 #else
   return false;

@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/kv_layout.h"
 #include "common/model_spec.h"
 #include "common/status.h"
-#include "kernels/kv_cache.h"
 
 namespace headway {
 

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "common/gguf.h"
+#include "common/kv_layout.h"
 #include "common/status.h"
-#include "kernels/kv_cache.h"
 
 namespace headway {
 

@@ -42,12 +42,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/kv_layout.h"
 #include "common/model_spec.h"
 #include "common/status.h"
 #include "coordinator/block_pool.h"
 #include "coordinator/instance_counters.h"
 #include "coordinator/prefix_cache.h"
-#include "kernels/kv_cache.h"
 
 namespace headway {
 

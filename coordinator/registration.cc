@@ -1,7 +1,7 @@
 #include "coordinator/registration.h"
 
 #include "comm/control_channel.h"
-#include "kernels/kv_cache.h"
+#include "common/kv_layout.h"
 
 namespace headway {
 namespace {

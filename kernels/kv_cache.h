@@ -1,36 +1,17 @@
-// KV cache layout and the head-wise block table as kernels see them.
-//
-// A rank's KV pool is one array of `num_blocks` equal blocks (f32, host):
-//   block b: K [block_size, head_dim] | V [block_size, head_dim]
-// at pool + b * BlockFloats(). Any slot (layer, local KV head) can take any
-// block. Logical block i of a slot covers positions [i*block_size,
-// (i+1)*block_size); its block id comes from the slot's row of the block
-// table. An entry of -1 means "no block" (recycled out of a sliding window);
-// kernels never read such an entry.
+// The batch and its head-wise block table as attention kernels take them:
+// views over arrays the caller owns, valid for one kernel call. The block
+// byte layout (KvCacheLayout), its version and the slot attention spec
+// (SlotSpec) are common/kv_layout.h's, shared with the coordinator; an entry
+// of -1 in a block table means "no block" and kernels never read such an
+// entry.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/kv_layout.h"
+
 namespace headway {
-
-// Version of the block byte layout below. KV transfer refuses to pair ranks
-// whose versions differ (their blocks would be misread): bump it whenever the
-// layout of a block changes.
-constexpr uint32_t kKvBlockLayoutVersion = 1;
-
-struct KvCacheLayout {
-  int block_size = 16;  // positions per block
-  int head_dim = 64;    // values per head vector
-
-  size_t BlockFloats() const { return size_t(2) * block_size * head_dim; }
-  size_t BlockBytes() const { return BlockFloats() * sizeof(float); }
-  // Offset (in floats) of K and V of `pos_in_block` inside a block.
-  size_t KOffset(int pos_in_block) const { return size_t(pos_in_block) * head_dim; }
-  size_t VOffset(int pos_in_block) const {
-    return size_t(block_size) * head_dim + size_t(pos_in_block) * head_dim;
-  }
-};
 
 // The batch's sequences and their new tokens. Rows of q/k/v/out tensors are
 // tokens, grouped by sequence: sequence s owns rows [query_start[s],
@@ -55,21 +36,6 @@ struct LayerBlockTable {
 
   const int32_t* Row(int seq, int kv_head) const {
     return block_ids + (size_t(seq) * num_kv_heads + kv_head) * max_blocks;
-  }
-};
-
-// Attention spec of one slot. window == 0: full causal attention. Otherwise
-// sliding: a query at position p sees keys k <= p with k > p - window or
-// k < sink (DESIGN.md "Attention spec").
-struct SlotSpec {
-  int32_t window = 0;
-  int32_t sink = 0;
-
-  bool IsSliding() const { return window > 0; }
-  bool Sees(int64_t query_pos, int64_t key_pos) const {
-    if (key_pos > query_pos) return false;
-    if (window <= 0) return true;
-    return key_pos > query_pos - window || key_pos < sink;
   }
 };
 

@@ -1,5 +1,5 @@
 // The KV block pool of one TP rank: one allocation of `num_blocks` equal
-// blocks (kernels/kv_cache.h lays out a block), in host memory or on the
+// blocks (common/kv_layout.h lays out a block), in host memory or on the
 // rank's CUDA device (worker/cuda/device_kv_pool.h). Any slot can take any
 // block; which block belongs to which (sequence, slot) is the coordinator's
 // allocation, recorded in each sequence's head-wise block table.
@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/kv_layout.h"
 #include "common/status.h"
-#include "kernels/kv_cache.h"
 
 namespace headway {
 

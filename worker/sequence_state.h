@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/kv_layout.h"
 #include "common/status.h"
-#include "kernels/kv_cache.h"
 #include "proto/control.pb.h"
 
 namespace headway {

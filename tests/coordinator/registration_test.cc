@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/kv_cache.h"
+#include "common/kv_layout.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {

@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/kv_cache.h"
+#include "common/kv_layout.h"
 #include "tests/support/deployment.h"
 #include "tests/support/netns.h"
 #include "tests/support/process.h"

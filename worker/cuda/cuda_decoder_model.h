@@ -53,7 +53,7 @@ struct CudaModelOptions {
   // With max_seqs_per_step, sizes the step metadata (the dense block tables)
   // up front; longer steps grow it inside Forward.
   int max_model_len = 8192;
-  int block_size = 16;             // the KV pool's (kernels/kv_cache.h)
+  int block_size = 16;             // the KV pool's (common/kv_layout.h)
   // Tests: copy every logit row to the host, also those picked on the
   // device (greedy rows are still picked there).
   bool copy_all_logits = false;

@@ -6,8 +6,8 @@
 
 #include <memory>
 
+#include "common/kv_layout.h"
 #include "common/status.h"
-#include "kernels/kv_cache.h"
 #include "worker/kv_pool.h"
 
 namespace headway::cuda {

@@ -1,0 +1,4 @@
+#pragma once
+
+#include "high/sub/deep.h"
+#include "low/low.h"

@@ -1,0 +1,4 @@
+#pragma once
+
+#include "high/high.h"
+#include "low/other.h"
