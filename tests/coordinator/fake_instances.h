@@ -12,7 +12,7 @@
 #include "comm/control_channel.h"
 #include "common/config.h"
 #include "coordinator/instance_registry.h"
-#include "kernels/kv_cache.h"
+#include "common/kv_layout.h"
 
 namespace headway::testing {
 
@@ -59,7 +59,6 @@ inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instan
   if (with_kv_endpoint) {
     proto::KvEndpoint* e = r.mutable_kv_endpoint();
     e->set_worker_address("ucx-address-" + PeerName(instance, rank));
-    e->set_rkey("rkey");
     e->set_block_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
     e->set_num_blocks(uint64_t(num_blocks));
     e->set_layout_version(kKvBlockLayoutVersion);
