@@ -21,7 +21,7 @@
 // d*dx.
 #include "kernels/quant_matmul.h"
 
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,16 +40,16 @@
 namespace headway::cpu {
 namespace {
 
-using internal::BlockBytes;
-using internal::BlockValues;
-using internal::HalfToFloat;
-using internal::kQ4KQs;
-using internal::kQ4KScales;
-using internal::kQ6KD;
-using internal::kQ6KQh;
-using internal::kQ6KScales;
-using internal::LoadU16;
-using internal::ScaleMinK4;
+using quant::BlockBytes;
+using quant::BlockValues;
+using quant::HalfToFloat;
+using quant::kQ4KQs;
+using quant::kQ4KScales;
+using quant::kQ6KD;
+using quant::kQ6KQh;
+using quant::kQ6KScales;
+using quant::LoadU16;
+using quant::ScaleMinK4;
 
 // Values per activation block and per weight block or K sub-block.
 constexpr int kBlock = 32;
@@ -521,7 +521,7 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
 
 }  // namespace
 
-bool QuantMatmulSupported(GgmlType type) { return BlockBytes(type) != 0; }
+bool QuantMatmulSupported(GgmlType type) { return quant::IsKernelBlockType(type); }
 
 void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n,
                        int k, float* y) {
