@@ -577,6 +577,8 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
 
 }  // namespace
 
+bool QuantMatmulSupported(GgmlType type) { return quant::IsKernelBlockType(type); }
+
 void QuantMatmulTransBF32Act(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
                              int n, int k, float* y) {
   Run(/*simd=*/true, x, w_quant, w_type, m, n, k, y);
@@ -587,6 +589,14 @@ namespace internal {
 void QuantMatmulTransBF32ActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
                                      int m, int n, int k, float* y) {
   Run(/*simd=*/false, x, w_quant, w_type, m, n, k, y);
+}
+
+bool QuantMatmulHasSimd() {
+#ifdef HEADWAY_QMM_F32ACT_AVX2
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace internal
