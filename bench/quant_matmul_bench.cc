@@ -2,7 +2,8 @@
 // on weights dequantised to f32) for SmolLM2-135M's and Gemma 3 270M's
 // K-quant shapes, printed as one JSON object:
 //   f32act:  QuantMatmulTransBF32Act (f32 activations, batch-invariant)
-//   int8act: QuantMatmulTransB (activations rounded to 8 bits)
+//   int8act: reference::QuantMatmulTransB8BitAct (activations rounded to 8
+//            bits, llama.cpp's method; not used in serving)
 //   sgemm:   MatmulTransB on the dequantised f32 matrix
 // Shapes: attn_q / attn_output [m,576] x [576,576]^T Q4_1, ffn_gate / ffn_up
 // [m,576] x [1536,576]^T Q4_1, ffn_down [m,1536] x [576,1536]^T Q4_1,
@@ -40,6 +41,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/quant_matmul.h"
+#include "kernels/reference/quant_matmul_8bit_act.h"
 #include "worker/dequant.h"
 
 namespace headway {
@@ -128,13 +130,13 @@ nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, bool cold, do
     };
     // Warm-up: page faults, thread pools.
     quant_pass(cpu::QuantMatmulTransBF32Act);
-    quant_pass(cpu::QuantMatmulTransB);
+    quant_pass(reference::QuantMatmulTransB8BitAct);
     f32_pass();
     std::vector<double> t_f32act, t_int8act, t_sgemm, r_f32act_sgemm, r_int8act_sgemm,
         r_f32act_int8act;
     for (int r = 0; r < repeats; ++r) {
       t_f32act.push_back(quant_pass(cpu::QuantMatmulTransBF32Act));
-      t_int8act.push_back(quant_pass(cpu::QuantMatmulTransB));
+      t_int8act.push_back(quant_pass(reference::QuantMatmulTransB8BitAct));
       t_sgemm.push_back(f32_pass());
       r_f32act_sgemm.push_back(t_f32act.back() / t_sgemm.back());
       r_int8act_sgemm.push_back(t_int8act.back() / t_sgemm.back());
@@ -236,7 +238,8 @@ int main(int argc, char** argv) {
   }
   nlohmann::json doc = {{"repeats", repeats},
                         {"cold_mb", cold_mb},
-                        {"simd", cpu::internal::QuantMatmulHasSimd()},
+                        {"simd", cpu::internal::QuantMatmulHasSimd() &&
+                                     reference::internal::QuantMatmul8BitActHasSimd()},
                         {"results", results}};
   std::printf("%s\n", doc.dump(2).c_str());
   return 0;

@@ -1,6 +1,6 @@
-// Matrix products against weights kept in ggml's quantised block formats, for
-// decode-sized batches: each weight byte is read once per call instead of the
-// 4 bytes per weight of a dequantised f32 matrix.
+// Matrix products against weights kept in ggml's quantised block formats:
+// each weight byte is read once per call instead of the 4 bytes per weight of
+// a dequantised f32 matrix, and no f32 copy of the weights is kept.
 //
 // Weight row layouts (ggml-common.h; worker/dequant.h draws the same blocks):
 //   Q8_0: 34 bytes per 32 values = f16 d | i8 qs[32];                 w = d*q
@@ -21,27 +21,9 @@
 // in ql[64h + 32(g % 2) + l] (low nibble for g < 2, high for g >= 2) and its
 // top 2 bits in bits 2g, 2g + 1 of qh[32h + l]; one scale per 16 values.
 //
-// Two modes: QuantMatmulTransB rounds the activations to 8 bits and takes
-// integer dot products (the method below); QuantMatmulTransBF32Act keeps
-// them in f32 (more accurate, batch-invariant; see its comment).
-//
-// Method of QuantMatmulTransB (llama.cpp's ggml_vec_dot_q4_1_q8_1 and
-// friends): each activation row is quantised once per call to 8-bit blocks of 32 (per block
-// dx = max|x| / 127, qx = round(x / dx), sx = dx * sum(qx)); a block's
-// product is then an exact integer dot sum(qw * qx), scaled in f32:
-//   Q8_0: dw*dx*dot                 Q4_1: dw*dx*dot + m*sx
-//   Q4_0: dw*dx*dot - 8*dw*sx       Q5_0: dw*dx*dot - 16*dw*sx
-// The K types go one 32-value sub-block (one activation block) at a time:
-//   Q4_K: (d*sc_s)*dx*dot - (dmin*m_s)*sx
-//   Q6_K: d*dx*(sc_a*dot_a + sc_b*dot_b), dot over the signed q - 32, a and b
-//         the sub-block's two 16-value halves (the scale products are integer)
-// F16 weights multiply the f32 activations directly (no activation rounding).
-//
-// Accuracy against the exact product with the dequantised weights W: rounding
-// x to qx moves each value by at most dx/2 = max_b|x| / 254, so a block b
-// adds at most (max_{j in b}|x_j| / 254) * sum_{j in b}|W_j| of error, plus
-// f32 rounding of the accumulation. Activation quantisation is the only
-// approximation; weights are used exactly as stored.
+// The activations stay f32. llama.cpp's method, which rounds them to 8 bits
+// per block first, is kernels/reference/quant_matmul_8bit_act.h: it moves
+// logits enough to flip near-ties (worker/linear.h), so serving does not use it.
 #pragma once
 
 #include <cstdint>
@@ -50,36 +32,28 @@
 
 namespace headway::cpu {
 
-// True for the weight types QuantMatmulTransB and QuantMatmulTransBF32Act
-// handle: Q8_0, Q4_0, Q4_1, Q5_0, F16 (blocks of 32 values) and Q4_K, Q6_K
-// (super-blocks of 256 values).
+// True for the weight types QuantMatmulTransBF32Act handles: Q8_0, Q4_0, Q4_1,
+// Q5_0, F16 (blocks of 32 values) and Q4_K, Q6_K (super-blocks of 256 values),
+// the list of kernels/quant_blocks.h (quant::IsKernelBlockType).
 bool QuantMatmulSupported(GgmlType type);
 
 // y = x * W^T with W stored quantised, the layout of a linear layer whose
-// weight rows are outputs (GGUF's ne = {k, n}):
+// weight rows are outputs (GGUF's ne = {k, n}), and the activations in f32:
 //   x: [m, k] f32 row-major; y: [m, n] f32 row-major (overwritten);
 //   w_quant: n rows of k values of `w_type`, row i starting at byte
 //            i * row_bytes, row_bytes = k / block values * block bytes
 //            (block values 256 for Q4_K and Q6_K, else 32; F16: 2 * k).
-// Parallel over output rows n with OpenMP (the calling thread's team size);
-// each weight row is read once and reused for all m activation rows. Scratch
-// of about m * (k + k / 4) bytes is allocated per call. Thread-safe for
-// distinct y. m == 0 or n == 0 writes nothing; k == 0 writes zeros.
-// REQUIRES: QuantMatmulSupported(w_type), k % 32 == 0 (k % 256 == 0 for Q4_K
-// and Q6_K), m, n, k >= 0 (checked:
-// a violation aborts, as it is a caller's bug; validate types and shapes when
-// the weights are loaded).
-void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n,
-                       int k, float* y);
-
-// y = x * W^T as QuantMatmulTransB (same layouts, shapes, threading and
-// REQUIRES; a violation aborts), but the activations stay f32: no 8-bit
-// rounding of x. Each weight block is dequantised in registers and
-// multiplied with x by FMA, accumulating in f32. For decode batches it reads
-// the quantised bytes once and is memory-bound like QuantMatmulTransB; for
-// m > 4 each group of weight rows is dequantised once per call into a
-// per-thread f32 scratch of max(192 KiB, 12 * k bytes) and reused by all m
-// rows.
+// Parallel over output rows n with OpenMP (the calling thread's team size).
+// Thread-safe for distinct y. m == 0 or n == 0 writes nothing; k == 0 writes
+// zeros. REQUIRES: QuantMatmulSupported(w_type), k % 32 == 0 (k % 256 == 0
+// for Q4_K and Q6_K), m, n, k >= 0 (checked: a violation aborts, as it is a
+// caller's bug; validate types and shapes when the weights are loaded).
+//
+// Each weight block is dequantised in registers and multiplied with x by
+// FMA, accumulating in f32. For decode batches (m <= 4) it reads the
+// quantised bytes once and is memory-bound; for m > 4 each group of weight
+// rows is dequantised once per call into a per-thread f32 scratch of
+// max(192 KiB, 12 * k bytes) and reused by all m rows.
 //
 // Weights: w = d*q (Q8_0), d*(q - 8) (Q4_0), d*(q - 16) (Q5_0), the f16
 // value (F16), (d*sc_t)*(q - 32) (Q6_K), each exact in f32, fma(d, q, m)
@@ -111,14 +85,7 @@ namespace internal {
 void QuantMatmulTransBF32ActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
                                      int m, int n, int k, float* y);
 
-// The portable path, which QuantMatmulTransB uses where AVX2 is not compiled
-// in; same contract. Exposed so tests can check that both paths give the same
-// bits (they share the summation order: 8 lanes per block, one f32 FMA per
-// lane and block, then a fixed pairwise reduction).
-void QuantMatmulTransBPortable(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
-                               int n, int k, float* y);
-
-// True where QuantMatmulTransB runs the AVX2 path.
+// True where QuantMatmulTransBF32Act runs the AVX2 path.
 bool QuantMatmulHasSimd();
 
 }  // namespace internal

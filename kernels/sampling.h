@@ -19,9 +19,13 @@ struct SampleResult {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first, raw log softmax
 };
 
+// The SplitMix64 finaliser (Steele et al. 2014): a bijective mix of the 64
+// bits of x, the same on every platform.
+uint64_t SplitMix64(uint64_t x);
+
 // A uniform double in [0, 1) that depends only on (seed, counter): the same
 // request with the same seed samples the same tokens however it is batched.
-// SplitMix64 (Steele et al. 2014).
+// Built on SplitMix64.
 double SeededUniform(uint64_t seed, uint64_t counter);
 
 namespace cpu {

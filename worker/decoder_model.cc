@@ -64,8 +64,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
   EnsureScratch(n);
 
   const size_t hidden_floats = size_t(n) * hidden;
-  cpu::EmbeddingShard(weights_->token_embd().f32.data(), s.vocab_begin, s.vocab_end,
-                      batch.token_ids, n, hidden, x_.data());
+  EmbeddingLookup(weights_->token_embd(), s.vocab_begin, batch.token_ids, n, x_.data());
   HW_RETURN_IF_ERROR(AllReduce(x_.data(), hidden_floats).WithContext("embedding all-reduce"));
   if (arch_.embedding_scale != 1.0f) {
     cpu::ScaleInPlace(x_.data(), arch_.embedding_scale, int64_t(hidden_floats));
@@ -75,9 +74,9 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
     const LayerBlockTable& table = batch.tables[l];
     // Attention block.
     cpu::RmsNorm(x_.data(), w.attn_norm.data(), n, hidden, eps, h_.data());
-    ApplyLinear(w.wq, h_.data(), n, q_.data(), matmul_path_);
-    ApplyLinear(w.wk, h_.data(), n, k_.data(), matmul_path_);
-    ApplyLinear(w.wv, h_.data(), n, v_.data(), matmul_path_);
+    linear_(w.wq, h_.data(), n, q_.data());
+    linear_(w.wk, h_.data(), n, k_.data());
+    linear_(w.wv, h_.data(), n, v_.data());
     if (arch_.qk_norm) {
       cpu::RmsNorm(q_.data(), w.attn_q_norm.data(), n * n_heads, hd, eps, q_.data());
       cpu::RmsNorm(k_.data(), w.attn_k_norm.data(), n * n_kv, hd, eps, k_.data());
@@ -88,7 +87,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
     cpu::AppendKv(k_.data(), v_.data(), batch.layout, table, layout, pool->data());
     cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table,
                         &local_specs_[size_t(l) * n_kv], layout, n_heads, scale, attn_.data());
-    ApplyLinear(w.wo, attn_.data(), n, proj_.data(), matmul_path_);
+    linear_(w.wo, attn_.data(), n, proj_.data());
     HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("attention all-reduce"));
     if (arch_.post_norms) {
       cpu::RmsNorm(proj_.data(), w.post_attention_norm.data(), n, hidden, eps, proj_.data());
@@ -96,14 +95,14 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
     cpu::AddInPlace(x_.data(), proj_.data(), int64_t(n) * hidden);
     // MLP block.
     cpu::RmsNorm(x_.data(), w.ffn_norm.data(), n, hidden, eps, h_.data());
-    ApplyLinear(w.w_gate, h_.data(), n, gate_.data(), matmul_path_);
-    ApplyLinear(w.w_up, h_.data(), n, up_.data(), matmul_path_);
+    linear_(w.w_gate, h_.data(), n, gate_.data());
+    linear_(w.w_up, h_.data(), n, up_.data());
     if (arch_.gelu_tanh_mlp) {
       cpu::GeluTanhGated(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
     } else {
       cpu::SwiGlu(gate_.data(), up_.data(), int64_t(n) * inter, gate_.data());
     }
-    ApplyLinear(w.w_down, gate_.data(), n, proj_.data(), matmul_path_);
+    linear_(w.w_down, gate_.data(), n, proj_.data());
     HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("MLP all-reduce"));
     if (arch_.post_norms) {
       cpu::RmsNorm(proj_.data(), w.post_ffw_norm.data(), n, hidden, eps, proj_.data());
@@ -131,11 +130,11 @@ Status DecoderModel::ComputeLogits(const ForwardBatch& batch, std::vector<float>
                last_.data());
   if (s.tp_size == 1) {
     HW_CHECK(vocab_rows == spec_.vocab_size);
-    ApplyLinear(weights_->lm_head(), last_.data(), r, logits->data(), matmul_path_);
+    linear_(weights_->lm_head(), last_.data(), r, logits->data());
     return Status::Ok();
   }
   local_logits_.resize(size_t(r) * vocab_rows);
-  ApplyLinear(weights_->lm_head(), last_.data(), r, local_logits_.data(), matmul_path_);
+  linear_(weights_->lm_head(), last_.data(), r, local_logits_.data());
   if (s.tp_rank == 0) gathered_logits_.resize(size_t(s.tp_size) * r * vocab_rows);
   const auto t0 = std::chrono::steady_clock::now();
   Status gathered = comm_->Gather(local_logits_.data(), local_logits_.size(),

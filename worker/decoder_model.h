@@ -39,6 +39,7 @@
 #include "kernels/kv_cache.h"
 #include "worker/kv_pool.h"
 #include "worker/forward_model.h"
+#include "worker/linear.h"
 #include "worker/model_weights.h"
 
 namespace headway {
@@ -69,9 +70,10 @@ class DecoderModel final : public ForwardModel {
   // construction, wall clock: the waiting for slower ranks included.
   double collective_seconds() const override { return collective_seconds_; }
 
-  // Serving uses MatmulPath::kQuantisedF32Act (worker/linear.h); tests
-  // switch paths to compare each with its reference.
-  void TEST_set_matmul_path(MatmulPath path) { matmul_path_ = path; }
+  // Serving applies every matrix with ApplyLinear (worker/linear.h); tests
+  // swap in another LinearFn to compare an arithmetic path with its
+  // reference. `fn` must not be null.
+  void TEST_set_linear(LinearFn fn) { linear_ = fn; }
 
  private:
   DecoderModel(const ModelSpec& spec, std::unique_ptr<ModelWeights> weights, Communicator* comm);
@@ -87,7 +89,7 @@ class DecoderModel final : public ForwardModel {
   Communicator* const comm_;  // nullptr at TP 1
   double collective_seconds_ = 0.0;
   std::vector<SlotSpec> local_specs_;  // [num_layers * num_local_kv_heads]
-  MatmulPath matmul_path_ = MatmulPath::kQuantisedF32Act;
+  LinearFn linear_ = &ApplyLinear;
 
   // Scratch, grown to the largest batch seen; [n_tokens, width] row-major.
   int scratch_tokens_ = 0;

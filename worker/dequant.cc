@@ -12,11 +12,8 @@ constexpr uint64_t kMinBlocksForThreads = 2048;
 constexpr int kQK = 32;    // values per block of the *_0 / *_1 types
 constexpr int kQKK = 256;  // values per super-block of the K types
 
-inline uint16_t LoadU16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
+using quant::LoadU16;
+using quant::ScaleMinK4;
 
 // Each DequantizeBlocks* turns blocks [0, n_blocks) of `src` into `dst`.
 // Formulas follow ggml-quants.c dequantize_row_*.
@@ -95,18 +92,6 @@ void DequantizeQ5_0(const uint8_t* src, float* dst, uint64_t n_blocks) {
   }
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K super-block
-// (ggml-quants.c get_scale_min_k4).
-inline void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
-  if (j < 4) {
-    *scale = q[j] & 63;
-    *min = q[j + 4] & 63;
-  } else {
-    *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K: f16 d | f16 dmin | u8 scales[12] | u8 qs[128].
 void DequantizeQ4_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
 #pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads / 8)
@@ -157,21 +142,9 @@ void DequantizeQ6_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
   }
 }
 
+// What the quantised kernels read, plus the plain float types.
 bool Supported(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
+  return type == GgmlType::kF32 || type == GgmlType::kBF16 || quant::IsKernelBlockType(type);
 }
 
 Result<GgmlTypeSize> SupportedSize(GgmlType type) {
@@ -183,31 +156,6 @@ Result<GgmlTypeSize> SupportedSize(GgmlType type) {
 }
 
 }  // namespace
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x03FF;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);  // inf / NaN (payload kept)
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);  // rebias 15 -> 127
-  } else if (mant == 0) {
-    bits = sign;  // signed zero
-  } else {
-    // Subnormal half: normalise into a float exponent.
-    int e = -1;
-    do {
-      ++e;
-      mant <<= 1;
-    } while ((mant & 0x0400) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x03FF) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 float BFloat16ToFloat(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;

@@ -16,8 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/status.h"
 #include "common/gguf.h"
+#include "common/status.h"
+#include "kernels/quant_blocks.h"
 
 namespace headway {
 
@@ -34,8 +35,9 @@ Result<uint64_t> GgmlBytes(GgmlType type, uint64_t n_values);
 // Errors: InvalidArgument (bad count), Unimplemented (unsupported type).
 Status Dequantize(GgmlType type, const uint8_t* src, float* dst, uint64_t n_values);
 
-// IEEE half / bfloat16 to float.
-float HalfToFloat(uint16_t h);
+// IEEE half to float, exact: the kernels' own (kernels/quant_blocks.h).
+using quant::HalfToFloat;
+// bfloat16 to float, exact.
 float BFloat16ToFloat(uint16_t h);
 
 }  // namespace headway

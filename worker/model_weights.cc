@@ -36,9 +36,10 @@ Result<const GgufTensorInfo*> FindChecked(const GgufFile& file, const std::strin
 
 // Rows [row_begin, row_end) and columns [col_begin, col_end) of the matrix
 // `name` (ne = {n_in, n_out}). Rows at or past n_out (vocabulary padding) are
-// zero. The stored blocks are kept too when QuantMatmulTransB handles the
+// zero. The stored blocks are kept when QuantMatmulTransBF32Act handles the
 // type and the column range does not cut a quantisation block (all-zero
-// bytes are a zero block in every such type, so padding stays zero).
+// bytes are a zero block in every such type, so padding stays zero); else the
+// slice is dequantised to f32. Never both (worker/linear.h).
 Result<LinearWeight> LoadMatrix(const GgufFile& file, const std::string& name, int n_in,
                                 int n_out, int row_begin, int row_end, int col_begin,
                                 int col_end) {
@@ -53,17 +54,6 @@ Result<LinearWeight> LoadMatrix(const GgufFile& file, const std::string& name, i
   const int real_rows = std::max(0, real_end - row_begin);
   const uint8_t* src = file.TensorData(*info) + uint64_t(row_begin) * row_bytes;
 
-  std::vector<float> full(size_t(real_rows) * n_in);
-  if (real_rows > 0) {
-    Status s = Dequantize(info->type, src, full.data(), uint64_t(real_rows) * n_in);
-    if (!s.ok()) return s.WithContext("tensor " + name);
-  }
-  w.f32.assign(size_t(w.rows) * w.cols, 0.0f);
-  for (int r = 0; r < real_rows; ++r) {
-    std::copy_n(full.data() + size_t(r) * n_in + col_begin, w.cols,
-                w.f32.data() + size_t(r) * w.cols);
-  }
-
   if (cpu::QuantMatmulSupported(info->type) && col_begin % block.block_values == 0 &&
       w.cols % block.block_values == 0) {
     const uint64_t byte_begin = col_begin / block.block_values * block.block_bytes;
@@ -74,6 +64,16 @@ Result<LinearWeight> LoadMatrix(const GgufFile& file, const std::string& name, i
       std::copy_n(src + uint64_t(r) * row_bytes + byte_begin, slice_bytes,
                   w.quant.data() + size_t(r) * slice_bytes);
     }
+    return w;
+  }
+
+  // One row at a time, so the transient memory is a row, not the matrix.
+  w.f32.assign(size_t(w.rows) * w.cols, 0.0f);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  for (int r = 0; r < real_rows; ++r) {
+    Status s = Dequantize(info->type, src + uint64_t(r) * row_bytes, row.data(), uint64_t(n_in));
+    if (!s.ok()) return s.WithContext("tensor " + name);
+    std::copy_n(row.data() + col_begin, w.cols, w.f32.data() + size_t(r) * w.cols);
   }
   return w;
 }

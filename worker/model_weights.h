@@ -1,6 +1,6 @@
-// The weights of one TP shard of a llama- or gemma3-architecture model, dequantised to
-// f32 in host memory at load time; matrices also keep their stored
-// quantised blocks for decode-sized products (worker/linear.h).
+// The weights of one TP shard of a llama- or gemma3-architecture model in host
+// memory: matrices as the file's quantised blocks where the kernels read them,
+// else dequantised to f32 at load time (worker/linear.h); norm weights as f32.
 //
 // GGUF tensor names (llama.cpp `LLM_ARCH_LLAMA`): token_embd.weight,
 // output_norm.weight, optional output.weight (absent = tied to token_embd),
@@ -49,16 +49,17 @@ struct LayerWeights {
 
 class ModelWeights {
  public:
-  // Reads and dequantises the tensors of `shard` from `file`, whose spec is
-  // `spec` (LoadModelSpec of the same file). `file` is only read during the
-  // call. Errors: NotFound naming a missing tensor; InvalidArgument naming a
+  // Reads the tensors of `shard` from `file` (dequantising what is kept as
+  // f32), whose spec is `spec` (LoadModelSpec of the same file). `file` is
+  // only read during the call. Errors: NotFound naming a missing tensor; InvalidArgument naming a
   // tensor whose shape differs from what the spec implies (both shapes in the
   // message); Unimplemented for a tensor type that cannot be dequantised.
   static Result<std::unique_ptr<ModelWeights>> Load(const GgufFile& file, const ModelSpec& spec,
                                                     const TpShard& shard);
 
   // Weights of `shard` drawn uniformly from [-scale, scale] (norm weights 1),
-  // reproducible from `seed`: a small model for tests that need no file.
+  // held as f32, reproducible from `seed`: a small model for tests that need
+  // no file.
   static std::unique_ptr<ModelWeights> TEST_Random(const ModelSpec& spec, const TpShard& shard,
                                                    uint64_t seed, float scale);
 
@@ -76,7 +77,7 @@ class ModelWeights {
   // hidden]: output.weight, or token_embd when the embeddings are tied.
   const LinearWeight& lm_head() const { return tied_ ? token_embd_ : output_; }
 
-  // Bytes of weights held (f32 and quantised copies).
+  // Bytes of weights held.
   size_t num_bytes() const;
 
  private:

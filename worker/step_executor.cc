@@ -12,14 +12,6 @@
 namespace headway {
 namespace {
 
-// SplitMix64 finaliser (Steele et al. 2014): mixes a seed base with a seq id.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t RandomSeedBase() {
   std::random_device rd;
   return (uint64_t(rd()) << 32) ^ uint64_t(rd());
@@ -61,7 +53,7 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
       return Status::FailedPrecondition(name + " is_new but already exists on this worker");
     }
     next->seq_id = step.seq_id();
-    next->rng_seed = Mix(seed_base_ ^ Mix(step.seq_id()));
+    next->rng_seed = SplitMix64(seed_base_ ^ SplitMix64(step.seq_id()));
     // A new sequence may start past 0: its prefix is already in the blocks
     // its deltas name (prefix cache hit, or a snapshot moved from prefill).
     next->num_computed = step.start_pos();

@@ -17,7 +17,7 @@
 // sub-block) at a time, in value order, so their FMA order is the header's.
 #include "kernels/quant_matmul.h"
 
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -38,16 +38,16 @@
 namespace headway::cpu {
 namespace {
 
-using internal::BlockBytes;
-using internal::BlockValues;
-using internal::HalfToFloat;
-using internal::kQ4KQs;
-using internal::kQ4KScales;
-using internal::kQ6KD;
-using internal::kQ6KQh;
-using internal::kQ6KScales;
-using internal::LoadU16;
-using internal::ScaleMinK4;
+using quant::BlockBytes;
+using quant::BlockValues;
+using quant::HalfToFloat;
+using quant::kQ4KQs;
+using quant::kQ4KScales;
+using quant::kQ6KD;
+using quant::kQ6KQh;
+using quant::kQ6KScales;
+using quant::LoadU16;
+using quant::ScaleMinK4;
 
 constexpr int kChunk = 32;     // values dequantised together (a K super-block has 8)
 constexpr int kLanes = 8;      // f32 lanes per output accumulator
@@ -577,6 +577,8 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
 
 }  // namespace
 
+bool QuantMatmulSupported(GgmlType type) { return quant::IsKernelBlockType(type); }
+
 void QuantMatmulTransBF32Act(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
                              int n, int k, float* y) {
   Run(/*simd=*/true, x, w_quant, w_type, m, n, k, y);
@@ -587,6 +589,14 @@ namespace internal {
 void QuantMatmulTransBF32ActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
                                      int m, int n, int k, float* y) {
   Run(/*simd=*/false, x, w_quant, w_type, m, n, k, y);
+}
+
+bool QuantMatmulHasSimd() {
+#ifdef HEADWAY_QMM_F32ACT_AVX2
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace internal

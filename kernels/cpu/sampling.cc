@@ -12,7 +12,6 @@
 #include <numeric>
 
 namespace headway {
-namespace {
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -20,8 +19,6 @@ uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-
-}  // namespace
 
 double SeededUniform(uint64_t seed, uint64_t counter) {
   // Mixing the seed first keeps (seed, counter + 1) and (seed + 1, counter) apart.

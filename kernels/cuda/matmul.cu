@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/quant_blocks.h"
 
 namespace headway::cuda {
 namespace {
@@ -161,6 +162,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     DequantGemvKernel(const float* x, const uint8_t* w_quant, int m, int n, int k, float* y) {
   using B = Block<kType>;
   static_assert(B::kValues % kGroup == 0);
+  static_assert(B::kValues == quant::BlockValues(kType) && B::kBytes == quant::BlockBytes(kType));
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerCta + threadIdx.x / 32;
   if (row >= n) return;  // whole warps leave together: the shuffles below stay full
@@ -279,20 +281,7 @@ Status Blas::GemmBf16(const bf16_bits* a, const bf16_bits* b, int m, int n, int 
   return Status::Ok();
 }
 
-bool DequantGemvSupported(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ6_K:
-    case GgmlType::kF16:
-      return true;
-    default:
-      return false;
-  }
-}
+bool DequantGemvSupported(GgmlType type) { return quant::IsKernelBlockType(type); }
 
 void DequantGemv(const float* x, const uint8_t* w_quant, GgmlType type, int m, int n, int k,
                  float* y, Stream stream) {

@@ -30,6 +30,13 @@ double LogSoftmax(const std::vector<float>& logits, int id) {
   return logits[id] - max - std::log(sum);
 }
 
+TEST(SplitMix64Test, MatchesTheReferenceStream) {
+  // The first outputs of Vigna's splitmix64.c from state 0, whose state
+  // advances by the golden-ratio increment that SplitMix64 adds first.
+  EXPECT_EQ(SplitMix64(0), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(SplitMix64(0x9e3779b97f4a7c15ULL), 0x6e789e6aa1b965f4ULL);
+}
+
 TEST(SeededUniformTest, DeterministicAndInRange) {
   std::set<double> seen;
   for (uint64_t seed : {0ULL, 1ULL, 42ULL}) {

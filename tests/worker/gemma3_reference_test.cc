@@ -17,6 +17,7 @@ namespace {
 
 using testing::ExpectTop10;
 using testing::Ids;
+using testing::MatmulPath;
 using testing::MaxDiff;
 using testing::ReadJson;
 

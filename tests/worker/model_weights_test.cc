@@ -118,10 +118,10 @@ TEST_F(ModelWeightsTest, LoadsEveryTensorDequantised) {
   auto w = ModelWeights::Load(*file_, Spec(), Shard(0, 2, 0, 4, 0, 96, 1));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ((*w)->num_layers(), 2);
-  EXPECT_EQ((*w)->token_embd().f32, Stored("token_embd.weight"));
+  EXPECT_EQ((*w)->token_embd().ToF32(), Stored("token_embd.weight"));
   EXPECT_EQ(&(*w)->lm_head(), &(*w)->token_embd());  // tied
-  EXPECT_EQ((*w)->layer(1).wk.f32, Stored("blk.1.attn_k.weight"));
-  EXPECT_EQ((*w)->layer(0).w_down.f32, Stored("blk.0.ffn_down.weight"));
+  EXPECT_EQ((*w)->layer(1).wk.ToF32(), Stored("blk.1.attn_k.weight"));
+  EXPECT_EQ((*w)->layer(0).w_down.ToF32(), Stored("blk.0.ffn_down.weight"));
   EXPECT_EQ((*w)->layer(1).ffn_norm, Stored("blk.1.ffn_norm.weight"));
 }
 
@@ -131,28 +131,33 @@ TEST_F(ModelWeightsTest, LoadsShardRanges) {
   auto w = ModelWeights::Load(*file_, Spec(), Shard(1, 2, 2, 4, 48, 96, 2));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   const LayerWeights& l = (*w)->layer(0);
+  // Each matrix as f32, whichever form it is held in.
+  const std::vector<float> l_wq = l.wq.ToF32(), l_wv = l.wv.ToF32(), l_wo = l.wo.ToF32(),
+                           l_w_down = l.w_down.ToF32();
   const std::vector<float> wq = Stored("blk.0.attn_q.weight");  // [64, 64]
-  ASSERT_EQ(l.wq.f32.size(), 32u * 64);
-  EXPECT_TRUE(std::equal(l.wq.f32.begin(), l.wq.f32.end(), wq.begin() + 32 * 64));
+  ASSERT_EQ(l_wq.size(), 32u * 64);
+  EXPECT_TRUE(std::equal(l_wq.begin(), l_wq.end(), wq.begin() + 32 * 64));
   const std::vector<float> wv = Stored("blk.0.attn_v.weight");  // [32, 64]
-  EXPECT_TRUE(std::equal(l.wv.f32.begin(), l.wv.f32.end(), wv.begin() + 16 * 64));
+  EXPECT_TRUE(std::equal(l_wv.begin(), l_wv.end(), wv.begin() + 16 * 64));
   const std::vector<float> wo = Stored("blk.0.attn_output.weight");  // [64 out, 64 in]
-  ASSERT_EQ(l.wo.f32.size(), 64u * 32);
+  ASSERT_EQ(l_wo.size(), 64u * 32);
   for (int r = 0; r < 64; ++r) {
-    for (int c = 0; c < 32; ++c) ASSERT_EQ(l.wo.f32[r * 32 + c], wo[r * 64 + 32 + c]);
+    for (int c = 0; c < 32; ++c) ASSERT_EQ(l_wo[r * 32 + c], wo[r * 64 + 32 + c]);
   }
   const std::vector<float> down = Stored("blk.0.ffn_down.weight");  // [64 out, 96 in]
-  ASSERT_EQ(l.w_down.f32.size(), 64u * 48);
-  EXPECT_EQ(l.w_down.f32[5 * 48 + 7], down[5 * 96 + 48 + 7]);
+  ASSERT_EQ(l_w_down.size(), 64u * 48);
+  EXPECT_EQ(l_w_down[5 * 48 + 7], down[5 * 96 + 48 + 7]);
 
-  // The quantised copy of a block-aligned column slice holds the same values;
-  // a slice that cuts a 32-value block keeps only f32.
+  // A block-aligned column slice is held as its stored blocks, which hold the
+  // values above; a slice that cuts a 32-value block is held as f32 only.
   ASSERT_TRUE(l.wo.has_quant());
-  std::vector<float> wo_from_quant(l.wo.f32.size());
+  EXPECT_TRUE(l.wo.f32.empty());
+  std::vector<float> wo_from_quant(l_wo.size());
   ASSERT_TRUE(Dequantize(l.wo.quant_type, l.wo.quant.data(), wo_from_quant.data(),
                          wo_from_quant.size()).ok());
-  EXPECT_EQ(wo_from_quant, l.wo.f32);
+  EXPECT_EQ(wo_from_quant, l_wo);
   EXPECT_FALSE(l.w_down.has_quant());
+  EXPECT_EQ(l.w_down.f32, l_w_down);
 }
 
 TEST_F(ModelWeightsTest, MissingTensorIsNamed) {

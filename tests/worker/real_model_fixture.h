@@ -20,9 +20,11 @@
 
 #include "common/gguf.h"
 #include "common/model_spec.h"
+#include "kernels/reference/quant_matmul_8bit_act.h"
 #include "tests/support/test_env.h"
 #include "tests/worker/block_granter.h"
 #include "worker/decoder_model.h"
+#include "worker/linear.h"
 #include "worker/step_executor.h"
 
 namespace headway::testing {
@@ -94,6 +96,27 @@ inline void ExpectTop10(const std::vector<float>& logits, const nlohmann::json& 
 
 // Runs plans on one model through a StepExecutor with its own pool, giving
 // each sequence's slots fresh blocks as its positions grow.
+// The arithmetic paths the reference tests compare (worker/linear.h).
+enum class MatmulPath {
+  kQuantisedF32Act,   // stored blocks, f32 activations: ApplyLinear (serving)
+  kQuantised8BitAct,  // stored blocks, activations rounded to 8 bits (llama.cpp)
+  kF32,               // weights dequantised to f32, sgemm: ApplyLinearDequantised
+};
+
+// llama.cpp's arithmetic where the matrix is held quantised, else serving's.
+inline void ApplyLinear8BitAct(const LinearWeight& w, const float* x, int m, float* y) {
+  if (!w.has_quant()) return ApplyLinear(w, x, m, y);
+  reference::QuantMatmulTransB8BitAct(x, w.quant.data(), w.quant_type, m, w.rows, w.cols, y);
+}
+
+inline LinearFn LinearFnOf(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::kQuantised8BitAct: return &ApplyLinear8BitAct;
+    case MatmulPath::kF32: return &ApplyLinearDequantised;
+    default: return &ApplyLinear;
+  }
+}
+
 class RealModelFixture : public ::testing::Test {
  protected:
   static constexpr int kBlockSize = 16;
@@ -237,7 +260,7 @@ class RealModelFixture : public ::testing::Test {
   void SetMatmulPath(MatmulPath path) {
     auto* cpu_model = dynamic_cast<DecoderModel*>(model_);
     ASSERT_NE(cpu_model, nullptr) << "not a CPU model";
-    cpu_model->TEST_set_matmul_path(path);
+    cpu_model->TEST_set_linear(LinearFnOf(path));
   }
 
   // Steps compared over all cases.

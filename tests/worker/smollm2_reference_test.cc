@@ -5,7 +5,8 @@
 // tests/data/reference/make_reference.py (llama-cpp-python 0.3.16,
 // n_threads=2, greedy = argmax of llama.cpp's logits).
 //
-// Three arithmetic paths are checked (worker/linear.h):
+// Three arithmetic paths are checked (worker/linear.h,
+// tests/worker/real_model_fixture.h MatmulPath):
 //   * MatmulPath::kF32 multiplies dequantised f32 weights in f32, and
 //   * MatmulPath::kQuantisedF32Act (what the worker serves with) multiplies
 //     the stored blocks with f32 activations: both agree with a numpy f32
@@ -37,6 +38,7 @@ namespace {
 
 using testing::ExpectTop10;
 using testing::Ids;
+using testing::MatmulPath;
 using testing::MaxDiff;
 using testing::ReadJson;
 

@@ -14,7 +14,29 @@ Status Copy(DeviceBuffer* out, const void* src, size_t bytes, const char* name) 
   return Synchronize(nullptr, name);
 }
 
+// Rows per host-side chunk of an upload: about 2^20 values, at least one row.
+int ChunkRows(int cols) { return std::max(1, int((size_t(1) << 20) / size_t(std::max(cols, 1)))); }
+
 }  // namespace
+
+Status DeviceWeights::UploadF32(const LinearWeight& host, const char* name, DeviceBuffer* out) {
+  const std::string what = std::string("uploading ") + name;
+  const size_t total = size_t(host.rows) * size_t(host.cols);
+  if (total == 0) return Status::Ok();
+  HW_ASSIGN_OR_RETURN(*out, DeviceBuffer::Allocate(total * sizeof(float)));
+  const int chunk_rows = ChunkRows(host.cols);
+  std::vector<float> staged(size_t(std::min(chunk_rows, host.rows)) * host.cols);
+  for (int r0 = 0; r0 < host.rows; r0 += chunk_rows) {
+    const int r1 = std::min(host.rows, r0 + chunk_rows);
+    host.DequantizeRows(r0, r1, staged.data());
+    HW_RETURN_IF_ERROR(CopyToDevice(out->as<float>() + size_t(r0) * host.cols, staged.data(),
+                                    size_t(r1 - r0) * host.cols * sizeof(float), nullptr)
+                           .WithContext(what));
+    HW_RETURN_IF_ERROR(Synchronize(nullptr, name).WithContext(what));
+  }
+  num_bytes_ += out->bytes();
+  return Status::Ok();
+}
 
 Status DeviceWeights::UploadVector(const std::vector<float>& host, const char* name,
                                    DeviceBuffer* out) {
@@ -29,18 +51,21 @@ Status DeviceWeights::UploadLinear(const LinearWeight& host, const char* name, D
   out->rows = host.rows;
   out->cols = host.cols;
   const std::string what = std::string("uploading ") + name;
-  // Rounded to bf16 on the host a chunk of rows at a time, so the extra host
-  // memory is one chunk, not a second copy of the matrix.
-  HW_ASSIGN_OR_RETURN(out->bf16, DeviceBuffer::Allocate(host.f32.size() * sizeof(bf16_bits)));
-  const size_t total = host.f32.size();
-  const size_t chunk = std::max<size_t>(size_t(host.cols), size_t(1) << 20);
-  std::vector<bf16_bits> staged(std::min(chunk, total));
-  for (size_t begin = 0; begin < total; begin += chunk) {
-    const size_t count = std::min(chunk, total - begin);
-    for (size_t i = 0; i < count; ++i) staged[i] = FloatToBf16(host.f32[begin + i]);
+  // Dequantised and rounded to bf16 on the host a chunk of rows at a time,
+  // so the extra host memory is one chunk, not an f32 copy of the matrix.
+  const size_t total = size_t(host.rows) * size_t(host.cols);
+  HW_ASSIGN_OR_RETURN(out->bf16, DeviceBuffer::Allocate(total * sizeof(bf16_bits)));
+  const int chunk_rows = ChunkRows(host.cols);
+  std::vector<float> rows_f32(size_t(std::min(chunk_rows, host.rows)) * host.cols);
+  std::vector<bf16_bits> staged(rows_f32.size());
+  for (int r0 = 0; r0 < host.rows; r0 += chunk_rows) {
+    const int r1 = std::min(host.rows, r0 + chunk_rows);
+    const size_t count = size_t(r1 - r0) * host.cols;
+    host.DequantizeRows(r0, r1, rows_f32.data());
+    for (size_t i = 0; i < count; ++i) staged[i] = FloatToBf16(rows_f32[i]);
     // From pageable memory the copy returns once `staged` is consumed.
-    HW_RETURN_IF_ERROR(CopyToDevice(out->bf16.as<bf16_bits>() + begin, staged.data(),
-                                    count * sizeof(bf16_bits), nullptr)
+    HW_RETURN_IF_ERROR(CopyToDevice(out->bf16.as<bf16_bits>() + size_t(r0) * host.cols,
+                                    staged.data(), count * sizeof(bf16_bits), nullptr)
                            .WithContext(what));
     HW_RETURN_IF_ERROR(Synchronize(nullptr, name).WithContext(what));
   }
@@ -64,8 +89,7 @@ Result<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const ModelWeights&
   std::unique_ptr<DeviceWeights> w(new DeviceWeights());
   HW_RETURN_IF_ERROR(w->UploadLinear(host.token_embd(), "token_embd", &w->token_embd_));
   if (f32_embedding) {
-    HW_RETURN_IF_ERROR(
-        w->UploadVector(host.token_embd().f32, "token_embd (f32)", &w->token_embd_f32_));
+    HW_RETURN_IF_ERROR(w->UploadF32(host.token_embd(), "token_embd (f32)", &w->token_embd_f32_));
   }
   w->tied_ = &host.lm_head() == &host.token_embd();
   if (!w->tied_) HW_RETURN_IF_ERROR(w->UploadLinear(host.lm_head(), "output", &w->output_));

@@ -1,6 +1,6 @@
 // The weights of one TP shard on a CUDA device, uploaded from the host copy
-// (worker/model_weights.h): matrices as bf16 (rounded from the dequantised
-// f32, for cuBLAS GEMMs) and, where the file stored them in a block format
+// (worker/model_weights.h): matrices as bf16 (dequantised and rounded at
+// upload, for cuBLAS GEMMs) and, where the file stored them in a block format
 // DequantGemv reads, also as those blocks (for decode-sized products that
 // then use the exact stored weights); norm weights as f32.
 #pragma once
@@ -60,6 +60,8 @@ class DeviceWeights {
   DeviceWeights() = default;
   Status UploadLinear(const LinearWeight& host, const char* name, DeviceLinear* out);
   Status UploadVector(const std::vector<float>& host, const char* name, DeviceBuffer* out);
+  // The matrix dequantised to f32, [rows, cols], a chunk of rows at a time.
+  Status UploadF32(const LinearWeight& host, const char* name, DeviceBuffer* out);
 
   std::vector<DeviceLayerWeights> layers_;
   DeviceLinear token_embd_;

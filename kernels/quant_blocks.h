@@ -1,6 +1,10 @@
-// Block geometry and scalar helpers shared by the quantised matmul kernels
-// (kernels/quant_matmul.h). Internal to kernels/cpu; kernels/ cannot use
-// worker/dequant.h, which draws the same layouts for loading.
+// Geometry and scalar helpers of the ggml block types that Headway's quantised
+// kernels read, shared by the CPU kernels (kernels/quant_matmul.h), the CUDA
+// dequantising GEMV (kernels/cuda/matmul.h) and the loader's dequantiser
+// (worker/dequant.h), which draw the block layouts. IsKernelBlockType is the
+// one list of those types (cpu::QuantMatmulSupported,
+// cuda::DequantGemvSupported). Header-only and host-only, so that no backend
+// library depends on another.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +12,7 @@
 
 #include "common/gguf.h"
 
-namespace headway::cpu::internal {
+namespace headway::quant {
 
 // Values per block: 256 for the K types' super-blocks, 32 otherwise (F16
 // counts as blocks of 32 values); 0 if unsupported.
@@ -38,6 +42,10 @@ constexpr int BlockBytes(GgmlType type) {
     default: return 0;
   }
 }
+
+// True for the types the quantised kernels read: Q8_0, Q4_0, Q4_1, Q5_0, F16
+// (blocks of 32 values) and Q4_K, Q6_K (super-blocks of 256 values).
+constexpr bool IsKernelBlockType(GgmlType type) { return BlockBytes(type) != 0; }
 
 // Byte offsets inside a Q4_K super-block (f16 d | f16 dmin | u8 scales[12] |
 // u8 qs[128]) and a Q6_K one (u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d).
@@ -92,4 +100,4 @@ inline float HalfToFloat(uint16_t h) {
   return f;
 }
 
-}  // namespace headway::cpu::internal
+}  // namespace headway::quant

@@ -1,4 +1,5 @@
-// Quantised-weight matrix products; the method and block layouts are in
+// llama.cpp's 8-bit-activation quantised matrix product; the method is in
+// kernels/reference/quant_matmul_8bit_act.h, the block layouts in
 // kernels/quant_matmul.h.
 //
 // Summation order, shared by the AVX2 and the portable path so that both give
@@ -19,9 +20,10 @@
 // (|.| <= 4*32*127) is multiplied by its scale (|sc| <= 128) as an integer
 // (|.| <= 2080768 < 2^24, exact in f32) before the block's one FMA with
 // d*dx.
-#include "kernels/quant_matmul.h"
+#include "kernels/reference/quant_matmul_8bit_act.h"
 
-#include "kernels/cpu/quant_blocks.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/quant_matmul.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,19 +39,19 @@
 
 #include "common/status.h"
 
-namespace headway::cpu {
+namespace headway::reference {
 namespace {
 
-using internal::BlockBytes;
-using internal::BlockValues;
-using internal::HalfToFloat;
-using internal::kQ4KQs;
-using internal::kQ4KScales;
-using internal::kQ6KD;
-using internal::kQ6KQh;
-using internal::kQ6KScales;
-using internal::LoadU16;
-using internal::ScaleMinK4;
+using quant::BlockBytes;
+using quant::BlockValues;
+using quant::HalfToFloat;
+using quant::kQ4KQs;
+using quant::kQ4KScales;
+using quant::kQ6KD;
+using quant::kQ6KQh;
+using quant::kQ6KScales;
+using quant::LoadU16;
+using quant::ScaleMinK4;
 
 // Values per activation block and per weight block or K sub-block.
 constexpr int kBlock = 32;
@@ -469,7 +471,7 @@ void GroupAvx2(GgmlType type, const float* x, const ActivationBlocks& a, const u
 
 void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n, int k,
          float* y) {
-  HW_CHECK(QuantMatmulSupported(w_type));
+  HW_CHECK(cpu::QuantMatmulSupported(w_type));
   HW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % BlockValues(w_type) == 0);
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -521,21 +523,19 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
 
 }  // namespace
 
-bool QuantMatmulSupported(GgmlType type) { return BlockBytes(type) != 0; }
-
-void QuantMatmulTransB(const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n,
-                       int k, float* y) {
+void QuantMatmulTransB8BitAct(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
+                              int n, int k, float* y) {
   Run(/*simd=*/true, x, w_quant, w_type, m, n, k, y);
 }
 
 namespace internal {
 
-void QuantMatmulTransBPortable(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
-                               int n, int k, float* y) {
+void QuantMatmulTransB8BitActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
+                                      int m, int n, int k, float* y) {
   Run(/*simd=*/false, x, w_quant, w_type, m, n, k, y);
 }
 
-bool QuantMatmulHasSimd() {
+bool QuantMatmul8BitActHasSimd() {
 #ifdef HEADWAY_QMM_AVX2
   return true;
 #else
@@ -544,4 +544,4 @@ bool QuantMatmulHasSimd() {
 }
 
 }  // namespace internal
-}  // namespace headway::cpu
+}  // namespace headway::reference
