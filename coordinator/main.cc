@@ -25,10 +25,10 @@
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
 #include "common/startup.h"
-#include "coordinator/api_server.h"
-#include "coordinator/chat_template.h"
-#include "coordinator/engine.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/http/api_server.h"
+#include "coordinator/tokenizer/chat_template.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -202,7 +202,6 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
 }
 
 proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
-  const auto t0 = std::chrono::steady_clock::now();
   proto::StepResult result;
   result.set_step_id(plan.step_id());
   result.set_tp_rank(uint32_t(options_.tp_rank));
@@ -248,8 +247,6 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
   }
   for (uint64_t id : plan.released_seq_ids()) sequences_.erase(id);
   last_step_id_ = plan.step_id();
-  result.set_compute_seconds(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return result;
 }
 

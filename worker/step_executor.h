@@ -40,7 +40,7 @@ class StepExecutor {
   StepExecutor& operator=(const StepExecutor&) = delete;
 
   // Validates and runs `plan`; returns the result to send (step_id, tp_rank,
-  // sampled tokens on rank 0, compute_seconds). On a rejected plan, `error`
+  // sampled tokens on rank 0). On a rejected plan, `error`
   // holds the reason (Status::ToString), `code` its StatusCode
   // (comm/status_proto.h) and no state changed. Errors:
   //   step_id not greater than the last executed one; a seq listed twice or

@@ -1,4 +1,4 @@
-#include "coordinator/block_pool.h"
+#include "coordinator/scheduling/block_pool.h"
 
 #include <gtest/gtest.h>
 

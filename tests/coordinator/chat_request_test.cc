@@ -1,8 +1,8 @@
-#include "coordinator/chat_request.h"
+#include "coordinator/http/chat_request.h"
 
 #include <gtest/gtest.h>
 
-#include "coordinator/tokenize_request.h"
+#include "coordinator/http/tokenize_request.h"
 
 namespace headway {
 namespace {

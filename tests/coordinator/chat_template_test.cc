@@ -1,14 +1,14 @@
 // The Jinja subset renderer and chat templates against Python jinja2's
 // renders (tests/data/chat_template/expected.json, made by
 // make_expected.py next to it).
-#include "coordinator/chat_template.h"
+#include "coordinator/tokenizer/chat_template.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <sstream>
 
-#include "coordinator/jinja.h"
+#include "coordinator/tokenizer/jinja.h"
 #include "tests/support/test_env.h"
 
 namespace headway {

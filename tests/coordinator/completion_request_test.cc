@@ -1,4 +1,4 @@
-#include "coordinator/completion_request.h"
+#include "coordinator/http/completion_request.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The disaggregation coordinator's job, transfer, retry, drain and fallback
 // paths, with instances registered by hand and a ControlServer that records
 // the plans instead of processes.
-#include "coordinator/disaggregation.h"
+#include "coordinator/engine/disaggregation.h"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ std::unique_ptr<ServingMetrics> MakeMetrics(const std::vector<int>& tp_sizes) {
 
 // One prefill instance (id 0, TP 1) and one decode instance (id 1, TP
 // `decode_tp`), every rank registered.
-class DisaggregationTest : public ::testing::Test {
+class DisaggregationCoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(1); }
 
@@ -120,14 +120,14 @@ class DisaggregationTest : public ::testing::Test {
   std::unique_ptr<DisaggregationCoordinator> pd_;
 };
 
-TEST_F(DisaggregationTest, PrefillPositionsAreThePromptsWholeBlocksBeforeItsLastPosition) {
+TEST_F(DisaggregationCoordinatorTest, PrefillPositionsAreThePromptsWholeBlocksBeforeItsLastPosition) {
   EXPECT_EQ(pd_->PrefillPositions(16), 0);
   EXPECT_EQ(pd_->PrefillPositions(17), 16);
   EXPECT_EQ(pd_->PrefillPositions(40), 32);
   EXPECT_EQ(pd_->PrefillPositions(48), 32);
 }
 
-TEST_F(DisaggregationTest, SuccessfulTransferHandsOffWithTheBlocksCached) {
+TEST_F(DisaggregationCoordinatorTest, SuccessfulTransferHandsOffWithTheBlocksCached) {
   EXPECT_TRUE(Prefill().empty());
   EXPECT_TRUE(pd_->HasJob(kRequest));
   EXPECT_EQ(prefill().scheduler->Find(kRequest), nullptr);  // the job's sequence is gone
@@ -164,7 +164,7 @@ TEST_F(DisaggregationTest, SuccessfulTransferHandsOffWithTheBlocksCached) {
   EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total"), 0);
 }
 
-TEST_F(DisaggregationTest, AFailedTransferIsRetriedOnceWithTheSameBlocksThenFallsBack) {
+TEST_F(DisaggregationCoordinatorTest, AFailedTransferIsRetriedOnceWithTheSameBlocksThenFallsBack) {
   ASSERT_TRUE(Prefill().empty());
   auto first = server_.TakeTransferPlans();
   ASSERT_EQ(first.size(), 1u);
@@ -197,7 +197,7 @@ TEST_F(DisaggregationTest, AFailedTransferIsRetriedOnceWithTheSameBlocksThenFall
   ExpectConsistent();
 }
 
-TEST_F(DisaggregationTest, ATimedOutTransferDrainsItsBlocksUntilTheSenderAnswers) {
+TEST_F(DisaggregationCoordinatorTest, ATimedOutTransferDrainsItsBlocksUntilTheSenderAnswers) {
   ASSERT_TRUE(Prefill().empty());
   auto first = server_.TakeTransferPlans();
   ASSERT_EQ(first.size(), 1u);
@@ -222,7 +222,7 @@ TEST_F(DisaggregationTest, ATimedOutTransferDrainsItsBlocksUntilTheSenderAnswers
   ExpectConsistent();
 }
 
-TEST_F(DisaggregationTest, APrefillInstanceLostMidTransferFallsBackAndDrainsBriefly) {
+TEST_F(DisaggregationCoordinatorTest, APrefillInstanceLostMidTransferFallsBackAndDrainsBriefly) {
   ASSERT_TRUE(Prefill().empty());
   ASSERT_EQ(server_.TakeTransferPlans().size(), 1u);
   registry_->Reset(prefill());
@@ -239,7 +239,7 @@ TEST_F(DisaggregationTest, APrefillInstanceLostMidTransferFallsBackAndDrainsBrie
   EXPECT_TRUE(decode().scheduler->kv().CheckConsistency().ok());
 }
 
-TEST_F(DisaggregationTest, APrefillInstanceLostBeforeTheTransferHandsOffAtOnce) {
+TEST_F(DisaggregationCoordinatorTest, APrefillInstanceLostBeforeTheTransferHandsOffAtOnce) {
   ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
   registry_->Reset(prefill());
   std::vector<Handoff> out = pd_->OnInstanceDown(0);
@@ -249,7 +249,7 @@ TEST_F(DisaggregationTest, APrefillInstanceLostBeforeTheTransferHandsOffAtOnce) 
   EXPECT_FALSE(pd_->HasJob(kRequest));
 }
 
-TEST_F(DisaggregationTest, ADroppedRequestEndsItsTransferWithoutAHandoff) {
+TEST_F(DisaggregationCoordinatorTest, ADroppedRequestEndsItsTransferWithoutAHandoff) {
   ASSERT_TRUE(Prefill().empty());
   auto plans = server_.TakeTransferPlans();
   ASSERT_EQ(plans.size(), 1u);
@@ -262,7 +262,7 @@ TEST_F(DisaggregationTest, ADroppedRequestEndsItsTransferWithoutAHandoff) {
   ExpectConsistent();
 }
 
-TEST_F(DisaggregationTest, ADroppedJobStillPrefillingLeavesNothingBehind) {
+TEST_F(DisaggregationCoordinatorTest, ADroppedJobStillPrefillingLeavesNothingBehind) {
   ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
   (void)prefill().scheduler->Schedule();
   pd_->Drop(kRequest);
@@ -271,7 +271,7 @@ TEST_F(DisaggregationTest, ADroppedJobStillPrefillingLeavesNothingBehind) {
   EXPECT_EQ(ReferencedBlocks(prefill()), 0);
 }
 
-TEST_F(DisaggregationTest, NoDecodeInstanceFailsTheRequest) {
+TEST_F(DisaggregationCoordinatorTest, NoDecodeInstanceFailsTheRequest) {
   ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
   Scheduler& s = *prefill().scheduler;
   s.OnStepComputed(s.Schedule());
@@ -283,7 +283,7 @@ TEST_F(DisaggregationTest, NoDecodeInstanceFailsTheRequest) {
   EXPECT_FALSE(pd_->HasJob(kRequest));
 }
 
-TEST_F(DisaggregationTest, PrefixCachingOffFallsBackWithoutATransfer) {
+TEST_F(DisaggregationCoordinatorTest, PrefixCachingOffFallsBackWithoutATransfer) {
   config_.enable_prefix_caching = false;
   metrics_ = MakeMetrics({1, 1});
   registry_ = std::make_unique<InstanceRegistry>(config_, spec_, &server_, metrics_.get());
@@ -300,7 +300,7 @@ TEST_F(DisaggregationTest, PrefixCachingOffFallsBackWithoutATransfer) {
 
 // Decode at TP 3 (one KV head per rank): each KV head goes to the rank that
 // holds it.
-TEST_F(DisaggregationTest, HeterogeneousTpSendsEachKvHeadToItsRank) {
+TEST_F(DisaggregationCoordinatorTest, HeterogeneousTpSendsEachKvHeadToItsRank) {
   Start(3);
   ASSERT_TRUE(Prefill().empty());
   auto plans = server_.TakeTransferPlans();

@@ -11,7 +11,7 @@
 
 #include "comm/control_channel.h"
 #include "common/config.h"
-#include "coordinator/instance_registry.h"
+#include "coordinator/engine/instance_registry.h"
 #include "common/kv_layout.h"
 
 namespace headway::testing {

@@ -1,4 +1,4 @@
-#include "coordinator/kv_cache_manager.h"
+#include "coordinator/scheduling/kv_cache_manager.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "coordinator/kv_cache_manager.h"
+#include "coordinator/scheduling/kv_cache_manager.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {

@@ -1,4 +1,4 @@
-#include "coordinator/metrics.h"
+#include "coordinator/metrics/metrics.h"
 
 #include <gtest/gtest.h>
 

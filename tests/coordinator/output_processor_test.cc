@@ -1,4 +1,4 @@
-#include "coordinator/output_processor.h"
+#include "coordinator/engine/output_processor.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-#include "coordinator/prefix_cache.h"
+#include "coordinator/scheduling/prefix_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "coordinator/kv_cache_manager.h"
+#include "coordinator/scheduling/kv_cache_manager.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {

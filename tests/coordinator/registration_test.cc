@@ -1,4 +1,4 @@
-#include "coordinator/registration.h"
+#include "coordinator/engine/registration.h"
 
 #include <gtest/gtest.h>
 

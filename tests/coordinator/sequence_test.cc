@@ -1,4 +1,4 @@
-#include "coordinator/sequence.h"
+#include "coordinator/scheduling/sequence.h"
 
 #include <gtest/gtest.h>
 

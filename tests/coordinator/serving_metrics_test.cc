@@ -1,4 +1,4 @@
-#include "coordinator/serving_metrics.h"
+#include "coordinator/metrics/serving_metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/gguf.h"
-#include "coordinator/spm.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/tokenizer/spm.h"
+#include "coordinator/tokenizer/tokenizer.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/test_env.h"
 

@@ -6,9 +6,9 @@
 #include <thread>
 
 #include "common/gguf.h"
-#include "coordinator/request_output.h"
-#include "coordinator/sse.h"
-#include "coordinator/stream_renderer.h"
+#include "coordinator/engine/request_output.h"
+#include "coordinator/http/sse.h"
+#include "coordinator/http/stream_renderer.h"
 #include "tests/support/test_env.h"
 
 namespace headway {

@@ -1,4 +1,4 @@
-#include "coordinator/step_plan.h"
+#include "coordinator/engine/step_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "coordinator/tokenizer.h"
+#include "coordinator/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/bpe.h"
-#include "coordinator/pretokenizer.h"
+#include "coordinator/tokenizer/bpe.h"
+#include "coordinator/tokenizer/pretokenizer.h"
 #include "tests/support/test_env.h"
 
 namespace headway {

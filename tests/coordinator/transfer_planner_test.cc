@@ -1,4 +1,4 @@
-#include "coordinator/transfer_planner.h"
+#include "coordinator/engine/transfer_planner.h"
 
 #include <gtest/gtest.h>
 

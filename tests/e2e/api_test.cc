@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/sse.h"
+#include "coordinator/http/sse.h"
 #include "tests/support/deployment.h"
 #include "tests/support/test_env.h"
 

@@ -27,8 +27,8 @@
 #include "comm/control_channel.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
-#include "coordinator/sse.h"
-#include "coordinator/tokenizer.h"
+#include "coordinator/http/sse.h"
+#include "coordinator/tokenizer/tokenizer.h"
 #include "tests/support/process.h"
 #include "tests/support/test_env.h"
 

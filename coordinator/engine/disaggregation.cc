@@ -1,0 +1,281 @@
+#include "coordinator/engine/disaggregation.h"
+
+#include <spdlog/spdlog.h>
+
+#include "coordinator/engine/router.h"
+#include "coordinator/engine/transfer_planner.h"
+
+namespace headway {
+namespace {
+
+// How much longer than a plan's timeout_ms the coordinator waits for its
+// results: the senders bound their own sends by timeout_ms, so a result
+// later than this means a sender that is stuck or gone.
+constexpr std::chrono::milliseconds kTransferDeadlineSlack(2000);
+// How long the reserved blocks of a failed transfer stay out of use once
+// its sender's instance is gone: bytes the sender sent before it died may
+// still be in the receiver's socket buffers.
+constexpr std::chrono::milliseconds kDeadSenderGrace(1000);
+// Transfer attempts before the decode instance prefills the request itself.
+constexpr int kMaxTransferAttempts = 2;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+DisaggregationCoordinator::DisaggregationCoordinator(const Config& config, const ModelSpec& spec,
+                                                     InstanceRegistry* registry,
+                                                     ServingMetrics* metrics)
+    : config_(config), spec_(spec), registry_(registry), metrics_(metrics) {}
+
+int64_t DisaggregationCoordinator::PrefillPositions(size_t prompt_length) const {
+  return (int64_t(prompt_length) - 1) / config_.block_size * config_.block_size;
+}
+
+Status DisaggregationCoordinator::Begin(uint64_t request_id, const EngineRequest& request,
+                                        Instance& prefill, Clock::time_point arrival) {
+  const int64_t full = PrefillPositions(request.prompt_ids.size());
+  HW_CHECK(full > 0 && prefill.ready());
+  StopConditions stop;
+  stop.max_model_len = config_.max_model_len;
+  std::vector<int32_t> prompt(request.prompt_ids.begin(), request.prompt_ids.begin() + full);
+  HW_RETURN_IF_ERROR(prefill.scheduler->Add(std::make_unique<Sequence>(
+      request_id, std::move(prompt), SamplingOptions{}, std::move(stop), arrival,
+      SequenceKind::kPrefillOnly)));
+  Job job;
+  job.request = request;
+  job.prefill = prefill.id;
+  job.prefill_generation = prefill.generation;
+  job.full_positions = full;
+  job.arrival = arrival;
+  jobs_.emplace(request_id, std::move(job));
+  return Status::Ok();
+}
+
+std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
+                                                              uint64_t request_id) {
+  std::vector<Handoff> out;
+  // The job's blocks stay cached (prefix caching) once its sequence ends;
+  // a pin holds them for the transfer.
+  prefill.scheduler->Remove(request_id);
+  auto it = jobs_.find(request_id);
+  if (it == jobs_.end()) return out;
+  Job& job = it->second;
+  metrics_->OnPdPrefill(Seconds(Clock::now() - job.arrival));
+  const TokenIds prompt{job.request.prompt_ids, {}};
+  Instance* decode = DecodeInstanceFor(*registry_, prompt, job.full_positions);
+  if (decode == nullptr) {
+    Handoff failed;
+    failed.request_id = request_id;
+    failed.status = Status::Unavailable("no decode instance is ready");
+    out.push_back(std::move(failed));
+    jobs_.erase(it);
+    return out;
+  }
+  job.decode = decode->id;
+  job.decode_generation = decode->generation;
+  StartTransfer(request_id, job, prefill, *decode, &out);
+  return out;
+}
+
+void DisaggregationCoordinator::StartTransfer(uint64_t request_id, Job& job, Instance& prefill,
+                                              Instance& decode, std::vector<Handoff>* out) {
+  const TokenIds prompt{job.request.prompt_ids, {}};
+  const int64_t full = job.full_positions;
+  const KvCacheManager& pkv = prefill.scheduler->kv();
+  const KvCacheManager& dkv = decode.scheduler->kv();
+  const PrefixMatch pinned = pkv.MatchPrefix(prompt, full);
+  const PrefixMatch have = dkv.MatchPrefix(prompt, full);
+  // The decode side computes from `full` on: sliding slots receive only
+  // their sink and the window of position `full`.
+  if (pinned.num_positions < full || !pkv.CanPin(pinned) || !dkv.CanReserve(have, full)) {
+    // Not cached (prefix caching off) or no room: the decode side computes it.
+    job.error = "the prefill blocks are not cached or the decode instance has no room";
+    HandOff(job, request_id, false, out);
+    jobs_.erase(request_id);
+    return;
+  }
+  job.pin = prefill.scheduler->Pin(pinned);
+  job.reservation = decode.scheduler->Reserve(have, full);
+  std::vector<RankRows> src, dst;
+  for (int r = 0; r < prefill.tp_size; ++r) src.push_back(pkv.Rows(job.pin, r));
+  for (int r = 0; r < decode.tp_size; ++r) dst.push_back(dkv.Rows(job.reservation, r));
+  Result<std::vector<RankBlockCopies>> copies =
+      PlanBlockCopies(spec_, prefill.tp_size, src, decode.tp_size, dst, have.entries.size());
+  job.transferring = true;
+  job.started = Clock::now();
+  if (!copies.ok()) {  // a bug, not a runtime condition: fall back, loudly
+    spdlog::error("request {}: {}", request_id, copies.status().ToString());
+    job.error = copies.status().message();
+    job.attempt = kMaxTransferAttempts;
+    EndTransfer(request_id, false, Clock::now(), out);
+    return;
+  }
+  for (const RankBlockCopies& c : *copies) {
+    proto::TransferTarget* t = job.plans[c.src_rank].add_targets();
+    *t->mutable_endpoint() = decode.ranks[size_t(c.dst_rank)].kv_endpoint;
+    t->mutable_src_blocks()->Add(c.src_blocks.begin(), c.src_blocks.end());
+    t->mutable_dst_blocks()->Add(c.dst_blocks.begin(), c.dst_blocks.end());
+    job.blocks += c.src_blocks.size();
+  }
+  if (job.plans.empty()) {  // the decode instance had every block
+    EndTransfer(request_id, true, Clock::now(), out);
+    return;
+  }
+  SendTransfer(job, request_id);
+}
+
+void DisaggregationCoordinator::SendTransfer(Job& job, uint64_t request_id) {
+  ++job.attempt;
+  job.error.clear();
+  job.bytes = 0;
+  job.transfer_id = next_transfer_id_++;
+  job.deadline = Clock::now() + std::chrono::milliseconds(config_.kv_transfer_timeout_ms) +
+                 kTransferDeadlineSlack;
+  job.pending_results = int(job.plans.size());
+  transfers_[job.transfer_id] = request_id;
+  const Instance& prefill = registry_->at(job.prefill);
+  for (auto& [rank, plan] : job.plans) {
+    plan.set_transfer_id(job.transfer_id);
+    plan.set_timeout_ms(uint32_t(config_.kv_transfer_timeout_ms));
+    proto::Envelope env;
+    *env.mutable_transfer_plan() = plan;
+    registry_->Send(prefill, rank, env);
+  }
+}
+
+std::vector<Handoff> DisaggregationCoordinator::OnTransferResult(
+    const proto::TransferResult& result) {
+  std::vector<Handoff> out;
+  auto d = draining_.find(result.transfer_id());
+  if (d != draining_.end()) {
+    // A sender of a failed transfer is done with its blocks.
+    if (--d->second.pending_results <= 0) d->second.release_at = Clock::now();
+    return out;
+  }
+  auto t = transfers_.find(result.transfer_id());
+  if (t == transfers_.end()) return out;  // an attempt that ended already
+  auto it = jobs_.find(t->second);
+  if (it == jobs_.end()) return out;
+  Job& job = it->second;
+  if (!result.error().empty() && job.error.empty()) job.error = result.error();
+  job.bytes += result.bytes();
+  if (--job.pending_results == 0) EndTransfer(t->second, job.error.empty(), Clock::now(), &out);
+  return out;
+}
+
+void DisaggregationCoordinator::EndTransfer(uint64_t request_id, bool ok, Clock::time_point now,
+                                            std::vector<Handoff>* out) {
+  auto it = jobs_.find(request_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  transfers_.erase(job.transfer_id);
+  const bool prefill_alive = registry_->Alive(job.prefill, job.prefill_generation);
+  const bool decode_alive = registry_->Alive(job.decode, job.decode_generation);
+  if (!ok && !job.cancelled && prefill_alive && decode_alive && job.attempt < kMaxTransferAttempts) {
+    // Both sides still hold the blocks: the retry sends the same blocks, so
+    // a late block of the failed attempt carries the same bytes.
+    spdlog::warn("KV transfer {} for request {} failed ({}); retrying", job.transfer_id,
+                 request_id, job.error);
+    SendTransfer(job, request_id);  // late results of the failed attempt are ignored
+    return;
+  }
+  if (decode_alive) {
+    Scheduler& decode = *registry_->at(job.decode).scheduler;
+    if (ok) {
+      decode.CommitReceived(job.reservation, TokenIds{job.request.prompt_ids, {}},
+                            job.full_positions);
+    } else if (job.pending_results > 0 && decode.kv().Contains(job.reservation)) {
+      const auto grace = prefill_alive ? std::chrono::milliseconds(config_.kv_transfer_timeout_ms)
+                                       : kDeadSenderGrace;
+      draining_[job.transfer_id] = Draining{job.decode, job.decode_generation, job.reservation,
+                                            job.pending_results, now + grace};
+    } else {
+      decode.CancelReservation(job.reservation);
+    }
+  }
+  if (prefill_alive) registry_->at(job.prefill).scheduler->Unpin(job.pin);
+  if (ok) {
+    metrics_->OnKvTransfer(job.bytes, job.blocks, Seconds(now - job.started));
+  } else {
+    spdlog::warn("KV transfer {} for request {} failed ({}); the decode instance prefills it",
+                 job.transfer_id, request_id, job.error);
+  }
+  if (!job.cancelled) HandOff(job, request_id, ok, out);
+  jobs_.erase(it);
+}
+
+void DisaggregationCoordinator::HandOff(Job& job, uint64_t request_id, bool transferred,
+                                        std::vector<Handoff>* out) {
+  if (!transferred) metrics_->OnKvTransferFallback();
+  Handoff h;
+  h.request_id = request_id;
+  h.request = std::move(job.request);
+  h.arrival = job.arrival;
+  h.decode = job.decode;
+  h.transferred = transferred;
+  out->push_back(std::move(h));
+}
+
+void DisaggregationCoordinator::Drop(uint64_t request_id) {
+  auto it = jobs_.find(request_id);
+  if (it == jobs_.end()) return;
+  if (it->second.transferring) {
+    it->second.cancelled = true;  // the pin goes when the transfer ends
+    return;
+  }
+  Instance& prefill = registry_->at(it->second.prefill);
+  if (prefill.ready()) prefill.scheduler->Remove(request_id);
+  jobs_.erase(it);
+}
+
+std::vector<Handoff> DisaggregationCoordinator::CheckDeadlines(Clock::time_point now) {
+  std::vector<Handoff> out;
+  std::vector<uint64_t> late;
+  for (const auto& [request_id, job] : jobs_) {
+    const bool side_down = !registry_->Alive(job.prefill, job.prefill_generation) ||
+                           (job.decode >= 0 && !registry_->Alive(job.decode, job.decode_generation));
+    if (job.transferring && (now >= job.deadline || side_down)) late.push_back(request_id);
+  }
+  for (uint64_t request_id : late) {
+    Job& job = jobs_.at(request_id);
+    if (job.error.empty()) {
+      job.error = now >= job.deadline ? "timed out" : "an instance of the transfer went down";
+    }
+    EndTransfer(request_id, false, now, &out);
+  }
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    const Draining& d = it->second;
+    const bool decode_alive = registry_->Alive(d.decode, d.decode_generation);
+    if (decode_alive && now < d.release_at) {
+      ++it;
+      continue;
+    }
+    if (decode_alive) registry_->at(d.decode).scheduler->CancelReservation(d.reservation);
+    it = draining_.erase(it);
+  }
+  return out;
+}
+
+std::vector<Handoff> DisaggregationCoordinator::OnInstanceDown(int instance_id) {
+  std::vector<Handoff> out;
+  std::vector<uint64_t> orphaned;
+  for (const auto& [request_id, job] : jobs_) {
+    if (job.prefill == instance_id) orphaned.push_back(request_id);
+  }
+  for (uint64_t request_id : orphaned) {
+    Job& job = jobs_.at(request_id);
+    spdlog::warn("request {}: its prefill instance {} is down; a decode instance prefills it",
+                 request_id, instance_id);
+    if (job.transferring) {
+      job.error = "the prefill instance went down";
+      EndTransfer(request_id, false, Clock::now(), &out);  // no retry: the sender is gone
+    } else {
+      HandOff(job, request_id, false, &out);
+      jobs_.erase(request_id);
+    }
+  }
+  return out;
+}
+
+}  // namespace headway

@@ -1,0 +1,568 @@
+#include "coordinator/engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "coordinator/engine/disaggregation.h"
+#include "coordinator/engine/output_processor.h"
+#include "coordinator/engine/router.h"
+#include "coordinator/engine/step_plan.h"
+
+namespace headway {
+namespace {
+
+// How long one Receive may block when nothing else needs the thread; bounds
+// the latency of picking up a submitted request.
+constexpr std::chrono::milliseconds kPollTimeout(2);
+// Messages handled per loop iteration before scheduling again.
+constexpr int kMaxMessagesPerIteration = 256;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+StopConditions StopConditionsOf(const EngineRequest& request, const Config& config,
+                                const Tokenizer& tokenizer) {
+  StopConditions stop;
+  stop.max_tokens = request.max_tokens;
+  stop.max_model_len = config.max_model_len;
+  stop.ignore_eos = request.ignore_eos;
+  stop.eos_id = tokenizer.eos_id();
+  stop.stop_strings = request.stop;
+  stop.stop_token_ids = request.stop_token_ids;
+  return stop;
+}
+
+}  // namespace
+
+// Everything here runs on the engine thread.
+struct Engine::Impl {
+  // A request between admission and its answer.
+  struct ActiveRequest {
+    int instance = 0;  // where its sequence (or prefill job) is
+    Clock::time_point deadline;
+    std::promise<CompletionOutcome> promise;
+    std::unique_ptr<OutputProcessor> output;
+    bool scheduled = false;                          // queue time recorded
+    Clock::time_point last_token_time;               // for inter-token latency
+    std::optional<Clock::time_point> joined_decode;  // disaggregated: when it reached decode
+  };
+  // An ended request, answered after the health snapshot is published, so a
+  // client that gets its answer sees the blocks back in /health.
+  struct Answer {
+    std::promise<CompletionOutcome> promise;
+    CompletionOutcome outcome;
+    std::shared_ptr<OutputStream> stream;
+    std::string unstreamed_text;  // the end of the answer not yet pushed
+  };
+
+  Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<ControlServer> srv);
+
+  // ---- the loop's steps (Engine::Run) ------------------------------------
+  void CollectMessages();
+  void Admit(uint64_t id, EngineRequest request, std::promise<CompletionOutcome> promise);
+  void CheckTimers(Clock::time_point now);
+  void ScheduleAndDispatch(Clock::time_point now);
+  std::vector<InstanceHealth> Snapshot();
+  void AnswerEnded();
+  void Shutdown(const std::string& reason);
+
+  // ---- messages -------------------------------------------------------
+  void Handle(const Inbound& in);
+  void OnRegister(const std::string& peer, const proto::RegisterRequest& request);
+  void OnStepResult(Instance& inst, int rank, const proto::StepResult& result);
+  // ---- steps ----------------------------------------------------------
+  void Dispatch(Instance& inst);
+  void OnStepDone(Instance& inst);
+  void OnSampled(Instance& inst, Sequence& seq, const proto::SampledToken& sampled);
+  // ---- requests -------------------------------------------------------
+  // Adds request `id`'s sequence to `inst`'s scheduler; `arrival` starts its
+  // TTFT and queue-time clocks. Error: the scheduler's refusal.
+  Status AddSequence(Instance& inst, uint64_t id, const EngineRequest& request,
+                     Clock::time_point arrival);
+  // Runs what the disaggregation coordinator handed back.
+  void Apply(std::vector<Handoff> handoffs);
+  void JoinDecode(Handoff& handoff);
+  // Ends request `id` on `inst`: with its outcome when `status` is OK, else
+  // with `status` (Cancelled: the client went away).
+  void EndRequest(Instance& inst, uint64_t id, Status status);
+  void Cancel(uint64_t id, Status why);
+  // Fails every request of the instance and forgets its ranks; the instance
+  // is ready again once all its ranks register anew.
+  void MarkDown(Instance& inst, const std::string& why);
+
+  const Config config;
+  const ModelSpec spec;
+  const Tokenizer* const tokenizer;
+  std::unique_ptr<ControlServer> server;
+  std::unique_ptr<ServingMetrics> metrics;
+  InstanceRegistry registry;
+  DisaggregationCoordinator disaggregation;
+  std::unordered_map<uint64_t, ActiveRequest> requests;
+  std::vector<Answer> answers;
+};
+
+namespace {
+
+std::unique_ptr<ServingMetrics> MakeMetrics(const Config& config) {
+  std::vector<int> tp_sizes;
+  for (const InstanceConfig* inst : config.Instances()) tp_sizes.push_back(inst->tp_size);
+  Result<std::unique_ptr<ServingMetrics>> m =
+      ServingMetrics::Create(config.served_model_name, tp_sizes);
+  HW_CHECK(m.ok());  // the config has passed validation: at least one instance
+  return std::move(*m);
+}
+
+}  // namespace
+
+Engine::Impl::Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<ControlServer> srv)
+    : config(std::move(c)),
+      spec(std::move(s)),
+      tokenizer(t),
+      server(std::move(srv)),
+      metrics(MakeMetrics(config)),
+      registry(config, spec, server.get(), metrics.get()),
+      disaggregation(config, spec, &registry, metrics.get()) {}
+
+// ======================================================================
+// messages
+
+void Engine::Impl::CollectMessages() {
+  // Block briefly for the first message, then drain the rest.
+  std::optional<Inbound> in = server->Receive(kPollTimeout);
+  for (int n = 0; in && n < kMaxMessagesPerIteration; ++n) {
+    Handle(*in);
+    in = server->Receive(std::chrono::milliseconds(0));
+  }
+  if (in) Handle(*in);
+}
+
+void Engine::Impl::Handle(const Inbound& in) {
+  const proto::Envelope& env = in.envelope;
+  if (env.has_register_request()) {
+    OnRegister(in.peer, env.register_request());
+    return;
+  }
+  std::optional<InstanceRegistry::Peer> peer = registry.FindPeer(in.peer);
+  if (!peer) {
+    spdlog::warn("control: message from unknown peer `{}` ignored", in.peer);
+    return;
+  }
+  Instance& inst = *peer->instance;
+  // Ranks meet through the store before they register.
+  if (env.has_store_set() || env.has_store_get()) {
+    registry.HandleStore(inst, in.peer, env);
+    return;
+  }
+  if (!inst.ranks[size_t(peer->rank)].registered) {
+    spdlog::debug("control: message from unregistered peer `{}` ignored", in.peer);
+    return;
+  }
+  registry.Heard(inst, peer->rank);
+  if (env.has_step_result()) {
+    OnStepResult(inst, peer->rank, env.step_result());
+  } else if (env.has_transfer_result()) {
+    Apply(disaggregation.OnTransferResult(env.transfer_result()));
+  }
+  // Heartbeats only refresh last_heard.
+}
+
+void Engine::Impl::OnRegister(const std::string& peer, const proto::RegisterRequest& request) {
+  Instance* inst = registry.CheckRegistration(peer, request);
+  if (inst == nullptr) return;
+  if (inst->ranks[request.tp_rank()].registered) {
+    // The worker restarted: whatever the instance had in flight is lost.
+    MarkDown(*inst, "worker `" + peer + "` registered again (restarted)");
+  }
+  registry.Register(*inst, peer, request);
+}
+
+void Engine::Impl::OnStepResult(Instance& inst, int rank, const proto::StepResult& result) {
+  if (result.fatal()) {
+    // A rank whose collectives broke cannot finish this or any later step;
+    // waiting for the others would only delay the errors.
+    registry.StopRanks(inst, "rank " + std::to_string(rank) + " failed: " + result.error());
+    MarkDown(inst, "worker `" + PeerName(inst.id, rank) + "` failed: " + result.error());
+    return;
+  }
+  if (!inst.in_flight) {
+    spdlog::warn("instance {} rank {}: step result for step {} rejected (in flight: none)",
+                 inst.id, rank, result.step_id());
+    return;
+  }
+  if (inst.in_flight->OnResult(rank, result) == InFlightStep::Progress::kDone) OnStepDone(inst);
+}
+
+// ======================================================================
+// steps: schedule -> dispatch -> collect
+
+void Engine::Impl::ScheduleAndDispatch(Clock::time_point now) {
+  for (Instance& inst : registry.instances()) Dispatch(inst);
+  registry.SendHeartbeats(now);
+}
+
+void Engine::Impl::Dispatch(Instance& inst) {
+  if (!inst.ready() || inst.in_flight || !inst.scheduler->HasWork()) return;
+  ScheduledBatch batch = inst.scheduler->Schedule();
+  if (batch.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (const ScheduledSeq& s : batch.seqs) {
+    auto it = requests.find(s.seq_id);
+    if (it == requests.end() || it->second.scheduled) continue;
+    it->second.scheduled = true;
+    metrics->OnScheduled(inst.id, Seconds(now - inst.scheduler->Find(s.seq_id)->arrival_time()));
+  }
+  const uint64_t step_id = inst.next_step_id++;
+  std::vector<proto::StepPlan> plans = BuildStepPlans(step_id, batch, *inst.scheduler, inst.tp_size);
+  for (int rank = 0; rank < inst.tp_size; ++rank) {
+    proto::Envelope env;
+    *env.mutable_step_plan() = std::move(plans[size_t(rank)]);
+    registry.Send(inst, rank, env);
+  }
+  inst.in_flight.emplace(inst.id, step_id, std::move(batch), inst.tp_size);
+}
+
+void Engine::Impl::OnStepDone(Instance& inst) {
+  InFlightStep step = std::move(*inst.in_flight);
+  inst.in_flight.reset();
+  if (!step.status().ok()) {
+    spdlog::error("{}", step.status().message());
+    // A prefill job's sequence has its request's id: the request fails too.
+    for (const ScheduledSeq& s : step.batch().seqs) {
+      if (requests.count(s.seq_id)) EndRequest(inst, s.seq_id, step.status());
+    }
+    return;
+  }
+  inst.scheduler->OnStepComputed(step.batch());
+  std::unordered_map<uint64_t, const proto::SampledToken*> sampled;
+  for (const proto::SampledToken& t : step.tokens()) sampled[t.seq_id()] = &t;
+  for (const ScheduledSeq& s : step.batch().seqs) {
+    Sequence* seq = inst.scheduler->Find(s.seq_id);
+    if (seq == nullptr) continue;  // cancelled while the step ran
+    if (seq->IsPrefillDone()) {
+      Apply(disaggregation.OnPrefillDone(inst, s.seq_id));
+      continue;
+    }
+    if (!s.sample) continue;
+    auto it = sampled.find(s.seq_id);
+    const int32_t token_id = it == sampled.end() ? -1 : it->second->token_id();
+    if (token_id < 0 || token_id >= tokenizer->vocab_size()) {
+      const std::string why = it == sampled.end() ? "no sampled token"
+                                                  : "sampled token id " +
+                                                        std::to_string(token_id) + " out of range";
+      EndRequest(inst, s.seq_id,
+                 Status::Internal("instance " + std::to_string(inst.id) + " step " +
+                                  std::to_string(step.step_id()) + " returned " + why +
+                                  " for sequence " + std::to_string(s.seq_id)));
+      continue;
+    }
+    OnSampled(inst, *seq, *it->second);
+  }
+}
+
+void Engine::Impl::OnSampled(Instance& inst, Sequence& seq, const proto::SampledToken& sampled) {
+  const Clock::time_point now = Clock::now();
+  ActiveRequest& rs = requests.at(seq.seq_id());
+  seq.AppendToken(sampled.token_id(), now);
+  if (seq.num_output_tokens() == 1) {
+    metrics->OnFirstToken(inst.id, Seconds(now - seq.arrival_time()));
+    if (rs.joined_decode) metrics->OnPdFirstDecode(Seconds(now - *rs.joined_decode));
+  } else {
+    metrics->OnToken(inst.id, Seconds(now - rs.last_token_time));
+  }
+  rs.last_token_time = now;
+  GeneratedToken token;
+  token.token_id = sampled.token_id();
+  if (rs.output->logprobs()) {
+    token.logprob = sampled.logprob();
+    for (const proto::TopLogprob& t : sampled.top_logprobs()) {
+      token.top_logprobs.emplace_back(t.token_id(), t.logprob());
+    }
+  }
+  if (rs.output->OnToken(seq, std::move(token))) EndRequest(inst, seq.seq_id(), Status::Ok());
+}
+
+// ======================================================================
+// requests
+
+void Engine::Impl::Admit(uint64_t id, EngineRequest request,
+                         std::promise<CompletionOutcome> promise) {
+  auto fail = [&](Status status) {
+    CompletionOutcome out;
+    out.status = std::move(status);
+    answers.push_back(Answer{std::move(promise), std::move(out), request.stream, ""});
+  };
+  const bool pd = Disaggregated(registry);
+  // Prompts of at least one whole block (besides the last position) go
+  // through a prefill instance; shorter ones have nothing to transfer.
+  const bool prefill_first = pd && disaggregation.PrefillPositions(request.prompt_ids.size()) > 0;
+  Instance* prefill = prefill_first ? LeastLoaded(registry, PoolRole::kPrefill) : nullptr;
+  Instance* target =
+      prefill != nullptr ? prefill : LeastLoaded(registry, pd ? PoolRole::kDecode : PoolRole::kMixed);
+  if (target == nullptr) {
+    int num_ready = 0;
+    for (const Instance& inst : registry.instances()) num_ready += inst.ready();
+    return fail(Status::Unavailable(
+        "no instance is ready to serve (" + std::to_string(num_ready) + " of " +
+        std::to_string(registry.instances().size()) + " instances have all their workers registered" +
+        (pd ? ", and both a prefill and a decode instance are needed)" : ")")));
+  }
+  const Clock::time_point arrival = Clock::now();
+  Status added = prefill != nullptr ? disaggregation.Begin(id, request, *prefill, arrival)
+                                    : AddSequence(*target, id, request, arrival);
+  if (!added.ok()) return fail(Status::InvalidArgument(added.message()));
+  ActiveRequest rs;
+  rs.instance = target->id;
+  rs.deadline = request.deadline;
+  rs.promise = std::move(promise);
+  rs.output = std::make_unique<OutputProcessor>(
+      *tokenizer, StopConditionsOf(request, config, *tokenizer), request.logprobs,
+      std::move(request.stream));
+  requests.emplace(id, std::move(rs));
+}
+
+Status Engine::Impl::AddSequence(Instance& inst, uint64_t id, const EngineRequest& request,
+                                 Clock::time_point arrival) {
+  return inst.scheduler->Add(std::make_unique<Sequence>(
+      id, request.prompt_ids, request.sampling, StopConditionsOf(request, config, *tokenizer),
+      arrival));
+}
+
+void Engine::Impl::Apply(std::vector<Handoff> handoffs) {
+  for (Handoff& h : handoffs) {
+    auto rs = requests.find(h.request_id);
+    if (rs == requests.end()) continue;
+    if (!h.status.ok()) {
+      EndRequest(registry.at(rs->second.instance), h.request_id, h.status);
+    } else {
+      JoinDecode(h);
+    }
+  }
+}
+
+void Engine::Impl::JoinDecode(Handoff& h) {
+  ActiveRequest& rs = requests.at(h.request_id);
+  Instance* decode = h.decode >= 0 && registry.at(h.decode).ready()
+                         ? &registry.at(h.decode)
+                         : LeastLoaded(registry, PoolRole::kDecode);
+  if (decode == nullptr) {
+    EndRequest(registry.at(rs.instance), h.request_id,
+               Status::Unavailable("no decode instance is ready"));
+    return;
+  }
+  // TTFT counts from the client's arrival, prefill and transfer included.
+  Status added = AddSequence(*decode, h.request_id, h.request, h.arrival);
+  if (!added.ok()) {
+    EndRequest(*decode, h.request_id, Status::InvalidArgument(added.message()));
+    return;
+  }
+  rs.instance = decode->id;
+  rs.joined_decode = Clock::now();
+}
+
+void Engine::Impl::EndRequest(Instance& inst, uint64_t id, Status status) {
+  auto it = requests.find(id);
+  if (it == requests.end()) return;
+  disaggregation.Drop(id);
+  std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
+  ActiveRequest& rs = it->second;
+  const bool cancelled = status.code() == StatusCode::kCancelled;  // the client went away
+  CompletionOutcome out;
+  std::string unstreamed;
+  if (status.ok()) {
+    HW_CHECK(seq != nullptr);
+    out = rs.output->Outcome(*seq);
+    unstreamed = rs.output->Unstreamed();
+  } else {
+    out.status = std::move(status);
+  }
+  if (seq != nullptr && (out.status.ok() || cancelled)) {
+    metrics->OnFinished(inst.id, cancelled ? FinishReason::kAbort : out.finish_reason,
+                        Seconds(Clock::now() - seq->arrival_time()), seq->num_prompt_tokens(),
+                        seq->num_output_tokens());
+  }
+  answers.push_back(
+      Answer{std::move(rs.promise), std::move(out), rs.output->stream(), std::move(unstreamed)});
+  requests.erase(it);
+}
+
+void Engine::Impl::Cancel(uint64_t id, Status why) {
+  auto it = requests.find(id);
+  if (it == requests.end()) return;
+  EndRequest(registry.at(it->second.instance), id, std::move(why));
+}
+
+// ======================================================================
+// timers and liveness
+
+void Engine::Impl::CheckTimers(Clock::time_point now) {
+  std::vector<uint64_t> expired;
+  for (const auto& [id, rs] : requests) {
+    if (now >= rs.deadline) expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    Cancel(id, Status::DeadlineExceeded("the request did not finish before its deadline"));
+  }
+  for (auto& [inst, why] : registry.FindSilent(now)) {
+    registry.StopRanks(*inst, why);
+    MarkDown(*inst, why);
+  }
+  Apply(disaggregation.CheckDeadlines(now));
+}
+
+void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
+  spdlog::error("instance {} is down: {}", inst.id, why);
+  // Requests still prefilling or transferring from a lost prefill instance
+  // fall back to a decode instance, which prefills them itself; every other
+  // request of the instance fails.
+  std::vector<uint64_t> failed;
+  for (const auto& [id, rs] : requests) {
+    if (rs.instance == inst.id && !disaggregation.HasJob(id)) failed.push_back(id);
+  }
+  registry.Reset(inst);
+  Apply(disaggregation.OnInstanceDown(inst.id));
+  const Status status =
+      Status::Unavailable("instance " + std::to_string(inst.id) + " is down: " + why);
+  for (uint64_t id : failed) EndRequest(inst, id, status);
+}
+
+void Engine::Impl::Shutdown(const std::string& reason) {
+  registry.ShutdownAll(reason);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, rs] : requests) ids.push_back(id);
+  for (uint64_t id : ids) Cancel(id, Status::Unavailable(reason));
+}
+
+std::vector<InstanceHealth> Engine::Impl::Snapshot() {
+  std::vector<InstanceHealth> health = registry.Snapshot();
+  for (const InstanceHealth& h : health) {
+    metrics->SetQueueState(h.instance_id, int64_t(h.num_running), int64_t(h.num_waiting));
+    for (const RankHealth& r : h.ranks) {
+      metrics->SetKvUsage(h.instance_id, r.tp_rank, r.total_blocks - r.free_blocks,
+                          r.total_blocks);
+    }
+  }
+  return health;
+}
+
+void Engine::Impl::AnswerEnded() {
+  for (Answer& a : answers) {
+    if (a.stream) a.stream->Close(a.unstreamed_text, a.outcome);
+    a.promise.set_value(std::move(a.outcome));
+  }
+  answers.clear();
+}
+
+// ======================================================================
+// Engine
+
+Engine::Engine(Config config, ModelSpec spec, const Tokenizer* tokenizer,
+               std::unique_ptr<ControlServer> server)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(spec), tokenizer,
+                                   std::move(server))) {
+  health_ = impl_->registry.Snapshot();
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  HW_CHECK(!thread_.joinable());
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Engine::Stop(const std::string& reason) {
+  std::call_once(stop_once_, [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      accepting_ = false;
+      stop_reason_ = reason;
+    }
+    stop_requested_ = true;
+    if (thread_.joinable()) {
+      thread_.join();
+    } else {
+      impl_->Shutdown(reason);  // never started: still fail queued requests
+      impl_->AnswerEnded();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Pending& p : submitted_) {
+      CompletionOutcome out;
+      out.status = Status::Unavailable(reason);
+      if (p.request.stream) p.request.stream->Close("", out);
+      p.promise.set_value(std::move(out));
+    }
+    submitted_.clear();
+  });
+}
+
+std::future<CompletionOutcome> Engine::Submit(EngineRequest request, uint64_t* request_id) {
+  uint64_t id = next_request_id_++;
+  if (request_id) *request_id = id;
+  std::promise<CompletionOutcome> promise;
+  std::future<CompletionOutcome> future = promise.get_future();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) {
+    CompletionOutcome out;
+    out.status = Status::Unavailable("the server is shutting down");
+    if (request.stream) request.stream->Close("", out);
+    promise.set_value(std::move(out));
+    return future;
+  }
+  submitted_.push_back(Pending{id, std::move(request), std::move(promise)});
+  return future;
+}
+
+void Engine::Cancel(uint64_t request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.push_back(request_id);
+}
+
+std::vector<InstanceHealth> Engine::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_;
+}
+
+const ServingMetrics& Engine::metrics() const { return *impl_->metrics; }
+
+bool Engine::AllReady() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::all_of(health_.begin(), health_.end(),
+                     [](const InstanceHealth& h) { return h.ready; });
+}
+
+void Engine::TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  submitted->swap(submitted_);
+  cancelled->swap(cancelled_);
+}
+
+void Engine::PublishHealth(std::vector<InstanceHealth> health) {
+  std::lock_guard<std::mutex> lock(mu_);
+  health_ = std::move(health);
+}
+
+void Engine::Run() {
+  Impl& impl = *impl_;
+  while (!stop_requested_) {
+    impl.CollectMessages();
+    std::vector<Pending> submitted;
+    std::vector<uint64_t> cancelled;
+    TakeSubmitted(&submitted, &cancelled);
+    for (Pending& p : submitted) impl.Admit(p.id, std::move(p.request), std::move(p.promise));
+    for (uint64_t id : cancelled) impl.Cancel(id, Status::Cancelled("the request was cancelled"));
+    const Clock::time_point now = Clock::now();
+    impl.CheckTimers(now);
+    impl.ScheduleAndDispatch(now);
+    PublishHealth(impl.Snapshot());
+    impl.AnswerEnded();
+  }
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reason = stop_reason_;
+  }
+  impl.Shutdown(reason);
+  impl.AnswerEnded();
+}
+
+}  // namespace headway

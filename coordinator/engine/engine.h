@@ -1,0 +1,116 @@
+// The coordinator's engine: one thread that owns the ControlServer (ZeroMQ
+// sockets are single-threaded) and runs, per instance, the step loop
+// schedule -> dispatch -> collect, plus registration, heartbeats and
+// liveness.
+//
+// HTTP threads call Submit (thread-safe) and wait on the returned future;
+// the engine thread admits requests, runs them and fulfils every future
+// exactly once: with the completion, or with an ApiError (instance down:
+// 503, worker step error: 500, deadline passed: 503, shutdown: 503,
+// cancelled: 499). A streaming request also gets its text through its
+// OutputStream as tokens are sampled, and the same outcome when it ends; the
+// engine thread never waits for the HTTP thread that reads it.
+//
+// Aborts: Cancel (e.g. a streaming client that went away) removes the
+// sequence at the engine's next loop iteration; its blocks go back to the
+// pool and the workers drop it with the next step's released_seq_ids.
+//
+// Liveness: any message from a worker counts as a sign of life. A
+// registered worker silent for heartbeat_timeout_ms is down: its instance is
+// marked down (not ready), every request on it ends with a 503 (except
+// requests still prefilling or transferring on a prefill instance: a decode
+// instance prefills those itself) and its blocks return to the pools; the
+// instance is ready again once all its ranks have registered anew.
+//
+// The engine composes one class per concern: the InstanceRegistry
+// (registration, rendezvous, liveness), the Scheduler of each instance
+// (scheduler.h), BuildStepPlans and InFlightStep (step_plan.h), the
+// OutputProcessor of each request (output_processor.h), the router
+// (router.h) and, with prefill and decode pools, the
+// DisaggregationCoordinator (disaggregation.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/control_channel.h"
+#include "common/config.h"
+#include "common/model_spec.h"
+#include "coordinator/engine/engine_request.h"
+#include "coordinator/engine/instance_registry.h"
+#include "coordinator/engine/request_output.h"
+#include "coordinator/metrics/serving_metrics.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace headway {
+
+class Engine {
+ public:
+  // `config` must have passed ParseConfig and every instance's tp_size
+  // ValidateTpSize(spec). `tokenizer` must outlive the engine.
+  Engine(Config config, ModelSpec spec, const Tokenizer* tokenizer,
+         std::unique_ptr<ControlServer> server);
+  ~Engine();  // Stop()
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the engine thread. REQUIRES: called once.
+  void Start();
+
+  // Sends Shutdown{reason} to every registered worker, fails outstanding
+  // requests with 503, joins the thread. Idempotent; thread-safe.
+  void Stop(const std::string& reason = "coordinator shutting down");
+
+  // Queues a request; the future is fulfilled once it ends. `request_id`
+  // (optional) receives an id for Cancel. Thread-safe.
+  std::future<CompletionOutcome> Submit(EngineRequest request, uint64_t* request_id = nullptr);
+
+  // Ends a request early (its future gets a 499-style abort error). Unknown
+  // or finished ids are ignored. Thread-safe.
+  void Cancel(uint64_t request_id);
+
+  // Snapshot of every instance of the config, in Config::Instances order.
+  // Thread-safe; refreshed by the engine thread every loop iteration.
+  std::vector<InstanceHealth> Health() const;
+
+  // True when every instance of the config is ready. Thread-safe.
+  bool AllReady() const;
+
+  // The serving metrics (thread-safe; GET /metrics renders them).
+  const ServingMetrics& metrics() const;
+
+ private:
+  struct Impl;
+  struct Pending {
+    uint64_t id;
+    EngineRequest request;
+    std::promise<CompletionOutcome> promise;
+  };
+  void Run();
+  // Hands the engine thread what HTTP threads submitted and cancelled.
+  void TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled);
+  void PublishHealth(std::vector<InstanceHealth> health);
+
+  std::unique_ptr<Impl> impl_;
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  std::once_flag stop_once_;
+
+  std::atomic<uint64_t> next_request_id_{1};
+  mutable std::mutex mu_;  // guards the fields below
+  std::vector<Pending> submitted_;          // guarded by mu_
+  std::vector<uint64_t> cancelled_;         // guarded by mu_
+  std::vector<InstanceHealth> health_;      // guarded by mu_
+  bool accepting_ = true;                   // guarded by mu_
+  std::string stop_reason_;                 // guarded by mu_
+};
+
+}  // namespace headway

@@ -1,0 +1,29 @@
+// A request as the engine takes it: validated and tokenized by the HTTP
+// layer (completion_request.h, chat_request.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/engine/request_output.h"
+#include "coordinator/scheduling/sequence.h"
+
+namespace headway {
+
+struct EngineRequest {
+  std::vector<int32_t> prompt_ids;  // non-empty
+  int max_tokens = 16;              // >= 1
+  SamplingOptions sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;  // each in [0, vocab_size)
+  bool ignore_eos = false;
+  bool logprobs = false;            // fill CompletionOutcome::tokens (sampling.num_top_logprobs each)
+  Clock::time_point deadline = Clock::time_point::max();
+  // Set for a streaming request: receives text as it is produced, then the
+  // outcome (OutputStream::Close). Shared with the HTTP thread.
+  std::shared_ptr<OutputStream> stream;
+};
+
+}  // namespace headway

@@ -1,0 +1,204 @@
+#include "coordinator/engine/instance_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "coordinator/engine/registration.h"
+
+namespace headway {
+namespace {
+
+uint64_t UnixMillis() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count());
+}
+
+}  // namespace
+
+InstanceRegistry::InstanceRegistry(const Config& config, const ModelSpec& spec,
+                                   ControlServer* server, ServingMetrics* metrics)
+    : config_(config), spec_(spec), server_(server), metrics_(metrics) {
+  std::vector<const InstanceConfig*> configs = config_.Instances();
+  for (size_t i = 0; i < configs.size(); ++i) {
+    Instance inst;
+    inst.id = int(i);
+    inst.tp_size = configs[i]->tp_size;
+    inst.role = config_.RoleOf(int(i));
+    inst.ranks.resize(size_t(inst.tp_size));
+    instances_.push_back(std::move(inst));
+    for (int r = 0; r < configs[i]->tp_size; ++r) peers_[PeerName(int(i), r)] = {int(i), r};
+  }
+}
+
+bool InstanceRegistry::Alive(int id, uint64_t generation) const {
+  return id >= 0 && size_t(id) < instances_.size() && instances_[size_t(id)].ready() &&
+         instances_[size_t(id)].generation == generation;
+}
+
+std::optional<InstanceRegistry::Peer> InstanceRegistry::FindPeer(const std::string& peer) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return std::nullopt;
+  return Peer{&instances_[size_t(it->second.first)], it->second.second};
+}
+
+Instance* InstanceRegistry::CheckRegistration(const std::string& peer,
+                                              const proto::RegisterRequest& request) {
+  Status valid = ValidateRegisterRequest(request, peer, config_, spec_);
+  if (valid.ok()) return &instances_[request.instance_id()];
+  spdlog::error("rejected worker `{}` (pid {}): {}", peer, request.pid(), valid.message());
+  proto::Envelope reply;
+  reply.mutable_register_response()->set_accepted(false);
+  reply.mutable_register_response()->set_error(valid.message());
+  Reply(peer, reply);
+  return nullptr;
+}
+
+bool InstanceRegistry::Register(Instance& inst, const std::string& peer,
+                                const proto::RegisterRequest& request) {
+  RankState& rs = inst.ranks[request.tp_rank()];
+  HW_CHECK(!rs.registered);
+  rs.registered = true;
+  rs.num_blocks = int(request.num_blocks());
+  rs.last_heard = Clock::now();
+  rs.kv_endpoint = request.kv_endpoint();
+  proto::Envelope reply;
+  reply.mutable_register_response()->set_accepted(true);
+  Reply(peer, reply);
+  spdlog::info("worker `{}` registered (pid {}, {} blocks of {} positions)", peer, request.pid(),
+               request.num_blocks(), request.block_size());
+
+  const bool all = std::all_of(inst.ranks.begin(), inst.ranks.end(),
+                               [](const RankState& r) { return r.registered; });
+  if (!all || inst.ready()) return false;
+  std::vector<int> num_blocks;
+  for (const RankState& r : inst.ranks) num_blocks.push_back(r.num_blocks);
+  KvCacheOptions kv_options;
+  kv_options.enable_prefix_caching = config_.enable_prefix_caching;
+  kv_options.enable_recycling = config_.enable_recycling;
+  kv_options.recycling_granularity = config_.recycling_granularity == "layer"
+                                         ? KvCacheOptions::Granularity::kLayer
+                                         : KvCacheOptions::Granularity::kKvHead;
+  InstanceCounters* counters = metrics_ != nullptr ? metrics_->Counters(inst.id) : nullptr;
+  auto kv = std::make_unique<KvCacheManager>(spec_, inst.tp_size, config_.block_size, num_blocks,
+                                             kv_options, counters);
+  SchedulerConfig sc{config_.max_num_seqs, config_.max_num_batched_tokens};
+  inst.scheduler = std::make_unique<Scheduler>(sc, std::move(kv), counters);
+  ++inst.generation;
+  inst.in_flight.reset();
+  spdlog::info("instance {} ready (tp_size {}; at most {} positions per sequence)", inst.id,
+               inst.tp_size, inst.scheduler->MaxPositionsPerSequence());
+  return true;
+}
+
+void InstanceRegistry::HandleStore(Instance& inst, const std::string& peer,
+                                   const proto::Envelope& env) {
+  if (env.has_store_set()) {
+    inst.store[env.store_set().key()] = env.store_set().value();
+    return;
+  }
+  proto::Envelope reply;
+  proto::StoreValue* value = reply.mutable_store_value();
+  value->set_key(env.store_get().key());
+  auto it = inst.store.find(env.store_get().key());
+  value->set_found(it != inst.store.end());
+  if (it != inst.store.end()) value->set_value(it->second);
+  Status s = server_->Send(peer, reply);
+  if (!s.ok()) spdlog::warn("cannot answer store get from `{}`: {}", peer, s.message());
+}
+
+void InstanceRegistry::SendHeartbeats(Clock::time_point now) {
+  if (now - last_heartbeat_sent_ < std::chrono::milliseconds(config_.heartbeat_interval_ms)) {
+    return;
+  }
+  last_heartbeat_sent_ = now;
+  proto::Envelope env;
+  env.mutable_heartbeat()->set_sent_unix_ms(UnixMillis());
+  for (const Instance& inst : instances_) {
+    for (int r = 0; r < inst.tp_size; ++r) {
+      if (inst.ranks[size_t(r)].registered) Send(inst, r, env);
+    }
+  }
+}
+
+std::vector<std::pair<Instance*, std::string>> InstanceRegistry::FindSilent(
+    Clock::time_point now) {
+  const auto timeout = std::chrono::milliseconds(config_.heartbeat_timeout_ms);
+  std::vector<std::pair<Instance*, std::string>> silent;
+  for (Instance& inst : instances_) {
+    for (int r = 0; r < inst.tp_size; ++r) {
+      const RankState& rs = inst.ranks[size_t(r)];
+      if (!rs.registered || now - rs.last_heard <= timeout) continue;
+      const auto silent_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - rs.last_heard).count();
+      silent.emplace_back(&inst, "worker `" + PeerName(inst.id, r) + "` has been silent for " +
+                                     std::to_string(silent_ms) + " ms (heartbeat_timeout_ms " +
+                                     std::to_string(config_.heartbeat_timeout_ms) + ")");
+      break;
+    }
+  }
+  return silent;
+}
+
+void InstanceRegistry::Reset(Instance& inst) {
+  inst.scheduler.reset();
+  inst.in_flight.reset();
+  inst.store.clear();  // a restarted group must not read the old addresses
+  for (RankState& r : inst.ranks) r.registered = false;
+}
+
+void InstanceRegistry::StopRanks(Instance& inst, const std::string& reason) {
+  SendShutdown(inst, "instance " + std::to_string(inst.id) + " is down: " + reason);
+}
+
+void InstanceRegistry::ShutdownAll(const std::string& reason) {
+  for (Instance& inst : instances_) SendShutdown(inst, reason);
+}
+
+void InstanceRegistry::SendShutdown(Instance& inst, const std::string& reason) {
+  proto::Envelope env;
+  env.mutable_shutdown()->set_reason(reason);
+  for (int r = 0; r < inst.tp_size; ++r) {
+    if (inst.ranks[size_t(r)].registered) Send(inst, r, env);
+  }
+}
+
+void InstanceRegistry::Send(const Instance& inst, int rank, const proto::Envelope& env) {
+  Status s = server_->Send(PeerName(inst.id, rank), env);
+  if (!s.ok()) spdlog::warn("control send to instance {} rank {}: {}", inst.id, rank, s.message());
+}
+
+void InstanceRegistry::Reply(const std::string& peer, const proto::Envelope& env) {
+  Status s = server_->Send(peer, env);
+  if (!s.ok()) spdlog::warn("cannot answer `{}`: {}", peer, s.message());
+}
+
+std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
+  std::vector<InstanceHealth> out;
+  for (const Instance& inst : instances_) {
+    InstanceHealth h;
+    h.instance_id = inst.id;
+    h.tp_size = inst.tp_size;
+    h.ready = inst.ready();
+    if (inst.ready()) {
+      h.num_waiting = inst.scheduler->num_waiting();
+      h.num_running = inst.scheduler->num_running();
+    }
+    for (int r = 0; r < inst.tp_size; ++r) {
+      RankHealth rh;
+      rh.tp_rank = r;
+      rh.registered = inst.ranks[size_t(r)].registered;
+      if (inst.ready()) {
+        RankBlockUsage u = inst.scheduler->kv().Usage(r);
+        rh.free_blocks = u.num_free;
+        rh.total_blocks = u.num_total;
+      }
+      h.ranks.push_back(rh);
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace headway

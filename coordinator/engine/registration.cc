@@ -1,0 +1,99 @@
+#include "coordinator/engine/registration.h"
+
+#include "comm/control_channel.h"
+#include "common/kv_layout.h"
+
+namespace headway {
+namespace {
+
+Status Mismatch(const char* field, uint64_t sent, uint64_t expected) {
+  return Status::InvalidArgument(std::string(field) + " is " + std::to_string(sent) +
+                                 " but the coordinator expects " + std::to_string(expected));
+}
+
+}  // namespace
+
+Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std::string& peer,
+                               const Config& config, const ModelSpec& spec) {
+  std::vector<const InstanceConfig*> instances = config.Instances();
+  if (request.instance_id() >= instances.size()) {
+    return Status::InvalidArgument("instance_id " + std::to_string(request.instance_id()) +
+                                   " is not in the config (it has " +
+                                   std::to_string(instances.size()) + " instances)");
+  }
+  const InstanceConfig& instance = *instances[request.instance_id()];
+  if (request.tp_size() != uint32_t(instance.tp_size)) {
+    return Mismatch("tp_size", request.tp_size(), instance.tp_size);
+  }
+  if (request.tp_rank() >= uint32_t(instance.tp_size)) {
+    return Status::InvalidArgument("tp_rank " + std::to_string(request.tp_rank()) +
+                                   " is not below tp_size " + std::to_string(instance.tp_size));
+  }
+  std::string expected_peer = PeerName(int(request.instance_id()), int(request.tp_rank()));
+  if (peer != expected_peer) {
+    return Status::InvalidArgument("routing identity is `" + peer + "` but instance " +
+                                   std::to_string(request.instance_id()) + " rank " +
+                                   std::to_string(request.tp_rank()) + " must connect as `" +
+                                   expected_peer + "`");
+  }
+  if (!request.model_name().empty() && request.model_name() != spec.name) {
+    return Status::InvalidArgument("model_name is `" + request.model_name() +
+                                   "` but the coordinator serves `" + spec.name + "`");
+  }
+  if (request.block_size() != uint32_t(config.block_size)) {
+    return Mismatch("block_size", request.block_size(), config.block_size);
+  }
+  if (request.num_layers() != uint32_t(spec.num_layers)) {
+    return Mismatch("num_layers", request.num_layers(), spec.num_layers);
+  }
+  TpShard shard = ShardForRank(spec, instance.tp_size, int(request.tp_rank()));
+  if (request.num_local_kv_heads() != uint32_t(shard.num_local_kv_heads())) {
+    return Mismatch("num_local_kv_heads", request.num_local_kv_heads(), shard.num_local_kv_heads());
+  }
+  if (request.head_dim() != uint32_t(spec.head_dim)) {
+    return Mismatch("head_dim", request.head_dim(), spec.head_dim);
+  }
+  if (request.vocab_size() != uint32_t(spec.vocab_size) &&
+      request.vocab_size() != uint32_t(shard.padded_vocab_size)) {
+    return Mismatch("vocab_size", request.vocab_size(), spec.vocab_size);
+  }
+  if (config.KvTransferEnabled()) {
+    if (!request.has_kv_endpoint()) {
+      return Status::InvalidArgument("kv_transfer is enabled but the worker sent no KV endpoint");
+    }
+    const proto::KvEndpoint& e = request.kv_endpoint();
+    if (e.layout_version() != kKvBlockLayoutVersion) {
+      return Mismatch("kv_endpoint.layout_version", e.layout_version(), kKvBlockLayoutVersion);
+    }
+    if (e.dtype() != "f32") {
+      return Status::InvalidArgument("kv_endpoint.dtype is `" + e.dtype() +
+                                     "` but the coordinator expects `f32`");
+    }
+    const uint64_t block_bytes = KvCacheLayout{config.block_size, spec.head_dim}.BlockBytes();
+    if (e.block_bytes() != block_bytes) {
+      return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), block_bytes);
+    }
+    if (e.num_blocks() != request.num_blocks()) {
+      return Mismatch("kv_endpoint.num_blocks", e.num_blocks(), request.num_blocks());
+    }
+    if (e.kv_heads_size() != shard.num_local_kv_heads()) {
+      return Mismatch("kv_endpoint.kv_heads count", uint64_t(e.kv_heads_size()),
+                      uint64_t(shard.num_local_kv_heads()));
+    }
+    for (int h = 0; h < e.kv_heads_size(); ++h) {
+      if (e.kv_heads(h) != uint32_t(shard.kv_head_begin + h)) {
+        return Mismatch(("kv_endpoint.kv_heads[" + std::to_string(h) + "]").c_str(),
+                        e.kv_heads(h), uint64_t(shard.kv_head_begin + h));
+      }
+    }
+    if (e.worker_address().empty()) {
+      return Status::InvalidArgument("kv_endpoint has no UCX worker address");
+    }
+  }
+  if (request.num_blocks() == 0) {
+    return Status::InvalidArgument("num_blocks is 0: the worker has no KV pool (raise cache.kv_memory_mb)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace headway

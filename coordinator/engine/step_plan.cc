@@ -1,0 +1,85 @@
+#include "coordinator/engine/step_plan.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <string>
+
+namespace headway {
+namespace {
+
+void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::SequenceStep* step) {
+  step->set_seq_id(s.seq_id);
+  step->set_is_new(s.is_new);
+  for (int p = s.start_pos; p < s.start_pos + s.num_tokens; ++p) {
+    step->add_token_ids(seq.TokenAt(p));
+  }
+  step->set_start_pos(uint32_t(s.start_pos));
+  step->set_sample(s.sample);
+  proto::SamplingParams* sp = step->mutable_sampling();
+  sp->set_temperature(seq.sampling().temperature);
+  sp->set_top_p(seq.sampling().top_p);
+  sp->set_top_k(seq.sampling().top_k);
+  sp->set_has_seed(seq.sampling().seed.has_value());
+  sp->set_seed(seq.sampling().seed.value_or(0));
+  sp->set_num_logprobs(seq.sampling().num_top_logprobs);
+  step->set_num_generated(uint32_t(seq.num_output_tokens()));
+}
+
+}  // namespace
+
+std::vector<proto::StepPlan> BuildStepPlans(uint64_t step_id, const ScheduledBatch& batch,
+                                            const Scheduler& scheduler, int tp_size) {
+  std::vector<proto::StepPlan> plans(static_cast<size_t>(tp_size));
+  for (int rank = 0; rank < tp_size; ++rank) {
+    proto::StepPlan& plan = plans[size_t(rank)];
+    plan.set_step_id(step_id);
+    for (uint64_t id : batch.released_seq_ids) plan.add_released_seq_ids(id);
+    for (const ScheduledSeq& s : batch.seqs) {
+      const Sequence* seq = scheduler.Find(s.seq_id);
+      HW_CHECK(seq != nullptr);
+      proto::SequenceStep* step = plan.add_seqs();
+      FillSequenceStep(s, *seq, step);
+      if (size_t(rank) >= s.deltas.size()) continue;
+      for (const SlotBlockDelta& d : s.deltas[size_t(rank)]) {
+        proto::SlotDelta* pd = step->add_deltas();
+        pd->set_slot(uint32_t(d.slot));
+        pd->set_first_logical(uint32_t(d.first_logical));
+        for (int32_t b : d.appended) pd->add_appended(b);
+        for (int32_t i : d.recycled) pd->add_recycled(uint32_t(i));
+      }
+    }
+  }
+  return plans;
+}
+
+InFlightStep::InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch batch, int tp_size)
+    : instance_id_(instance_id),
+      step_id_(step_id),
+      batch_(std::move(batch)),
+      answered_(size_t(tp_size), false) {}
+
+InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult& result) {
+  HW_CHECK(rank >= 0 && size_t(rank) < answered_.size());
+  if (result.step_id() != step_id_) {
+    spdlog::warn("instance {} rank {}: step result for step {} rejected (in flight: {})",
+                 instance_id_, rank, result.step_id(), step_id_);
+    return Progress::kRejected;
+  }
+  if (answered_[size_t(rank)]) {
+    spdlog::warn("instance {} rank {}: duplicate result for step {} ignored", instance_id_, rank,
+                 result.step_id());
+    return Progress::kRejected;
+  }
+  answered_[size_t(rank)] = true;
+  if (!result.error().empty() && status_.ok()) {
+    status_ = Status::Internal("instance " + std::to_string(instance_id_) + " rank " +
+                               std::to_string(rank) + " failed step " +
+                               std::to_string(result.step_id()) + ": " + result.error());
+  }
+  if (rank == 0) tokens_.assign(result.tokens().begin(), result.tokens().end());
+  const bool all = std::all_of(answered_.begin(), answered_.end(), [](bool b) { return b; });
+  return all ? Progress::kDone : Progress::kWaiting;
+}
+
+}  // namespace headway

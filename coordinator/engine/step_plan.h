@@ -1,0 +1,53 @@
+// The step protocol's coordinator side (DESIGN.md "Step protocol"): the
+// StepPlan every TP rank of an instance receives for one scheduled batch,
+// and the collection of the ranks' StepResults until the step is done.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/scheduling/scheduler.h"
+#include "proto/control.pb.h"
+
+namespace headway {
+
+// One StepPlan per TP rank ([tp_size]) for `batch` under `step_id`: every
+// scheduled sequence with the tokens of its chunk, its start position,
+// sampling parameters and that rank's block-table deltas, plus the
+// sequences the workers must drop first. The ranks' plans differ only in
+// their deltas. REQUIRES: every sequence of the batch is in `scheduler`;
+// batch deltas have at most tp_size ranks.
+std::vector<proto::StepPlan> BuildStepPlans(uint64_t step_id, const ScheduledBatch& batch,
+                                            const Scheduler& scheduler, int tp_size);
+
+// A step sent to an instance's ranks, collecting their results.
+class InFlightStep {
+ public:
+  InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch batch, int tp_size);
+
+  enum class Progress {
+    kRejected,  // not this step's result, or a rank that answered already (logged)
+    kWaiting,   // accepted; other ranks have yet to answer
+    kDone,      // accepted; every rank has answered
+  };
+  // Takes rank `rank`'s result. REQUIRES: 0 <= rank < tp_size.
+  Progress OnResult(int rank, const proto::StepResult& result);
+
+  uint64_t step_id() const { return step_id_; }
+  const ScheduledBatch& batch() const { return batch_; }
+  // Rank 0's sampled tokens (rank 0 samples).
+  const std::vector<proto::SampledToken>& tokens() const { return tokens_; }
+  // OK, or the first rank error, naming the instance, rank and step.
+  const Status& status() const { return status_; }
+
+ private:
+  const int instance_id_;
+  const uint64_t step_id_;
+  ScheduledBatch batch_;
+  std::vector<bool> answered_;  // [tp_size]
+  std::vector<proto::SampledToken> tokens_;
+  Status status_;
+};
+
+}  // namespace headway

@@ -1,0 +1,367 @@
+#include "coordinator/http/api_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <sys/socket.h>
+
+#include <cstdio>
+
+#include "coordinator/http/chat_request.h"
+#include "coordinator/metrics/metrics.h"
+#include "coordinator/http/openai_response.h"
+#include "coordinator/http/tokenize_request.h"
+
+namespace headway {
+namespace {
+
+using nlohmann::json;
+
+// How long a streaming response waits on its OutputStream before it checks
+// that the client is still there.
+constexpr std::chrono::milliseconds kStreamPoll(50);
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  // Replace, never throw, should any invalid UTF-8 reach a body.
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+std::pair<int, json> Error(const ApiError& e) { return {e.http_status, e.ToJson()}; }
+
+bool IsEmpty(const OutputStream::Update& u) {
+  return u.text.empty() && u.tokens.empty() && !u.final.has_value();
+}
+
+// The state a streaming response's content provider keeps between calls.
+struct StreamState {
+  std::shared_ptr<OutputStream> stream;
+  StreamRenderer renderer;
+  std::optional<OutputStream::Update> first;  // taken before the response started
+  Engine* engine;
+  uint64_t request_id;
+};
+
+}  // namespace
+
+ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* tokenizer,
+                     const ChatTemplate* chat_template)
+    : options_(std::move(options)),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      limits_{options_.served_model_name, int(tokenizer->vocab_size()), options_.max_model_len},
+      created_unix_s_(UnixSeconds()),
+      server_(std::make_unique<httplib::Server>()),
+      id_rng_(std::random_device{}()) {
+  int num_threads = options_.num_http_threads;
+  server_->new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
+  // Remember the listening socket: Debian's cpp-httplib listens with a
+  // backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library), and
+  // 32 clients connecting at once overflowed it (netstat: "listen queue of a
+  // socket overflowed"), failing requests. Bind() widens it.
+  server_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
+  server_->set_read_timeout(std::chrono::seconds(30));
+  server_->set_write_timeout(std::chrono::seconds(30));
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) != 0 || Authorized(req.get_header_value("Authorization"))) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    ApiError e{401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)",
+               "invalid_request_error", "", "invalid_api_key"};
+    Reply(res, 401, e.ToJson());
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    std::variant<Prepared, ApiError> p = PrepareCompletion(req.body);
+    if (auto* e = std::get_if<ApiError>(&p)) return Reply(res, e->http_status, e->ToJson());
+    Respond(std::move(std::get<Prepared>(p)), res);
+  });
+  server_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    std::variant<Prepared, ApiError> p = PrepareChat(req.body);
+    if (auto* e = std::get_if<ApiError>(&p)) return Reply(res, e->http_status, e->ToJson());
+    Respond(std::move(std::get<Prepared>(p)), res);
+  });
+  server_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    auto [status, body] = HandleTokenize(req.body);
+    Reply(res, status, body);
+  });
+  server_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    auto [status, body] = HandleDetokenize(req.body);
+    Reply(res, status, body);
+  });
+  server_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, HandleModels());
+  });
+  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    auto [status, body] = HandleHealth();
+    Reply(res, status, body);
+  });
+  // Prometheus scrapes stay open without the API key, as on vLLM.
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(engine_->metrics().RenderPrometheus(), kPrometheusContentType);
+  });
+  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) return;
+    ApiError e{res.status, "no route for " + req.method + " " + req.path,
+               res.status == 404 ? "NotFoundError" : "invalid_request_error", "", ""};
+    Reply(res, res.status, e.ToJson());
+  });
+  server_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("HTTP handler failed: {}", what);
+        Reply(res, 500, ApiError::Internal("internal error: " + what).ToJson());
+      });
+}
+
+ApiServer::~ApiServer() { Stop(); }
+
+Result<int> ApiServer::Bind() {
+  int port = options_.http_port;
+  if (port == 0) {
+    port = server_->bind_to_any_port(options_.http_host);
+    if (port <= 0) {
+      return Status::Unavailable("cannot bind HTTP on " + options_.http_host + " (any port)");
+    }
+  } else if (!server_->bind_to_port(options_.http_host, port)) {
+    return Status::Unavailable("cannot bind HTTP on " + options_.http_host + ":" +
+                               std::to_string(port) + " (in use or not a local address)");
+  }
+  // Linux applies a new backlog when listen() is called again (capped by
+  // net.core.somaxconn).
+  if (listen_fd_ >= 0 && ::listen(listen_fd_, kListenBacklog) != 0) {
+    spdlog::warn("cannot raise the HTTP listen backlog to {}", kListenBacklog);
+  }
+  return port;
+}
+
+void ApiServer::Serve() { server_->listen_after_bind(); }
+
+void ApiServer::Stop() {
+  if (server_) server_->stop();
+}
+
+bool ApiServer::Authorized(const std::string& authorization) const {
+  if (options_.api_key.empty()) return true;
+  const std::string expected = "Bearer " + options_.api_key;
+  // Constant time in the key's length: no early exit on the first mismatch.
+  unsigned diff = authorization.size() != expected.size();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff |= unsigned(char(i < authorization.size() ? authorization[i] : 0) ^ expected[i]);
+  }
+  return diff == 0;
+}
+
+std::string ApiServer::NewId(const char* prefix) {
+  std::lock_guard<std::mutex> lock(id_mu_);
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%s-%016llx%016llx", prefix, (unsigned long long)id_rng_(),
+                (unsigned long long)id_rng_());
+  return buf;
+}
+
+std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(StreamKind kind, std::vector<int32_t> ids,
+                                                              GenerationParams& params,
+                                                              int default_max_tokens) const {
+  std::variant<int, ApiError> max_tokens =
+      ResolveMaxTokens(int(ids.size()), params.max_tokens, options_.max_model_len, default_max_tokens);
+  if (auto* e = std::get_if<ApiError>(&max_tokens)) return *e;
+  Prepared p{kind, {}, params.stream, params.include_usage, params.logprobs};
+  EngineRequest& er = p.request;
+  er.prompt_ids = std::move(ids);
+  er.max_tokens = std::get<int>(max_tokens);
+  er.sampling = params.sampling;
+  er.stop = std::move(params.stop);
+  er.stop_token_ids = std::move(params.stop_token_ids);
+  er.ignore_eos = params.ignore_eos;
+  er.logprobs = params.logprobs;
+  er.deadline = Clock::now() + options_.request_timeout;
+  return p;
+}
+
+std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareCompletion(const std::string& body) const {
+  ParsedCompletion parsed = ParseCompletionRequest(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  CompletionRequest& req = std::get<CompletionRequest>(parsed);
+  std::vector<int32_t> ids;
+  if (req.prompt_is_ids) {
+    ids = std::move(req.prompt_ids);
+  } else {
+    // As vLLM: special-token texts in a prompt (a chat template applied by
+    // the client) become their tokens.
+    if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
+    std::vector<int32_t> text_ids = tokenizer_->Encode(req.prompt_text, /*parse_special=*/true);
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+    if (ids.empty()) return ApiError::BadRequest("'prompt' encodes to no tokens", "prompt");
+  }
+  return Finish(StreamKind::kCompletion, std::move(ids), req.params, kDefaultMaxTokens);
+}
+
+std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  if (chat_template_ == nullptr) {
+    return ApiError::BadRequest("the model has no chat template (tokenizer.chat_template); use "
+                                "/v1/completions with a formatted prompt");
+  }
+  Result<std::string> prompt = chat_template_->Apply(messages, add_generation_prompt);
+  if (!prompt.ok()) {
+    // raise_exception and type errors are the request's fault; a construct
+    // the renderer lacks is the server's.
+    if (prompt.status().code() == StatusCode::kUnimplemented) {
+      return ApiError::Internal("cannot apply the chat template: " + prompt.status().message());
+    }
+    return ApiError::BadRequest(prompt.status().message(), "messages");
+  }
+  // The template writes BOS itself when the model wants one.
+  std::vector<int32_t> ids = tokenizer_->Encode(*prompt, /*parse_special=*/true);
+  if (ids.empty()) return ApiError::BadRequest("the chat prompt encodes to no tokens", "messages");
+  return ids;
+}
+
+std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareChat(const std::string& body) const {
+  ParsedChat parsed = ParseChatRequest(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  ChatRequest& req = std::get<ChatRequest>(parsed);
+  auto ids = ChatPromptIds(req.messages, req.add_generation_prompt);
+  if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+  // vLLM's chat default: whatever max_model_len leaves.
+  return Finish(StreamKind::kChat, std::move(std::get<std::vector<int32_t>>(ids)), req.params,
+                std::numeric_limits<int>::max());
+}
+
+void ApiServer::Respond(Prepared p, httplib::Response& res) {
+  if (p.stream) return RespondStream(std::move(p), res);
+  CompletionOutcome out = engine_->Submit(std::move(p.request)).get();
+  if (!out.status.ok()) {
+    const ApiError error = ApiErrorFromStatus(out.status);
+    return Reply(res, error.http_status, error.ToJson());
+  }
+  ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
+                        options_.served_model_name};
+  json body = p.kind == StreamKind::kChat ? ChatResponseJson(header, out, *tokenizer_, p.logprobs)
+                                          : CompletionResponseJson(header, out, *tokenizer_, p.logprobs);
+  Reply(res, 200, body);
+}
+
+void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
+  auto stream = std::make_shared<OutputStream>();
+  p.request.stream = stream;
+  uint64_t request_id = 0;
+  (void)engine_->Submit(std::move(p.request), &request_id);
+  // The first output decides the HTTP status: a request refused before it
+  // produced anything gets its error as a plain JSON response.
+  OutputStream::Update first;
+  while (IsEmpty(first)) first = stream->Take(kStreamPoll);
+  if (first.final && !first.final->status.ok() && first.text.empty() && first.tokens.empty()) {
+    const ApiError error = ApiErrorFromStatus(first.final->status);
+    return Reply(res, error.http_status, error.ToJson());
+  }
+  ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
+                        options_.served_model_name};
+  auto state = std::make_shared<StreamState>(StreamState{
+      stream, StreamRenderer(p.kind, std::move(header), p.include_usage, p.logprobs, *tokenizer_),
+      std::move(first), engine_, request_id});
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state](size_t, httplib::DataSink& sink) {
+        OutputStream::Update update;
+        if (state->first) {
+          update = std::move(*state->first);
+          state->first.reset();
+        } else {
+          update = state->stream->Take(kStreamPoll);
+        }
+        std::string bytes = state->renderer.Render(update);
+        if (!bytes.empty() && !sink.write(bytes.data(), bytes.size())) return false;
+        if (bytes.empty() && !sink.is_writable()) return false;
+        if (state->renderer.done()) sink.done();
+        return true;
+      },
+      [state](bool success) {
+        // A write failed or the server stops: the client will not read the
+        // rest, so the engine need not compute it.
+        if (!state->renderer.done()) {
+          spdlog::info("streaming client of request {} went away; cancelling it", state->request_id);
+          state->engine->Cancel(state->request_id);
+        }
+      });
+}
+
+std::pair<int, json> ApiServer::HandleTokenize(const std::string& body) const {
+  auto parsed = ParseTokenizeRequest(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
+  TokenizeRequest& req = std::get<TokenizeRequest>(parsed);
+  std::vector<int32_t> ids;
+  if (req.is_chat) {
+    auto chat = ChatPromptIds(req.messages, req.add_generation_prompt);
+    if (auto* e = std::get_if<ApiError>(&chat)) return Error(*e);
+    ids = std::move(std::get<std::vector<int32_t>>(chat));
+  } else {
+    if (req.add_special_tokens && tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) {
+      ids.push_back(tokenizer_->bos_id());
+    }
+    std::vector<int32_t> text_ids = tokenizer_->Encode(req.prompt, /*parse_special=*/true);
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  }
+  return {200, {{"count", ids.size()}, {"max_model_len", options_.max_model_len}, {"tokens", ids}}};
+}
+
+std::pair<int, json> ApiServer::HandleDetokenize(const std::string& body) const {
+  auto parsed = ParseDetokenizeRequest(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
+  return {200, {{"prompt", tokenizer_->Decode(std::get<std::vector<int32_t>>(parsed))}}};
+}
+
+std::pair<int, json> ApiServer::HandleHealth() const {
+  std::vector<InstanceHealth> health = engine_->Health();
+  bool all_ready = !health.empty();
+  json instances = json::array();
+  for (const InstanceHealth& h : health) {
+    all_ready = all_ready && h.ready;
+    json ranks = json::array();
+    for (const RankHealth& r : h.ranks) {
+      ranks.push_back({{"tp_rank", r.tp_rank},
+                       {"registered", r.registered},
+                       {"free_blocks", r.free_blocks},
+                       {"total_blocks", r.total_blocks}});
+    }
+    instances.push_back({{"instance_id", h.instance_id},
+                         {"tp_size", h.tp_size},
+                         {"ready", h.ready},
+                         {"num_waiting", h.num_waiting},
+                         {"num_running", h.num_running},
+                         {"ranks", ranks}});
+  }
+  json body = {{"status", all_ready ? "ok" : "unavailable"}, {"instances", instances}};
+  return {all_ready ? 200 : 503, body};
+}
+
+json ApiServer::HandleModels() const {
+  json model = {{"id", options_.served_model_name},
+                {"object", "model"},
+                {"created", created_unix_s_},
+                {"owned_by", "headway"},
+                {"root", options_.served_model_name},
+                {"max_model_len", options_.max_model_len}};
+  return {{"object", "list"}, {"data", json::array({model})}};
+}
+
+}  // namespace headway

@@ -1,0 +1,131 @@
+// The OpenAI-compatible HTTP API (cpp-httplib):
+//   POST /v1/completions       completions (completion_request.h), streamed
+//                              with `stream: true`
+//   POST /v1/chat/completions  chat completions (chat_request.h): messages
+//                              rendered with the model's chat template
+//   GET  /v1/models            the served model
+//   POST /tokenize, /detokenize  vLLM's tokenizer endpoints (tokenize_request.h)
+//   GET  /health               200 when every instance is ready, else 503; JSON
+//                              with per-instance, per-rank free/total blocks
+// Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}
+// with vLLM's HTTP codes (400, 401, 404, 500, 503).
+//
+// API key: when ApiServerOptions::api_key is set, every /v1/ path needs
+// `Authorization: Bearer <key>` (else 401); /health, /metrics, /tokenize and
+// /detokenize stay open, as in vLLM.
+//
+// Each HTTP connection runs on a thread of httplib's pool; handlers tokenize
+// there and wait for the Engine. A streaming response first waits for the
+// request's first output (so a request refused at admission still gets its
+// own HTTP status), then sends SSE chunks as the engine pushes text. When a
+// chunk cannot be written (the client went away) the request is cancelled:
+// the engine frees its blocks at its next iteration. A non-streaming
+// client that disconnects is not noticed (httplib gives no signal while the
+// handler waits): its request runs to the end or to request_timeout.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "coordinator/tokenizer/chat_template.h"
+#include "coordinator/http/completion_request.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/http/stream_renderer.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace headway {
+
+struct ApiServerOptions {
+  std::string http_host = "127.0.0.1";
+  int http_port = 8000;                  // 0 = any free port (see Bind)
+  std::string served_model_name;
+  int max_model_len = 2048;
+  std::chrono::milliseconds request_timeout{600000};  // engine deadline per request
+  int num_http_threads = 64;             // concurrent connections served
+  std::string api_key;                   // "" = no authentication
+};
+
+class ApiServer {
+ public:
+  // REQUIRES: engine and tokenizer outlive the server. `chat_template` may
+  // be nullptr (the model has none: chat requests get a 400 saying so);
+  // otherwise it must outlive the server too.
+  ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* tokenizer,
+            const ChatTemplate* chat_template = nullptr);
+  ~ApiServer();
+
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds the listening socket and returns the port (the chosen one when
+  // http_port is 0). Unavailable naming host and port if it cannot bind.
+  Result<int> Bind();
+
+  // Serves until Stop(). REQUIRES: Bind() succeeded. Blocks the caller.
+  void Serve();
+
+  // Makes Serve() return. Thread-safe; idempotent.
+  void Stop();
+
+  // Non-streaming handlers: HTTP status and JSON body. Public so tests can
+  // drive them without sockets.
+  std::pair<int, nlohmann::json> HandleHealth() const;
+  nlohmann::json HandleModels() const;
+  std::pair<int, nlohmann::json> HandleTokenize(const std::string& body) const;
+  std::pair<int, nlohmann::json> HandleDetokenize(const std::string& body) const;
+
+  // True when `authorization` (the header's value, "" when absent) carries
+  // the API key, or when no key is set. Compares in constant time.
+  bool Authorized(const std::string& authorization) const;
+
+ private:
+  // A validated, tokenized request ready for the engine.
+  struct Prepared {
+    StreamKind kind;
+    EngineRequest request;
+    bool stream = false;
+    bool include_usage = false;
+    bool logprobs = false;
+  };
+
+  std::variant<Prepared, ApiError> PrepareCompletion(const std::string& body) const;
+  std::variant<Prepared, ApiError> PrepareChat(const std::string& body) const;
+  // Runs `p` and writes the response (JSON or SSE) into `res`.
+  void Respond(Prepared p, httplib::Response& res);
+  void RespondStream(Prepared p, httplib::Response& res);
+  // Common tail of Prepare*: length checks and the EngineRequest fields.
+  std::variant<Prepared, ApiError> Finish(StreamKind kind, std::vector<int32_t> ids,
+                                          GenerationParams& params, int default_max_tokens) const;
+  // Token ids of a rendered chat prompt, or the template's error as a 400.
+  std::variant<std::vector<int32_t>, ApiError> ChatPromptIds(
+      const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  std::string NewId(const char* prefix);
+
+  const ApiServerOptions options_;
+  Engine* const engine_;
+  const Tokenizer* const tokenizer_;
+  const ChatTemplate* const chat_template_;
+  const CompletionLimits limits_;
+  const int64_t created_unix_s_;
+  std::unique_ptr<httplib::Server> server_;
+  static constexpr int kListenBacklog = 1024;
+  int listen_fd_ = -1;  // the HTTP listening socket, once bound
+
+  std::mutex id_mu_;
+  std::mt19937_64 id_rng_;  // guarded by id_mu_
+};
+
+}  // namespace headway

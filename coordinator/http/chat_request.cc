@@ -1,0 +1,113 @@
+#include "coordinator/http/chat_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "coordinator/http/request_fields.h"
+
+namespace headway {
+
+using nlohmann::json;
+using namespace request_fields;
+
+std::optional<ApiError> ReadChatMessages(const json& messages, std::vector<ChatMessage>* out) {
+  if (!messages.is_array()) return WrongType("messages", "an array of messages");
+  if (messages.empty()) return ApiError::BadRequest("'messages' must not be empty", "messages");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return ApiError::BadRequest("'" + where + "' must be an object", "messages");
+    const json* role = Field(m, "role");
+    if (!role || !role->is_string()) {
+      return ApiError::BadRequest("'" + where + ".role' must be a string", "messages");
+    }
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      return ApiError::BadRequest("'" + where + ".role' is '" + msg.role +
+                                      "'; supported roles are system, user and assistant",
+                                  "messages");
+    }
+    const json* content = Field(m, "content");
+    if (!content) {
+      if (msg.role != "assistant") {
+        return ApiError::BadRequest("'" + where + ".content' is required", "messages");
+      }
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      std::vector<std::string> texts;
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        std::string pw = where + ".content[" + std::to_string(k) + "]";
+        const json* type = part.is_object() ? Field(part, "type") : nullptr;
+        if (!type || !type->is_string()) {
+          return ApiError::BadRequest("'" + pw + "' must be an object with a string 'type'", "messages");
+        }
+        if (type->get<std::string>() != "text") {
+          return ApiError::BadRequest("content part type '" + type->get<std::string>() + "' in '" + pw +
+                                          "' is not supported (only 'text')",
+                                      "messages");
+        }
+        const json* text = Field(part, "text");
+        if (!text || !text->is_string()) {
+          return ApiError::BadRequest("'" + pw + ".text' must be a string", "messages");
+        }
+        texts.push_back(text->get<std::string>());
+      }
+      for (size_t k = 0; k < texts.size(); ++k) msg.content += (k ? "\n" : "") + texts[k];
+    } else {
+      return ApiError::BadRequest("'" + where + ".content' must be a string or an array of content parts",
+                                  "messages");
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& limits) {
+  json body;
+  if (auto e = ParseObject(body_text, &body)) return *e;
+  ChatRequest req;
+  if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
+
+  std::optional<int64_t> max_completion_tokens;
+  if (auto e = ReadInteger(body, "max_completion_tokens", &max_completion_tokens)) return *e;
+  if (max_completion_tokens) {
+    if (*max_completion_tokens < 1) {
+      return ApiError::BadRequest("max_completion_tokens must be at least 1, got " +
+                                      std::to_string(*max_completion_tokens) + ".",
+                                  "max_completion_tokens");
+    }
+    req.params.max_tokens =
+        int(std::min<int64_t>(*max_completion_tokens, std::numeric_limits<int>::max()));
+  }
+
+  if (auto e = ReadBool(body, "logprobs", &req.params.logprobs)) return *e;
+  std::optional<int64_t> top_logprobs;
+  if (auto e = ReadInteger(body, "top_logprobs", &top_logprobs)) return *e;
+  if (top_logprobs) {
+    if (*top_logprobs < 0 || *top_logprobs > kMaxLogprobs) {
+      return ApiError::BadRequest("top_logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
+                                      "], got " + std::to_string(*top_logprobs) + ".",
+                                  "top_logprobs");
+    }
+    if (*top_logprobs > 0 && !req.params.logprobs) {
+      return ApiError::BadRequest("when using `top_logprobs`, `logprobs` must be set to true.",
+                                  "top_logprobs");
+    }
+    req.params.sampling.num_top_logprobs = int(*top_logprobs);
+  }
+  for (const char* name : {"tools", "functions"}) {
+    const json* t = Field(body, name);
+    if (t && !(t->is_array() && t->empty())) return Unsupported(name, std::string(name));
+  }
+  if (auto e = ReadBool(body, "add_generation_prompt", &req.add_generation_prompt)) return *e;
+  const json* messages = Field(body, "messages");
+  if (!messages) return ApiError::BadRequest("'messages' is required", "messages");
+  if (auto e = ReadChatMessages(*messages, &req.messages)) return *e;
+  if (auto e = CheckModel(req.params.model, limits)) return *e;
+  return req;
+}
+
+}  // namespace headway

@@ -1,0 +1,204 @@
+#include "coordinator/http/completion_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "coordinator/http/request_fields.h"
+
+namespace headway {
+namespace {
+
+using nlohmann::json;
+using namespace request_fields;
+
+std::optional<ApiError> ReadPrompt(const json& body, int vocab_size, CompletionRequest* req) {
+  const json* p = Field(body, "prompt");
+  if (!p) return ApiError::BadRequest("'prompt' is required", "prompt");
+  const json* one = p;
+  if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
+    // A batch of prompts: a list of strings or of token-id lists.
+    if (p->size() != 1) {
+      return ApiError::BadRequest("only one prompt per request is supported (got " +
+                                      std::to_string(p->size()) + ")",
+                                  "prompt");
+    }
+    one = &p->front();
+  }
+  if (one->is_string()) {
+    req->prompt_text = one->get<std::string>();
+    if (req->prompt_text.empty()) return ApiError::BadRequest("'prompt' must not be empty", "prompt");
+    return std::nullopt;
+  }
+  if (one->is_array()) {
+    req->prompt_is_ids = true;
+    for (const json& t : *one) {
+      if (!t.is_number_integer()) {
+        return WrongType("prompt", "a string, an array of token ids, or an array of one of those");
+      }
+    }
+    if (auto e = ReadTokenIds(*one, "prompt", vocab_size, &req->prompt_ids)) return e;
+    if (req->prompt_ids.empty()) return ApiError::BadRequest("'prompt' must not be empty", "prompt");
+    return std::nullopt;
+  }
+  return WrongType("prompt", "a string, an array of token ids, or an array of one of those");
+}
+
+std::optional<ApiError> ReadStop(const json& body, GenerationParams* out) {
+  const json* s = Field(body, "stop");
+  if (!s) return std::nullopt;
+  if (s->is_string()) {
+    if (!s->get<std::string>().empty()) out->stop.push_back(s->get<std::string>());
+    return std::nullopt;
+  }
+  if (!s->is_array()) return WrongType("stop", "a string or an array of strings");
+  for (const json& e : *s) {
+    if (!e.is_string()) return WrongType("stop", "a string or an array of strings");
+    if (!e.get<std::string>().empty()) out->stop.push_back(e.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadStream(const json& body, GenerationParams* out) {
+  if (auto e = ReadBool(body, "stream", &out->stream)) return e;
+  const json* options = Field(body, "stream_options");
+  if (!options) return std::nullopt;
+  if (!out->stream) {
+    return ApiError::BadRequest("Stream options can only be defined when `stream=True`.",
+                                "stream_options");
+  }
+  if (!options->is_object()) return WrongType("stream_options", "an object");
+  if (auto e = ReadBool(*options, "include_usage", &out->include_usage)) {
+    e->param = "stream_options";
+    return e;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionLimits& limits,
+                                             GenerationParams* out) {
+  if (const json* m = Field(body, "model")) {
+    if (!m->is_string()) return WrongType("model", "a string");
+    out->model = m->get<std::string>();
+  }
+  if (auto e = ReadStream(body, out)) return e;
+  std::optional<int64_t> n;
+  if (auto e = ReadInteger(body, "n", &n)) return e;
+  if (n && *n != 1) return ApiError::BadRequest("'n' must be 1 (one choice per request)", "n");
+  std::optional<int64_t> best_of;
+  if (auto e = ReadInteger(body, "best_of", &best_of)) return e;
+  if (best_of && *best_of != 1) return Unsupported("best_of", "best_of other than 1");
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    std::optional<double> v;
+    if (auto e = ReadNumber(body, name, &v)) return e;
+    if (v && *v != 0.0) return Unsupported(name, std::string(name) + " other than 0");
+  }
+
+  std::optional<int64_t> max_tokens;
+  if (auto e = ReadInteger(body, "max_tokens", &max_tokens)) return e;
+  if (max_tokens) {
+    if (*max_tokens < 1) {
+      return ApiError::BadRequest("max_tokens must be at least 1, got " +
+                                      std::to_string(*max_tokens) + ".",
+                                  "max_tokens");
+    }
+    out->max_tokens = int(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
+  }
+
+  std::optional<double> temperature, top_p;
+  if (auto e = ReadNumber(body, "temperature", &temperature)) return e;
+  if (temperature) {
+    if (*temperature < 0) {
+      return ApiError::BadRequest("temperature must be non-negative, got " +
+                                      std::to_string(*temperature) + ".",
+                                  "temperature");
+    }
+    out->sampling.temperature = float(*temperature);
+  }
+  if (auto e = ReadNumber(body, "top_p", &top_p)) return e;
+  if (top_p) {
+    if (!(*top_p > 0 && *top_p <= 1)) {
+      return ApiError::BadRequest("top_p must be in (0, 1], got " + std::to_string(*top_p) + ".",
+                                  "top_p");
+    }
+    out->sampling.top_p = float(*top_p);
+  }
+  std::optional<int64_t> top_k, seed;
+  if (auto e = ReadInteger(body, "top_k", &top_k)) return e;
+  if (top_k) {
+    if (*top_k < -1) {
+      return ApiError::BadRequest(
+          "top_k must be -1 (disable), or at least 1, got " + std::to_string(*top_k) + ".", "top_k");
+    }
+    out->sampling.top_k = int(std::min<int64_t>(*top_k, std::numeric_limits<int>::max()));
+  }
+  if (auto e = ReadInteger(body, "seed", &seed)) return e;
+  if (seed) out->sampling.seed = uint64_t(*seed);
+  if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
+  if (auto e = ReadStop(body, out)) return e;
+  if (const json* ids = Field(body, "stop_token_ids")) {
+    if (auto e = ReadTokenIds(*ids, "stop_token_ids", limits.vocab_size, &out->stop_token_ids)) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> CheckModel(const std::string& model, const CompletionLimits& limits) {
+  if (!model.empty() && model != limits.served_model_name) {
+    return ApiError::NotFound("The model `" + model + "` does not exist.");
+  }
+  return std::nullopt;
+}
+
+ParsedCompletion ParseCompletionRequest(std::string_view body_text, const CompletionLimits& limits) {
+  json body;
+  if (auto e = ParseObject(body_text, &body)) return *e;
+  CompletionRequest req;
+  if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
+
+  bool echo = false;
+  if (auto e = ReadBool(body, "echo", &echo)) return *e;
+  if (echo) return Unsupported("echo", "echo: true");
+  if (const json* s = Field(body, "suffix")) {
+    if (!s->is_string() || !s->get<std::string>().empty()) return Unsupported("suffix", "suffix");
+  }
+  std::optional<int64_t> logprobs;
+  if (auto e = ReadInteger(body, "logprobs", &logprobs)) return *e;
+  if (logprobs) {
+    if (*logprobs < 0 || *logprobs > kMaxLogprobs) {
+      return ApiError::BadRequest("logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
+                                      "], got " + std::to_string(*logprobs) + ".",
+                                  "logprobs");
+    }
+    req.params.logprobs = true;
+    req.params.sampling.num_top_logprobs = int(*logprobs);
+  }
+  if (auto e = ReadPrompt(body, limits.vocab_size, &req)) return *e;
+  if (auto e = CheckModel(req.params.model, limits)) return *e;
+  return req;
+}
+
+std::variant<int, ApiError> ResolveMaxTokens(int num_prompt_tokens, std::optional<int> max_tokens,
+                                             int max_model_len, int default_max_tokens) {
+  if (num_prompt_tokens >= max_model_len) {
+    return ApiError::BadRequest(
+        "This model's maximum context length is " + std::to_string(max_model_len) +
+            " tokens. However, your request has " + std::to_string(num_prompt_tokens) +
+            " input tokens. Please reduce the length of the input messages.",
+        "prompt");
+  }
+  if (!max_tokens) return std::min(default_max_tokens, max_model_len - num_prompt_tokens);
+  if (int64_t(num_prompt_tokens) + *max_tokens > max_model_len) {
+    return ApiError::BadRequest(
+        "This model's maximum context length is " + std::to_string(max_model_len) +
+            " tokens. However, you requested " +
+            std::to_string(int64_t(num_prompt_tokens) + *max_tokens) + " tokens (" +
+            std::to_string(num_prompt_tokens) + " in the messages, " +
+            std::to_string(*max_tokens) +
+            " in the completion). Please reduce the length of the messages or completion.",
+        "max_tokens");
+  }
+  return *max_tokens;
+}
+
+}  // namespace headway

@@ -1,0 +1,92 @@
+// POST /v1/completions request bodies: parsing and validation, as pure
+// functions from JSON text to a validated request or an OpenAI-style error
+// (vLLM's messages where vLLM has one). The fields shared with chat
+// completions (GenerationParams) are read by ReadGenerationParams.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/http/api_error.h"
+#include "coordinator/scheduling/sequence.h"
+
+namespace headway {
+
+// What the server accepts, fixed at startup.
+struct CompletionLimits {
+  std::string served_model_name;
+  int vocab_size = 0;       // token ids in a prompt lie in [0, vocab_size)
+  int max_model_len = 0;    // prompt + generated tokens
+};
+
+// Most top logprobs a request may ask for (vLLM's default max_logprobs; the
+// workers' limit too).
+inline constexpr int kMaxLogprobs = 20;
+
+// Generation fields common to completions and chat completions.
+struct GenerationParams {
+  std::string model;                  // as sent; "" when absent
+  std::optional<int> max_tokens;      // >= 1 when given; default applied by ResolveMaxTokens
+  SamplingOptions sampling;           // num_top_logprobs from the logprobs fields
+  std::vector<std::string> stop;      // non-empty strings
+  std::vector<int32_t> stop_token_ids;  // in [0, vocab_size)
+  bool ignore_eos = false;            // vLLM extension
+  bool logprobs = false;              // return the sampled tokens' logprobs
+  bool stream = false;                // answer with server-sent events
+  bool include_usage = false;         // stream_options.include_usage (stream only)
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  bool prompt_is_ids = false;
+  std::string prompt_text;            // when !prompt_is_ids; non-empty
+  std::vector<int32_t> prompt_ids;    // when prompt_is_ids; non-empty, in range
+};
+
+using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
+
+// Reads into *out the fields both endpoints share: model (a string),
+// max_tokens (>= 1), temperature (>= 0), top_p (0, 1], top_k (>= -1), seed,
+// stop (a string or array of strings), stop_token_ids (ids in the
+// vocabulary), ignore_eos, stream, stream_options ({include_usage: bool},
+// only with stream: true, as vLLM), n (must be 1), presence and frequency
+// penalties (must be 0), and refuses options Headway lacks (best_of > 1).
+// Returns the first error (400 naming the field), or nullopt.
+std::optional<ApiError> ReadGenerationParams(const nlohmann::json& body,
+                                             const CompletionLimits& limits,
+                                             GenerationParams* out);
+
+// 404 ("The model `x` does not exist.") unless `model` is "" or the served
+// name; checked last, as vLLM does, so a malformed request is a 400 first.
+std::optional<ApiError> CheckModel(const std::string& model, const CompletionLimits& limits);
+
+// Parses and checks everything that does not need the tokenizer: JSON
+// syntax (400), an object body, ReadGenerationParams's fields, logprobs (an
+// integer in [0, 20]: the legacy API's number of top logprobs), unsupported
+// options (echo, suffix: 400 saying so), an empty or missing prompt (400),
+// prompt token ids outside the vocabulary (400), and the model (CheckModel).
+// Unknown fields are ignored, as vLLM does.
+ParsedCompletion ParseCompletionRequest(std::string_view body, const CompletionLimits& limits);
+
+// Checks the tokenized prompt against max_model_len and returns the number
+// of tokens to generate: `max_tokens` if given, else what is left of
+// max_model_len (vLLM's default) capped at `default_max_tokens`.
+// Errors (400, vLLM's wording): the prompt alone fills max_model_len ("This
+// model's maximum context length is N tokens. However, your request has M
+// input tokens. ..."), or prompt + max_tokens exceeds it (naming all three
+// numbers).
+std::variant<int, ApiError> ResolveMaxTokens(int num_prompt_tokens,
+                                             std::optional<int> max_tokens,
+                                             int max_model_len,
+                                             int default_max_tokens);
+
+// OpenAI's default when max_tokens is absent from a completion request.
+inline constexpr int kDefaultMaxTokens = 16;
+
+}  // namespace headway

@@ -1,0 +1,72 @@
+// The JSON bodies of OpenAI's completion and chat completion responses and
+// of their streamed chunks (the shapes vLLM returns), built from an
+// engine's CompletionOutcome. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "coordinator/engine/request_output.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace headway {
+
+// Fields every response and chunk of one request repeats.
+struct ResponseHeader {
+  std::string id;        // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;   // Unix seconds
+  std::string model;
+};
+
+// {"prompt_tokens", "completion_tokens", "total_tokens",
+//  "prompt_tokens_details": {"cached_tokens"}}.
+nlohmann::json UsageJson(const CompletionOutcome& outcome);
+
+// vLLM's stop_reason: the stop string, the stop token id, or null.
+nlohmann::json StopReasonJson(const CompletionOutcome& outcome);
+
+// Legacy completions logprobs of `tokens`: {"tokens", "token_logprobs",
+// "top_logprobs": [{token text: logprob}], "text_offset"}. Offsets are byte
+// offsets into the completion text, starting at `first_offset`; token texts
+// are the tokens' bytes (invalid UTF-8 is replaced when serialised).
+nlohmann::json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens,
+                                      const Tokenizer& tokenizer, size_t first_offset);
+
+// Chat logprobs: {"content": [{"token", "logprob", "bytes",
+// "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+nlohmann::json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens,
+                                const Tokenizer& tokenizer);
+
+// Total byte length of the tokens' texts (advances text_offset).
+size_t TokensByteLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+
+// object "text_completion", one choice with the whole text.
+nlohmann::json CompletionResponseJson(const ResponseHeader& header, const CompletionOutcome& outcome,
+                                      const Tokenizer& tokenizer, bool logprobs);
+
+// object "chat.completion", one choice with message {role: assistant, content}.
+nlohmann::json ChatResponseJson(const ResponseHeader& header, const CompletionOutcome& outcome,
+                                const Tokenizer& tokenizer, bool logprobs);
+
+// A streamed chunk of a completion: object "text_completion", choices
+// [{index 0, text, logprobs, finish_reason, stop_reason}]. `logprobs` and
+// `finish` may be null. With include_usage every chunk carries usage: null.
+nlohmann::json CompletionChunkJson(const ResponseHeader& header, const std::string& text,
+                                   nlohmann::json logprobs, nlohmann::json finish_reason,
+                                   nlohmann::json stop_reason, bool include_usage);
+
+// A streamed chunk of a chat completion: object "chat.completion.chunk",
+// choices [{index 0, delta, logprobs, finish_reason, stop_reason}].
+nlohmann::json ChatChunkJson(const ResponseHeader& header, nlohmann::json delta,
+                             nlohmann::json logprobs, nlohmann::json finish_reason,
+                             nlohmann::json stop_reason, bool include_usage);
+
+// The extra chunk of stream_options.include_usage: `object`, choices [] and
+// the usage.
+nlohmann::json UsageChunkJson(const ResponseHeader& header, const char* object,
+                              const CompletionOutcome& outcome);
+
+}  // namespace headway

@@ -1,0 +1,336 @@
+#include "coordinator/metrics/serving_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace headway {
+namespace {
+
+// A duration argument is valid when it is a finite, non-negative number.
+bool ValidSeconds(double seconds) { return std::isfinite(seconds) && seconds >= 0.0; }
+
+// Label value for an instance that is not one of the deployment's.
+constexpr const char kUnknownInstance[] = "unknown";
+
+}  // namespace
+
+const std::vector<double>& TtftBucketsSeconds() {
+  static const std::vector<double> kBounds = {
+      0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+      1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  return kBounds;
+}
+
+const std::vector<double>& InterTokenLatencyBucketsSeconds() {
+  static const std::vector<double> kBounds = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                              0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
+                                              7.5,  10.0,  20.0, 40.0,  80.0};
+  return kBounds;
+}
+
+const std::vector<double>& RequestLatencyBucketsSeconds() {
+  static const std::vector<double> kBounds = {0.3,  0.5,  0.8,  1.0,   1.5,   2.0,   2.5,
+                                              5.0,  10.0, 15.0, 20.0,  30.0,  40.0,  50.0,
+                                              60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  return kBounds;
+}
+
+Result<std::unique_ptr<ServingMetrics>> ServingMetrics::Create(
+    const std::string& model_name, const std::vector<int>& instance_tp_sizes) {
+  if (instance_tp_sizes.empty()) {
+    return Status::InvalidArgument("serving metrics need at least one instance");
+  }
+  for (size_t i = 0; i < instance_tp_sizes.size(); ++i) {
+    if (instance_tp_sizes[i] < 1) {
+      return Status::InvalidArgument("serving metrics: instance " + std::to_string(i) +
+                                     " has tp_size " + std::to_string(instance_tp_sizes[i]) +
+                                     ", must be >= 1");
+    }
+  }
+  std::unique_ptr<ServingMetrics> metrics(new ServingMetrics(model_name, instance_tp_sizes));
+  HW_RETURN_IF_ERROR(metrics->Register());
+  return metrics;
+}
+
+class ServingMetrics::CountersOf : public InstanceCounters {
+ public:
+  CountersOf(ServingMetrics* metrics, int instance_id)
+      : metrics_(metrics), instance_id_(instance_id) {}
+  void OnPreemption() override { metrics_->OnPreemption(instance_id_); }
+  void OnPrefixCacheQuery(int64_t queried_tokens, int64_t hit_tokens) override {
+    metrics_->OnPrefixCacheQuery(instance_id_, queried_tokens, hit_tokens);
+  }
+  void OnKvBlocksRecycled(int64_t num_blocks) override {
+    metrics_->OnKvBlocksRecycled(instance_id_, num_blocks);
+  }
+
+ private:
+  ServingMetrics* const metrics_;
+  const int instance_id_;
+};
+
+ServingMetrics::~ServingMetrics() = default;
+
+InstanceCounters* ServingMetrics::Counters(int instance_id) {
+  return counters_.at(size_t(instance_id)).get();
+}
+
+ServingMetrics::ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes)
+    : model_name_(std::move(model_name)),
+      instance_tp_sizes_(std::move(instance_tp_sizes)),
+      num_instances_(static_cast<int>(instance_tp_sizes_.size())),
+      instances_(instance_tp_sizes_.size()),
+      rank_usage_(instance_tp_sizes_.size()) {
+  for (size_t i = 0; i < rank_usage_.size(); ++i) {
+    rank_usage_[i].assign(static_cast<size_t>(instance_tp_sizes_[i]), 0.0);
+    counters_.push_back(std::make_unique<CountersOf>(this, int(i)));
+  }
+}
+
+Status ServingMetrics::Register() {
+  const std::vector<std::string> labels = {"model_name", "instance"};
+  MetricRegistry& r = registry_;
+
+  HW_ASSIGN_OR_RETURN(HistogramFamily * ttft,
+                      r.AddHistogram("headway:time_to_first_token_seconds",
+                                     "Seconds from request arrival to its first output token.", labels,
+                                     TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * itl,
+                      r.AddHistogram("headway:inter_token_latency_seconds",
+                                     "Seconds between consecutive output tokens of a request.", labels,
+                                     InterTokenLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * e2e,
+                      r.AddHistogram("headway:e2e_request_latency_seconds",
+                                     "Seconds from request arrival to its end.", labels,
+                                     RequestLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * queue,
+                      r.AddHistogram("headway:request_queue_time_seconds",
+                                     "Seconds a request waited before its first schedule.",
+                                     labels, RequestLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(GaugeFamily * running,
+                      r.AddGauge("headway:num_requests_running",
+                                 "Sequences the instance is running.", labels));
+  HW_ASSIGN_OR_RETURN(GaugeFamily * waiting,
+                      r.AddGauge("headway:num_requests_waiting",
+                                 "Requests waiting in the instance queue.", labels));
+  HW_ASSIGN_OR_RETURN(GaugeFamily * kv_usage,
+                      r.AddGauge("headway:kv_cache_usage_perc",
+                                 "Fraction of KV blocks in use on the fullest TP rank (1 = full).",
+                                 labels));
+  HW_ASSIGN_OR_RETURN(GaugeFamily * rank_usage,
+                      r.AddGauge("headway:kv_cache_rank_usage_perc",
+                                 "Fraction of KV blocks in use on one TP rank (1 = full).",
+                                 {"model_name", "instance", "tp_rank"}));
+  HW_ASSIGN_OR_RETURN(CounterFamily * prefix_queries,
+                      r.AddCounter("headway:prefix_cache_queries_total",
+                                   "Prompt tokens looked up in the prefix cache.",
+                                   labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * prefix_hits,
+                      r.AddCounter("headway:prefix_cache_hits_total",
+                                   "Prompt tokens found in the prefix cache.",
+                                   labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * prompt_tokens,
+                      r.AddCounter("headway:prompt_tokens_total",
+                                   "Prompt tokens of finished requests.", labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * generation_tokens,
+                      r.AddCounter("headway:generation_tokens_total",
+                                   "Output tokens of finished requests.", labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * preemptions,
+                      r.AddCounter("headway:num_preemptions_total",
+                                   "Sequences preempted (blocks freed, recomputed later).", labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * recycled,
+                      r.AddCounter("headway:kv_blocks_recycled_total",
+                                   "Sliding-window KV blocks returned to the pools once outside "
+                                   "every window and sink.",
+                                   labels));
+  HW_ASSIGN_OR_RETURN(CounterFamily * success,
+                      r.AddCounter("headway:request_success_total",
+                                   "Requests finished, by finish reason.",
+                                   {"model_name", "instance", "finished_reason"}));
+  HW_ASSIGN_OR_RETURN(CounterFamily * rejected,
+                      r.AddCounter("headway:metrics_rejected_observations_total",
+                                   "Metric updates dropped because their arguments were invalid.",
+                                   labels));
+
+  for (int id = 0; id < num_instances_; ++id) {
+    const std::vector<std::string> values = {model_name_, std::to_string(id)};
+    InstanceSeries& s = instances_[static_cast<size_t>(id)];
+    HW_ASSIGN_OR_RETURN(s.ttft, ttft->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.itl, itl->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.e2e, e2e->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.queue, queue->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.running, running->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.waiting, waiting->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.kv_usage, kv_usage->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.prefix_queries, prefix_queries->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.prefix_hits, prefix_hits->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.prompt_tokens, prompt_tokens->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.generation_tokens, generation_tokens->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.preemptions, preemptions->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.blocks_recycled, recycled->WithLabels(values));
+    HW_ASSIGN_OR_RETURN(s.success_stop, success->WithLabels({model_name_, values[1], "stop"}));
+    HW_ASSIGN_OR_RETURN(s.success_length, success->WithLabels({model_name_, values[1], "length"}));
+    HW_ASSIGN_OR_RETURN(s.success_abort, success->WithLabels({model_name_, values[1], "abort"}));
+    HW_ASSIGN_OR_RETURN(s.rejected, rejected->WithLabels(values));
+    for (int rank = 0; rank < instance_tp_sizes_[static_cast<size_t>(id)]; ++rank) {
+      HW_ASSIGN_OR_RETURN(Gauge * g,
+                          rank_usage->WithLabels({model_name_, values[1], std::to_string(rank)}));
+      s.rank_kv_usage.push_back(g);
+    }
+  }
+  HW_ASSIGN_OR_RETURN(rejected_unknown_instance_,
+                      rejected->WithLabels({model_name_, kUnknownInstance}));
+
+  const std::vector<std::string> model_only = {"model_name"};
+  HW_ASSIGN_OR_RETURN(CounterFamily * kv_bytes,
+                      r.AddCounter("headway:kv_transfer_bytes_total",
+                                   "KV bytes moved from prefill to decode instances.", model_only));
+  HW_ASSIGN_OR_RETURN(CounterFamily * kv_blocks,
+                      r.AddCounter("headway:kv_transfer_blocks_total",
+                                   "KV blocks moved from prefill to decode instances.", model_only));
+  HW_ASSIGN_OR_RETURN(CounterFamily * kv_fallbacks,
+                      r.AddCounter("headway:kv_transfer_fallbacks_total",
+                                   "Requests prefilled by their decode instance after a KV "
+                                   "transfer failed or could not start.",
+                                   model_only));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * kv_seconds,
+                      r.AddHistogram("headway:kv_transfer_seconds",
+                                     "Seconds from a KV transfer plan to its last result.",
+                                     model_only, InterTokenLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(kv_transfer_bytes_, kv_bytes->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(kv_transfer_blocks_, kv_blocks->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_, kv_fallbacks->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(kv_transfer_seconds_, kv_seconds->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * pd_prefill,
+                      r.AddHistogram("headway:pd_prefill_seconds",
+                                     "Seconds from a disaggregated request's arrival to the end of "
+                                     "its prefill on the prefill instance.",
+                                     model_only, TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(HistogramFamily * pd_first_decode,
+                      r.AddHistogram("headway:pd_first_decode_seconds",
+                                     "Seconds from a disaggregated request joining its decode "
+                                     "instance to its first token.",
+                                     model_only, TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(pd_prefill_seconds_, pd_prefill->WithLabels({model_name_}));
+  HW_ASSIGN_OR_RETURN(pd_first_decode_seconds_, pd_first_decode->WithLabels({model_name_}));
+  return Status::Ok();
+}
+
+ServingMetrics::InstanceSeries* ServingMetrics::Find(int instance_id) {
+  if (instance_id < 0 || instance_id >= num_instances_) {
+    (void)rejected_unknown_instance_->Increment();
+    return nullptr;
+  }
+  return &instances_[static_cast<size_t>(instance_id)];
+}
+
+void ServingMetrics::Reject(int instance_id) {
+  InstanceSeries* s = Find(instance_id);
+  if (s != nullptr) (void)s->rejected->Increment();
+}
+
+void ServingMetrics::OnScheduled(int instance_id, double queue_seconds) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (!ValidSeconds(queue_seconds)) return Reject(instance_id);
+  (void)s->queue->Observe(queue_seconds);
+}
+
+void ServingMetrics::OnFirstToken(int instance_id, double ttft_seconds) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (!ValidSeconds(ttft_seconds)) return Reject(instance_id);
+  (void)s->ttft->Observe(ttft_seconds);
+}
+
+void ServingMetrics::OnToken(int instance_id, double itl_seconds) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (!ValidSeconds(itl_seconds)) return Reject(instance_id);
+  (void)s->itl->Observe(itl_seconds);
+}
+
+void ServingMetrics::OnFinished(int instance_id, FinishReason reason, double e2e_seconds,
+                                int64_t prompt_tokens, int64_t generation_tokens) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  Counter* success = nullptr;
+  switch (reason) {
+    case FinishReason::kStop: success = s->success_stop; break;
+    case FinishReason::kLength: success = s->success_length; break;
+    case FinishReason::kAbort: success = s->success_abort; break;
+    case FinishReason::kNone: break;
+  }
+  if (success == nullptr || !ValidSeconds(e2e_seconds) || prompt_tokens < 0 ||
+      generation_tokens < 0) {
+    return Reject(instance_id);
+  }
+  (void)success->Increment();
+  (void)s->e2e->Observe(e2e_seconds);
+  (void)s->prompt_tokens->Increment(static_cast<double>(prompt_tokens));
+  (void)s->generation_tokens->Increment(static_cast<double>(generation_tokens));
+}
+
+void ServingMetrics::OnPreemption(int instance_id, int64_t num_sequences) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (num_sequences < 0) return Reject(instance_id);
+  (void)s->preemptions->Increment(static_cast<double>(num_sequences));
+}
+
+void ServingMetrics::OnKvBlocksRecycled(int instance_id, int64_t num_blocks) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (num_blocks < 0) return Reject(instance_id);
+  (void)s->blocks_recycled->Increment(static_cast<double>(num_blocks));
+}
+
+void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds) {
+  (void)kv_transfer_bytes_->Increment(static_cast<double>(bytes));
+  (void)kv_transfer_blocks_->Increment(static_cast<double>(blocks));
+  (void)kv_transfer_seconds_->Observe(seconds);
+}
+
+void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
+
+void ServingMetrics::OnPdPrefill(double seconds) { (void)pd_prefill_seconds_->Observe(seconds); }
+
+void ServingMetrics::OnPdFirstDecode(double seconds) {
+  (void)pd_first_decode_seconds_->Observe(seconds);
+}
+
+void ServingMetrics::OnPrefixCacheQuery(int instance_id, int64_t queried_tokens,
+                                        int64_t hit_tokens) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (hit_tokens < 0 || queried_tokens < hit_tokens) return Reject(instance_id);
+  (void)s->prefix_queries->Increment(static_cast<double>(queried_tokens));
+  (void)s->prefix_hits->Increment(static_cast<double>(hit_tokens));
+}
+
+void ServingMetrics::SetQueueState(int instance_id, int64_t num_running, int64_t num_waiting) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (num_running < 0 || num_waiting < 0) return Reject(instance_id);
+  s->running->Set(static_cast<double>(num_running));
+  s->waiting->Set(static_cast<double>(num_waiting));
+}
+
+void ServingMetrics::SetKvUsage(int instance_id, int tp_rank, int64_t used_blocks,
+                                int64_t total_blocks) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (tp_rank < 0 || static_cast<size_t>(tp_rank) >= s->rank_kv_usage.size() ||
+      used_blocks < 0 || total_blocks < used_blocks) {
+    return Reject(instance_id);
+  }
+  const double usage =
+      total_blocks == 0 ? 0.0 : static_cast<double>(used_blocks) / static_cast<double>(total_blocks);
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  std::vector<double>& ranks = rank_usage_[static_cast<size_t>(instance_id)];
+  ranks[static_cast<size_t>(tp_rank)] = usage;
+  s->rank_kv_usage[static_cast<size_t>(tp_rank)]->Set(usage);
+  s->kv_usage->Set(*std::max_element(ranks.begin(), ranks.end()));
+}
+
+}  // namespace headway

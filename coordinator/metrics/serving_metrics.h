@@ -1,0 +1,191 @@
+// Headway's serving metrics, named after vLLM's (vllm/v1/metrics/loggers.py)
+// with the prefix `headway:` so that dashboards and scrapers written for
+// vLLM work after a rename of the prefix.
+//
+//   histograms (seconds; vLLM's bucket bounds)
+//     headway:time_to_first_token_seconds    arrival -> first output token
+//     headway:inter_token_latency_seconds    between consecutive output tokens
+//     headway:e2e_request_latency_seconds    arrival -> finish
+//     headway:request_queue_time_seconds     arrival -> first scheduled
+//   gauges
+//     headway:num_requests_running, headway:num_requests_waiting
+//     headway:kv_cache_usage_perc            0..1, the fullest TP rank of the instance
+//     headway:kv_cache_rank_usage_perc       0..1, per TP rank (extra label tp_rank)
+//   counters (tokens unless said otherwise)
+//     headway:prefix_cache_queries_total, headway:prefix_cache_hits_total
+//     headway:prompt_tokens_total, headway:generation_tokens_total
+//     headway:num_preemptions_total          preempted sequences
+//     headway:kv_blocks_recycled_total       sliding-window blocks returned to the pools
+//     headway:request_success_total          finished requests, extra label finished_reason
+//                                            (stop | length | abort, as vLLM)
+//     headway:metrics_rejected_observations_total  calls below dropped as invalid
+//
+// Every series has the labels model_name (the served model name) and
+// instance (the instance id of Config::Instances(), as a decimal string).
+// Note for scrape configs: Prometheus renames a scraped `instance` label to
+// `exported_instance` unless the job sets honor_labels: true.
+//
+// Thread-safety: every method may be called from any thread (the engine
+// thread and HTTP threads). The On*/Set* methods never fail and never
+// crash: an invalid call (unknown instance id, negative or NaN duration,
+// negative token count, hits > queries) changes nothing but
+// headway:metrics_rejected_observations_total, so counters never go down.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "coordinator/scheduling/instance_counters.h"
+#include "coordinator/metrics/metrics.h"
+#include "coordinator/scheduling/sequence.h"
+
+namespace headway {
+
+// Bucket upper bounds in seconds, copied from vLLM's PrometheusStatLogger.
+const std::vector<double>& TtftBucketsSeconds();            // 22 bounds, 0.001 .. 2560
+const std::vector<double>& InterTokenLatencyBucketsSeconds();  // 19 bounds, 0.01 .. 80
+const std::vector<double>& RequestLatencyBucketsSeconds();  // 21 bounds, 0.3 .. 7680 (e2e, queue)
+
+class ServingMetrics {
+ public:
+  // Registers the metric set of the model served as `model_name` for one
+  // instance per entry of `instance_tp_sizes` (instance ids in that order,
+  // as Config::Instances(); each entry the instance's tp_size). Every series
+  // exists from the start at zero, so a scrape before any request already
+  // shows the full set.
+  // Errors: InvalidArgument if instance_tp_sizes is empty or has an entry < 1.
+  static Result<std::unique_ptr<ServingMetrics>> Create(const std::string& model_name,
+                                                        const std::vector<int>& instance_tp_sizes);
+
+  ~ServingMetrics();
+  ServingMetrics(const ServingMetrics&) = delete;
+  ServingMetrics& operator=(const ServingMetrics&) = delete;
+
+  // A request left the waiting queue for its first schedule on
+  // `instance_id`, `queue_seconds` after it arrived. Call once per request
+  // (not again when a preempted request is rescheduled), as vLLM does.
+  void OnScheduled(int instance_id, double queue_seconds);
+
+  // A request produced its first output token, `ttft_seconds` after it
+  // arrived (queue time included). Once per request.
+  void OnFirstToken(int instance_id, double ttft_seconds);
+
+  // A request produced an output token after its first one,
+  // `itl_seconds` after the previous token of the same request.
+  void OnToken(int instance_id, double itl_seconds);
+
+  // A request ended with `reason` (kStop, kLength or kAbort; kNone is
+  // rejected) `e2e_seconds` after it arrived. Adds its prompt length and the
+  // number of output tokens it produced to the token counters: tokens are
+  // counted once per request, at its end, so these counters agree exactly
+  // with the usage the API reported. Requests that failed (no completion
+  // returned: instance down, worker error) are not reported here.
+  void OnFinished(int instance_id, FinishReason reason, double e2e_seconds, int64_t prompt_tokens,
+                  int64_t generation_tokens);
+
+  // `num_sequences` running sequences were preempted (blocks freed, to be
+  // recomputed). Call each time a sequence is preempted.
+  void OnPreemption(int instance_id, int64_t num_sequences = 1);
+  // Blocks of sliding-window slots that left every window and went back to
+  // the instance's pools (DESIGN.md "Recycling"); num_blocks >= 0.
+  void OnKvBlocksRecycled(int instance_id, int64_t num_blocks);
+
+  // A prefix-cache lookup for `queried_tokens` prompt tokens found the first
+  // `hit_tokens` of them cached. REQUIRES (else rejected): 0 <= hit_tokens
+  // <= queried_tokens. Call once per lookup that decides a prefill.
+  void OnPrefixCacheQuery(int instance_id, int64_t queried_tokens, int64_t hit_tokens);
+
+  // A KV transfer between instances finished: `bytes` and `blocks` moved in
+  // `seconds` (plan sent to last result). Deployment-wide series:
+  // headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total,
+  // headway:kv_transfer_seconds (histogram).
+  void OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds);
+  // A request was prefilled by its decode instance after its transfer could
+  // not be done (headway:kv_transfer_fallbacks_total).
+  void OnKvTransferFallback();
+  // TTFT of a disaggregated request, split: arrival to the end of its
+  // prefill on the prefill instance (headway:pd_prefill_seconds), then the
+  // KV transfer (headway:kv_transfer_seconds), then joining the decode
+  // instance to the first token (headway:pd_first_decode_seconds).
+  void OnPdPrefill(double seconds);
+  void OnPdFirstDecode(double seconds);
+
+  // The instance's scheduler now runs `num_running` sequences and holds
+  // `num_waiting` in its queue. Call after each schedule.
+  void SetQueueState(int instance_id, int64_t num_running, int64_t num_waiting);
+
+  // TP rank `tp_rank` of the instance has `used_blocks` of `total_blocks`
+  // KV blocks in use (prefix-cached blocks nobody references count as free,
+  // as in vLLM). total_blocks == 0 (rank not ready) reads as usage 0.
+  // REQUIRES (else rejected): 0 <= tp_rank < the instance's tp_size,
+  // 0 <= used_blocks <= total_blocks.
+  void SetKvUsage(int instance_id, int tp_rank, int64_t used_blocks, int64_t total_blocks);
+
+  // The counters that instance `instance_id`'s scheduler and KV cache
+  // manager feed as events happen (OnPreemption, OnPrefixCacheQuery,
+  // OnKvBlocksRecycled of that instance). Owned by this object.
+  // REQUIRES: 0 <= instance_id < the number of instances.
+  InstanceCounters* Counters(int instance_id);
+
+  // The whole set in Prometheus text format 0.0.4; serve it with
+  // Content-Type kPrometheusContentType (coordinator/metrics.h).
+  std::string RenderPrometheus() const { return registry_.RenderPrometheus(); }
+
+  // The registry behind the set, to register more metrics next to it.
+  MetricRegistry& registry() { return registry_; }
+
+ private:
+  // Series of one instance, resolved once so that the hot path takes no
+  // family lock.
+  struct InstanceSeries {
+    Histogram* ttft = nullptr;
+    Histogram* itl = nullptr;
+    Histogram* e2e = nullptr;
+    Histogram* queue = nullptr;
+    Gauge* running = nullptr;
+    Gauge* waiting = nullptr;
+    Gauge* kv_usage = nullptr;
+    Counter* prefix_queries = nullptr;
+    Counter* prefix_hits = nullptr;
+    Counter* prompt_tokens = nullptr;
+    Counter* generation_tokens = nullptr;
+    Counter* preemptions = nullptr;
+    Counter* blocks_recycled = nullptr;
+    Counter* success_stop = nullptr;
+    Counter* success_length = nullptr;
+    Counter* success_abort = nullptr;
+    Counter* rejected = nullptr;
+    std::vector<Gauge*> rank_kv_usage;  // [tp_size]
+  };
+
+  ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes);
+  Status Register();
+  void Reject(int instance_id);
+  InstanceSeries* Find(int instance_id);
+
+  // Constant after Create.
+  const std::string model_name_;
+  const std::vector<int> instance_tp_sizes_;
+  const int num_instances_;
+  MetricRegistry registry_;
+  std::vector<InstanceSeries> instances_;  // [num_instances]
+  Counter* rejected_unknown_instance_ = nullptr;
+  Counter* kv_transfer_bytes_ = nullptr;
+  Counter* kv_transfer_blocks_ = nullptr;
+  Counter* kv_transfer_fallbacks_ = nullptr;
+  Histogram* kv_transfer_seconds_ = nullptr;
+  Histogram* pd_prefill_seconds_ = nullptr;
+  Histogram* pd_first_decode_seconds_ = nullptr;
+
+  class CountersOf;  // InstanceCounters feeding one instance's series
+  std::vector<std::unique_ptr<CountersOf>> counters_;  // [num_instances]
+
+  std::mutex kv_mu_;
+  std::vector<std::vector<double>> rank_usage_;  // guarded by kv_mu_; [instance][tp_rank] 0..1
+};
+
+}  // namespace headway
