@@ -7,10 +7,17 @@
 
 namespace headway {
 
-bool StopChecker::IsStopToken(int32_t token_id) const {
-  if (!stop_.ignore_eos && stop_.eos_id >= 0 && token_id == stop_.eos_id) return true;
+bool StopChecker::IsEos(int32_t token_id) const {
+  return !stop_.ignore_eos && stop_.eos_id >= 0 && token_id == stop_.eos_id;
+}
+
+bool StopChecker::IsListedStopToken(int32_t token_id) const {
   return std::find(stop_.stop_token_ids.begin(), stop_.stop_token_ids.end(), token_id) !=
          stop_.stop_token_ids.end();
+}
+
+bool StopChecker::IsStopToken(int32_t token_id) const {
+  return IsEos(token_id) || IsListedStopToken(token_id);
 }
 
 bool StopChecker::Append(int32_t token_id, std::string_view text, int num_output_tokens,
@@ -18,16 +25,11 @@ bool StopChecker::Append(int32_t token_id, std::string_view text, int num_output
   HW_CHECK(!done());
   const size_t old_size = text_.size();
   text_.append(text);
-  if (!stop_.ignore_eos && stop_.eos_id >= 0 && token_id == stop_.eos_id) {
+  if (IsStopToken(token_id)) {
+    // EOS is not a stop_reason (vLLM reports none for it), a listed one is.
+    if (!IsEos(token_id)) stop_token_id_ = token_id;
     finish_reason_ = FinishReason::kStop;
     return true;
-  }
-  for (int32_t id : stop_.stop_token_ids) {
-    if (token_id == id) {
-      stop_token_id_ = id;
-      finish_reason_ = FinishReason::kStop;
-      return true;
-    }
   }
   if (!text.empty() && FindStopString(old_size)) return true;
   if (num_output_tokens >= stop_.max_tokens ||

@@ -63,6 +63,8 @@ class StopChecker {
   const StopConditions& conditions() const { return stop_; }
 
  private:
+  bool IsEos(int32_t token_id) const;              // and not ignore_eos
+  bool IsListedStopToken(int32_t token_id) const;  // one of stop_token_ids
   // The earliest stop string ending in text_[from, ...), cutting text_.
   bool FindStopString(size_t from);
 
