@@ -31,7 +31,7 @@
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
 #include "common/startup.h"
-#include "kernels/threads.h"
+#include "worker/compute_thread.h"
 #include "worker/decoder_model.h"
 #include "worker/kv_pool.h"
 #include "worker/kv_sender.h"
@@ -100,6 +100,69 @@ headway::Result<std::chrono::milliseconds> ParseStallEnv(const char* value) {
   return std::chrono::milliseconds(ms);
 }
 
+struct ModelAndPool {
+  std::unique_ptr<headway::ForwardModel> model;
+  std::unique_ptr<headway::KvPool> pool;
+};
+
+// The forward model on the instance's device, from `weights`, and its KV
+// pool. Runs the model's kernels (weight uploads, warm-up): call it on the
+// compute thread. On an error, *what names what failed ("model", "KV pool",
+// ...) for the log line.
+headway::Result<ModelAndPool> CreateModelAndPool(const headway::Config& config,
+                                                 const headway::InstanceConfig& instance,
+                                                 const std::string& config_path, int instance_id,
+                                                 int tp_rank, const headway::ModelSpec& spec,
+                                                 std::unique_ptr<headway::ModelWeights> weights,
+                                                 headway::Communicator* comm, std::string* what) {
+  using namespace headway;
+  auto failure = [what](const std::string& w, const Status& status) -> Result<ModelAndPool> {
+    *what = w;
+    return status;
+  };
+  const KvCacheLayout layout{config.block_size, spec.head_dim};
+  const int cuda_device = instance.CudaDevice(tp_rank);
+  ModelAndPool out;
+  if (cuda_device < 0) {
+    Result<std::unique_ptr<DecoderModel>> cpu_model =
+        DecoderModel::Create(spec, std::move(weights), comm);
+    if (!cpu_model.ok()) return failure("model", cpu_model.status());
+    out.model = std::move(*cpu_model);
+    Result<std::unique_ptr<KvPool>> cpu_pool =
+        KvPool::Create(layout, config.kv_memory_mb * int64_t(1024) * 1024);
+    if (!cpu_pool.ok()) return failure("KV pool", cpu_pool.status());
+    out.pool = std::move(*cpu_pool);
+  } else {
+#if HEADWAY_HAVE_CUDA
+    cuda::CudaModelOptions cuda_options;
+    cuda_options.device = cuda_device;
+    cuda_options.max_tokens_per_step = config.max_num_batched_tokens;
+    cuda_options.max_seqs_per_step = config.max_num_seqs;
+    cuda_options.max_model_len = config.max_model_len;
+    cuda_options.block_size = config.block_size;
+    Result<std::unique_ptr<cuda::CudaDecoderModel>> gpu_model =
+        cuda::CudaDecoderModel::Create(spec, std::move(weights), comm, cuda_options);
+    if (!gpu_model.ok()) {
+      return failure("model on cuda:" + std::to_string(cuda_device), gpu_model.status());
+    }
+    spdlog::info("worker i{}r{}: cuda:{}: {} MiB of weights and step buffers", instance_id,
+                 tp_rank, cuda_device, (*gpu_model)->device_bytes() >> 20);
+    out.model = std::move(*gpu_model);
+    // After the model, so the budget counts its memory (vLLM's order too).
+    Result<std::unique_ptr<KvPool>> gpu_pool =
+        cuda::CreateDeviceKvPool(layout, cuda_device, config.gpu_memory_utilization);
+    if (!gpu_pool.ok()) return failure("KV pool", gpu_pool.status());
+    out.pool = std::move(*gpu_pool);
+#else
+    return failure("config " + config_path,
+                   Status::Unimplemented("device " + instance.device +
+                                         ": this headway-worker was built without the CUDA "
+                                         "toolkit (rebuild where nvcc is found)"));
+#endif
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,7 +224,9 @@ int main(int argc, char** argv) {
   if (threads <= 0) {
     threads = std::max(1, int(std::thread::hardware_concurrency()) / instance.tp_size);
   }
-  cpu::SetNumThreads(threads);
+  // Every kernel of this worker, loading included, runs on this one thread:
+  // one OpenMP team (worker/compute_thread.h says why).
+  ComputeThread compute(threads);
 #if HEADWAY_HAVE_CUDA
   // A missing GPU is reported before seconds of model loading, not after.
   if (const int device = instance.CudaDevice(flags.tp_rank); device >= 0) {
@@ -192,7 +257,7 @@ int main(int argc, char** argv) {
   if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return Fail("model", s);
   const TpShard shard = ShardForRank(*spec, instance.tp_size, flags.tp_rank);
   Result<std::unique_ptr<ModelWeights>> weights =
-      ModelWeights::Load(*model_file->file, *spec, shard);
+      compute.Call([&] { return ModelWeights::Load(*model_file->file, *spec, shard); });
   if (!weights.ok()) return Fail("model", weights.status());
   model_file->file.reset();  // weights are dequantised copies; drop the mapping
 
@@ -220,45 +285,14 @@ int main(int argc, char** argv) {
     comm = std::move(*created);
   }
   const KvCacheLayout layout{config->block_size, spec->head_dim};
-  const int cuda_device = instance.CudaDevice(flags.tp_rank);
-  std::unique_ptr<ForwardModel> model;
-  std::unique_ptr<KvPool> pool;
-  if (cuda_device < 0) {
-    Result<std::unique_ptr<DecoderModel>> cpu_model =
-        DecoderModel::Create(*spec, std::move(*weights), comm.get());
-    if (!cpu_model.ok()) return Fail("model", cpu_model.status());
-    model = std::move(*cpu_model);
-    Result<std::unique_ptr<KvPool>> cpu_pool =
-        KvPool::Create(layout, config->kv_memory_mb * int64_t(1024) * 1024);
-    if (!cpu_pool.ok()) return Fail("KV pool", cpu_pool.status());
-    pool = std::move(*cpu_pool);
-  } else {
-#if HEADWAY_HAVE_CUDA
-    cuda::CudaModelOptions cuda_options;
-    cuda_options.device = cuda_device;
-    cuda_options.max_tokens_per_step = config->max_num_batched_tokens;
-    cuda_options.max_seqs_per_step = config->max_num_seqs;
-    cuda_options.max_model_len = config->max_model_len;
-    cuda_options.block_size = config->block_size;
-    Result<std::unique_ptr<cuda::CudaDecoderModel>> gpu_model =
-        cuda::CudaDecoderModel::Create(*spec, std::move(*weights), comm.get(), cuda_options);
-    if (!gpu_model.ok()) return Fail("model on cuda:" + std::to_string(cuda_device),
-                                     gpu_model.status());
-    spdlog::info("worker i{}r{}: cuda:{}: {} MiB of weights and step buffers", flags.instance_id,
-                 flags.tp_rank, cuda_device, (*gpu_model)->device_bytes() >> 20);
-    model = std::move(*gpu_model);
-    // After the model, so the budget counts its memory (vLLM's order too).
-    Result<std::unique_ptr<KvPool>> gpu_pool =
-        cuda::CreateDeviceKvPool(layout, cuda_device, config->gpu_memory_utilization);
-    if (!gpu_pool.ok()) return Fail("KV pool", gpu_pool.status());
-    pool = std::move(*gpu_pool);
-#else
-    return Fail("config " + flags.config_path,
-                Status::Unimplemented("device " + instance.device +
-                                      ": this headway-worker was built without the CUDA "
-                                      "toolkit (rebuild where nvcc is found)"));
-#endif
-  }
+  std::string failed;
+  Result<ModelAndPool> created = compute.Call([&] {
+    return CreateModelAndPool(*config, instance, flags.config_path, flags.instance_id,
+                              flags.tp_rank, *spec, std::move(*weights), comm.get(), &failed);
+  });
+  if (!created.ok()) return Fail(failed, created.status());
+  std::unique_ptr<ForwardModel>& model = created->model;
+  std::unique_ptr<KvPool>& pool = created->pool;
   spdlog::info("worker i{}r{}: {} KV blocks of {} bytes ({})", flags.instance_id, flags.tp_rank,
                pool->num_blocks(), layout.BlockBytes(), instance.device);
 
@@ -302,7 +336,6 @@ int main(int argc, char** argv) {
   loop_options.heartbeat_interval_ms = config->heartbeat_interval_ms;
   loop_options.heartbeat_timeout_ms = config->heartbeat_timeout_ms;
   loop_options.stop = &g_stop;
-  loop_options.num_threads = threads;
   loop_options.on_shutdown = [] { g_stop.store(true); };
   loop_options.kv_sender = kv_sender.get();
   if (Status s = Register(**client, request, loop_options); !s.ok()) {
@@ -315,7 +348,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("worker i{}r{}: registered with {}", flags.instance_id, flags.tp_rank,
                config->control_address);
-  if (Status s = ServeSteps(**client, executor, loop_options); !s.ok()) {
+  if (Status s = ServeSteps(**client, executor, compute, loop_options); !s.ok()) {
     return Fail("worker i" + std::to_string(flags.instance_id) + "r" +
                     std::to_string(flags.tp_rank) + " exiting",
                 s);

@@ -13,7 +13,6 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/status_proto.h"
-#include "kernels/threads.h"
 
 namespace headway {
 namespace {
@@ -33,78 +32,6 @@ uint64_t UnixMs() {
                       std::chrono::system_clock::now().time_since_epoch())
                       .count());
 }
-
-// Runs steps on one dedicated thread, so the control thread keeps sending
-// heartbeats and reading messages while a long prefill computes: a busy
-// worker must not look dead to the coordinator. One thread for every step
-// also keeps one OpenMP team alive instead of one per caller.
-class ComputeThread {
- public:
-  ComputeThread(StepExecutor& executor, int num_threads)
-      : executor_(executor), thread_([this, num_threads] {
-          // The team size is per thread: set it where the kernels run.
-          if (num_threads > 0) cpu::SetNumThreads(num_threads);
-          Run();
-        }) {}
-
-  ~ComputeThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();  // a step in progress finishes first
-  }
-
-  bool busy() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return plan_.has_value() || result_.has_value();
-  }
-
-  // REQUIRES: !busy().
-  void Start(proto::StepPlan plan) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      plan_ = std::move(plan);
-    }
-    cv_.notify_all();
-  }
-
-  // Waits up to `timeout` for the running step and returns its result,
-  // once; nullopt if it is still running (or none was started).
-  std::optional<proto::StepResult> WaitResult(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait_for(lock, timeout, [this] { return result_.has_value() || !plan_; });
-    std::optional<proto::StepResult> r = std::move(result_);
-    result_.reset();
-    return r;
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [this] { return quit_ || (plan_.has_value() && !result_.has_value()); });
-      if (quit_) return;
-      proto::StepPlan plan = std::move(*plan_);
-      lock.unlock();
-      proto::StepResult result = executor_.Execute(plan);
-      lock.lock();
-      plan_.reset();
-      result_ = std::move(result);
-      done_cv_.notify_all();
-    }
-  }
-
-  StepExecutor& executor_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;       // a plan or quit for the compute thread
-  std::condition_variable done_cv_;  // a result for the control thread
-  std::optional<proto::StepPlan> plan_;      // guarded by mu_
-  std::optional<proto::StepResult> result_;  // guarded by mu_
-  bool quit_ = false;                        // guarded by mu_
-  std::thread thread_;
-};
 
 // Runs TransferPlans on one dedicated thread, one at a time in arrival
 // order, so that a transfer (up to its timeout_ms) neither delays heartbeats
@@ -216,10 +143,18 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
                              std::to_string(options.register_timeout_ms) + " ms");
 }
 
-Status ServeSteps(ControlClient& client, StepExecutor& executor,
+Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& compute,
                   const WorkerLoopOptions& options) {
-  ComputeThread compute(executor, options.num_threads);
-  // Declared after `compute`, so it stops first: on the way out a running
+  // The step running on `compute` writes its result here; it is read once
+  // compute.Wait says the step is done. Declared before `running`, which
+  // waits for the step on the way out, so the step never outlives it.
+  proto::StepResult step_result;
+  // Waits for a step still running when ServeSteps returns.
+  struct WaitOnExit {
+    ComputeThread& compute;
+    ~WaitOnExit() { compute.Wait(std::nullopt); }
+  } running{compute};
+  // Declared after `running`, so it stops first: on the way out a running
   // transfer finishes (bounded by its plan's timeout) and queued ones are
   // dropped.
   std::unique_ptr<TransferThread> transfers;
@@ -238,8 +173,9 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
     // the moment it is ready) and only peek at the socket; while a transfer
     // is pending, wait on the socket for transfer_poll at most.
     std::optional<proto::StepResult> result;
-    if (compute.busy()) {
-      result = compute.WaitResult(transfer_pending ? std::chrono::milliseconds(0) : poll);
+    if (compute.busy() &&
+        compute.Wait(transfer_pending ? std::chrono::milliseconds(0) : poll)) {
+      result = std::move(step_result);
     }
     std::chrono::milliseconds wait = poll;
     if (result || (compute.busy() && !transfer_pending)) {
@@ -266,7 +202,9 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor,
           HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
           last_sent = Clock::now();
         } else {
-          compute.Start(std::move(*in->mutable_step_plan()));
+          compute.Start([&executor, &step_result, plan = std::move(*in->mutable_step_plan())] {
+            step_result = executor.Execute(plan);
+          });
         }
       } else if (in->has_transfer_plan()) {
         if (transfers != nullptr) {

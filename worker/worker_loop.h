@@ -8,6 +8,7 @@
 #include "comm/control_channel.h"
 #include "common/status.h"
 #include "proto/control.pb.h"
+#include "worker/compute_thread.h"
 #include "worker/kv_sender.h"
 #include "worker/step_executor.h"
 
@@ -18,7 +19,6 @@ struct WorkerLoopOptions {
   int heartbeat_timeout_ms = 10000;  // give up after this long without hearing the coordinator
   int register_timeout_ms = 30000;   // wait this long for the RegisterResponse
   int poll_interval_ms = 50;         // how often the stop flag is looked at
-  int num_threads = 0;               // OpenMP threads of the compute thread; 0 = OpenMP's default
   // Set (e.g. by a SIGTERM handler) to stop cleanly; may be nullptr.
   const std::atomic<bool>* stop = nullptr;
   // Called when the coordinator sends Shutdown, before ServeSteps waits for a
@@ -42,7 +42,9 @@ struct WorkerLoopOptions {
 Status Register(ControlClient& client, const proto::RegisterRequest& request,
                 const WorkerLoopOptions& options);
 
-// Serves steps: each StepPlan is executed and answered with its StepResult;
+// Serves steps: each StepPlan is executed on `compute` (the thread that runs
+// every kernel of this worker) and answered with its StepResult, while this
+// thread keeps reading messages and sending heartbeats;
 // each TransferPlan is queued for the transfer thread (see kv_sender) and
 // answered with its TransferResult once done, in plan order; a Heartbeat
 // goes out whenever nothing was sent for heartbeat_interval_ms.
@@ -51,7 +53,9 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 // coordinator must not leave workers behind) or a send fails; Unavailable
 // after a step failed fatally (StepResult.fatal: a TP collective broke), once
 // that result is sent.
-Status ServeSteps(ControlClient& client, StepExecutor& executor,
+// REQUIRES: !compute.busy(); `executor`'s model was created on `compute`.
+// A step still running when it returns is waited for first.
+Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& compute,
                   const WorkerLoopOptions& options);
 
 }  // namespace headway
