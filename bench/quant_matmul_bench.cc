@@ -238,8 +238,9 @@ int main(int argc, char** argv) {
   }
   nlohmann::json doc = {{"repeats", repeats},
                         {"cold_mb", cold_mb},
-                        {"simd", cpu::internal::QuantMatmulHasSimd() &&
-                                     reference::internal::QuantMatmul8BitActHasSimd()},
+                        {"f32act_path", cpu::internal::QuantMatmulPathName(
+                                            cpu::internal::QuantMatmulBestPath())},
+                        {"int8act_simd", reference::internal::QuantMatmul8BitActHasSimd()},
                         {"results", results}};
   std::printf("%s\n", doc.dump(2).c_str());
   return 0;

@@ -81,12 +81,31 @@ void QuantMatmulTransBF32Act(const float* x, const uint8_t* w_quant, GgmlType w_
 
 namespace internal {
 
-// The portable path of QuantMatmulTransBF32Act, same contract and same bits.
+// The ways QuantMatmulTransBF32Act can run; all give the same bits.
+//   kPortable: plain C++ with std::fma.
+//   kAvx2: AVX2 + FMA (the x86-64-v3 baseline the kernels are built for).
+//   kAvx512: for m > 4 rows (prefill, batched decode), two weight rows per
+//     AVX-512 register (kernels/cpu/quant_paired_sweep.inc); fewer rows as
+//     kAvx2. Chosen at run time where the CPU and OS support AVX-512F.
+//   kAvx2Paired: kAvx512's code on pairs of AVX2 registers, so that tests
+//     check it on machines without AVX-512; never chosen for serving.
+enum class QuantMatmulPath { kPortable, kAvx2, kAvx2Paired, kAvx512 };
+
+// The path QuantMatmulTransBF32Act takes on this machine (detected once).
+QuantMatmulPath QuantMatmulBestPath();
+// True where `path` runs on this machine.
+bool QuantMatmulPathSupported(QuantMatmulPath path);
+// "portable", "avx2", "avx2-paired", "avx512".
+const char* QuantMatmulPathName(QuantMatmulPath path);
+
+// QuantMatmulTransBF32Act on `path`: same contract, same bits.
+// REQUIRES: QuantMatmulPathSupported(path) (checked: aborts).
+void QuantMatmulTransBF32ActOn(QuantMatmulPath path, const float* x, const uint8_t* w_quant,
+                               GgmlType w_type, int m, int n, int k, float* y);
+
+// QuantMatmulTransBF32ActOn(kPortable, ...), as a plain function pointer.
 void QuantMatmulTransBF32ActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
                                      int m, int n, int k, float* y);
-
-// True where QuantMatmulTransBF32Act runs the AVX2 path.
-bool QuantMatmulHasSimd();
 
 }  // namespace internal
 }  // namespace headway::cpu

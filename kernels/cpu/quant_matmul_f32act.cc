@@ -17,26 +17,22 @@
 // sub-block) at a time, in value order, so their FMA order is the header's.
 #include "kernels/quant_matmul.h"
 
-#include "kernels/quant_blocks.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define HEADWAY_QMM_F32ACT_AVX2 1
-#endif
-
 #include "common/status.h"
+#include "kernels/cpu/quant_blocks_avx2.h"
+#include "kernels/cpu/quant_matmul_paired.h"
+#include "kernels/quant_blocks.h"
 
 namespace headway::cpu {
 namespace {
+
+using Path = internal::QuantMatmulPath;
 
 using quant::BlockBytes;
 using quant::BlockValues;
@@ -57,6 +53,7 @@ constexpr int kRegisterPathMaxRows = 4;
 // inside L2, and enough weight rows per group that x is streamed few times.
 constexpr int kScratchFloats = 48 * 1024;
 constexpr int kMaxScratchRows = 30;
+constexpr int kMaxPairedScratchRows = 32;
 // Below this many weights per call, starting threads costs more than it saves.
 constexpr int64_t kMinWeightsForThreads = int64_t{1} << 15;
 
@@ -64,6 +61,11 @@ constexpr int64_t kMinWeightsForThreads = int64_t{1} << 15;
 // scratch, a multiple of 3 (the tiles take 3 columns), at least 3.
 int ScratchRows(int k) {
   return std::clamp(kScratchFloats / k / 3 * 3, 3, kMaxScratchRows);
+}
+
+// The same for the paired path: a multiple of 8 (its tiles take 4 pairs).
+int PairedScratchRows(int k) {
+  return std::clamp(kScratchFloats / k / 8 * 8, 8, kMaxPairedScratchRows);
 }
 
 // One block's BlockValues(type) weights, rounded as the header states.
@@ -163,184 +165,15 @@ void RowPortable(const float* x, const float* w, int m, int n, int k, int i, flo
   }
 }
 
-#ifdef HEADWAY_QMM_F32ACT_AVX2
+#ifdef HEADWAY_QUANT_AVX2
 
-// Lanes reduced as ReduceLanes.
-inline float ReduceLanesAvx2(__m256 acc) {
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
-
-inline __m256i LoadBytesU32(const uint8_t* p) {
-  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-}
-
-// The per-sub-block factors of one K super-block, unpacked once per block
-// and weight row and shared by its 8 sub-blocks: Q4_K scale[s] = d*sc_s,
-// offset[s] = -(dmin*m_s); Q6_K scale[t] = d*sc_t for its 16 scales. Each
-// is an exact product, equal to DequantBlockPortable's.
-struct KScales {
-  alignas(32) float scale[16];
-  alignas(32) float offset[8];
-};
-
-template <GgmlType kType>
-inline void UnpackKScalesAvx2(const uint8_t* blk, KScales* ks) {
-  if constexpr (kType == GgmlType::kQ4_K) {
-    // get_scale_min_k4 for all 8 sub-blocks at once, 4 bytes per step: bytes
-    // 0..3 hold sc_0..3 and (top bits) sc_4..7's high bits, bytes 4..7 the
-    // same for the mins, bytes 8..11 the low nibbles of sc_4..7 / m_4..7.
-    uint32_t u[3];
-    std::memcpy(u, blk + kQ4KScales, 12);
-    const uint32_t sc_lo = u[0] & 0x3F3F3F3Fu;
-    const uint32_t mn_lo = u[1] & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    const uint32_t mn_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-        _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0)));
-    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-        _mm_setr_epi32(static_cast<int>(mn_lo), static_cast<int>(mn_hi), 0, 0)));
-    uint32_t dm_bits;
-    std::memcpy(&dm_bits, blk, 4);
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
-    const __m256 d = _mm256_broadcastss_ps(dm);
-    const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-    _mm256_store_ps(ks->scale, _mm256_mul_ps(d, sc));
-    // Negated after the product, as the portable path.
-    _mm256_store_ps(ks->offset, _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f)));
-  } else {  // Q6_K
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(blk + kQ6KD)));
-    for (int half = 0; half < 2; ++half) {
-      const __m256i sc = _mm256_cvtepi8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kQ6KScales + 8 * half)));
-      _mm256_store_ps(ks->scale + 8 * half, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
-    }
-  }
-}
-
-// 32 signed bytes as q[t] = bytes 8t .. 8t+7 widened to i32.
-inline void WidenBytes(__m256i v, __m256i q[4]) {
-  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-  q[0] = _mm256_cvtepi8_epi32(lo);
-  q[1] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo));
-  q[2] = _mm256_cvtepi8_epi32(hi);
-  q[3] = _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi));
-}
-
-// Weights 32S .. 32S+31 of K super-block `blk` (sub-block S) as w[t] =
-// values 32S + 8t .. 32S + 8t + 7, rounded as DequantBlockPortable. Two
-// ways to unpack Q6_K's bits, the same values: kWideLoads widens each group
-// of 8 bytes as it is loaded (faster with 3 or 4 activation rows), otherwise
-// all 32 are combined as bytes and widened after (faster with 1 or 2).
-template <GgmlType kType, int S, bool kWideLoads>
-inline void DequantSubBlockAvx2(const uint8_t* blk, const KScales& ks, __m256 w[4]) {
-  if constexpr (kType == GgmlType::kQ4_K) {
-    const __m256 d1 = _mm256_broadcast_ss(&ks.scale[S]);
-    const __m256 neg_m1 = _mm256_broadcast_ss(&ks.offset[S]);
-    const uint8_t* qs = blk + kQ4KQs + 32 * (S / 2);
-    const __m256i low = _mm256_set1_epi32(0x0F);
-    for (int t = 0; t < 4; ++t) {
-      const __m256i q =
-          _mm256_and_si256(_mm256_srli_epi32(LoadBytesU32(qs + 8 * t), 4 * (S & 1)), low);
-      w[t] = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(q), neg_m1);
-    }
-  } else {  // Q6_K
-    constexpr int h = S / 4, g = S % 4;
-    const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
-    const uint8_t* qh = blk + kQ6KQh + 32 * h;
-    const __m256 scale[2] = {_mm256_broadcast_ss(&ks.scale[8 * h + 2 * g]),
-                             _mm256_broadcast_ss(&ks.scale[8 * h + 2 * g + 1])};
-    __m256i q[4];
-    if constexpr (kWideLoads) {
-      const __m256i low = _mm256_set1_epi32(0x0F), two_bits = _mm256_set1_epi32(3);
-      for (int t = 0; t < 4; ++t) {
-        const __m256i lo =
-            _mm256_and_si256(_mm256_srli_epi32(LoadBytesU32(ql + 8 * t), 4 * (g >> 1)), low);
-        const __m256i hi =
-            _mm256_and_si256(_mm256_srli_epi32(LoadBytesU32(qh + 8 * t), 2 * g), two_bits);
-        q[t] = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
-                                _mm256_set1_epi32(32));
-      }
-    } else {
-      const __m256i lo = _mm256_and_si256(
-          _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)), 4 * (g >> 1)),
-          _mm256_set1_epi8(0x0F));
-      // Masked to 2 bits per byte before the 16-bit shift left, so no bit
-      // crosses into the next byte.
-      const __m256i hi = _mm256_slli_epi16(
-          _mm256_and_si256(
-              _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)), 2 * g),
-              _mm256_set1_epi8(3)),
-          4);
-      WidenBytes(_mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32)), q);
-    }
-    for (int t = 0; t < 4; ++t) w[t] = _mm256_mul_ps(scale[t >> 1], _mm256_cvtepi32_ps(q[t]));
-  }
-}
-
-// f(std::integral_constant<int, S>) for S = 0 .. 7 in order, S a constant
-// in each call so that sub-block offsets and shifts are immediates.
-template <class F>
-inline void ForEachSubBlock(F&& f) {
-  [&]<int... S>(std::integer_sequence<int, S...>) {
-    (f(std::integral_constant<int, S>{}), ...);
-  }(std::make_integer_sequence<int, 8>{});
-}
-
-// The 32 weights of `blk` (a 32-value type) as w[t] = values 8t .. 8t+7,
-// rounded as DequantBlockPortable.
-template <GgmlType kType>
-inline void DequantBlockAvx2(const uint8_t* blk, __m256 w[4]) {
-  if constexpr (kType == GgmlType::kF16) {
-    for (int t = 0; t < 4; ++t) {
-      w[t] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * t)));
-    }
-  } else if constexpr (kType == GgmlType::kQ8_0) {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(blk)));
-    for (int t = 0; t < 4; ++t) {
-      const __m256i q = _mm256_cvtepi8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * t)));
-      w[t] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-    }
-  } else {
-    // 4-bit values: the bytes qs[0..7] hold values 0..7 (low nibbles) and
-    // 16..23 (high), qs[8..15] values 8..15 and 24..31.
-    constexpr int kQsOffset = kType == GgmlType::kQ4_0 ? 2 : kType == GgmlType::kQ4_1 ? 4 : 6;
-    const __m256i a = LoadBytesU32(blk + kQsOffset);
-    const __m256i b = LoadBytesU32(blk + kQsOffset + 8);
-    const __m256i low = _mm256_set1_epi32(0x0F);
-    __m256i q[4] = {_mm256_and_si256(a, low), _mm256_and_si256(b, low), _mm256_srli_epi32(a, 4),
-                    _mm256_srli_epi32(b, 4)};
-    if constexpr (kType == GgmlType::kQ4_1) {
-      uint32_t dm_bits;
-      std::memcpy(&dm_bits, blk, 4);
-      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
-      const __m256 d = _mm256_broadcastss_ps(dm);
-      const __m256 mn = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-      for (int t = 0; t < 4; ++t) w[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q[t]), mn);
-    } else {
-      const __m256 d = _mm256_set1_ps(_cvtsh_ss(LoadU16(blk)));
-      __m256i zero_point = _mm256_set1_epi32(8);
-      if constexpr (kType == GgmlType::kQ5_0) {
-        uint32_t qh;
-        std::memcpy(&qh, blk + 2, 4);
-        const __m256i bits = _mm256_set1_epi32(static_cast<int>(qh));
-        const __m256i one = _mm256_set1_epi32(1);
-        for (int t = 0; t < 4; ++t) {
-          const __m256i shift = _mm256_setr_epi32(8 * t, 8 * t + 1, 8 * t + 2, 8 * t + 3,
-                                                  8 * t + 4, 8 * t + 5, 8 * t + 6, 8 * t + 7);
-          const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(bits, shift), one);
-          q[t] = _mm256_or_si256(q[t], _mm256_slli_epi32(high, 4));
-        }
-        zero_point = _mm256_set1_epi32(16);
-      }
-      for (int t = 0; t < 4; ++t) {
-        w[t] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(q[t], zero_point)));
-      }
-    }
-  }
-}
+using avx2::DequantBlockAvx2;
+using avx2::DequantRowAvx2;
+using avx2::DequantSubBlockAvx2;
+using avx2::ForEachSubBlock;
+using avx2::KScales;
+using avx2::ReduceLanesAvx2;
+using avx2::UnpackKScalesAvx2;
 
 // Decode path: outputs y[r, i0 + c] for r in [0, R), c in [0, C), each
 // weight block dequantised once in registers and used for all R rows.
@@ -415,29 +248,6 @@ void RegisterGroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int m
   }
 }
 
-template <GgmlType kType>
-void DequantRowAvx2(const uint8_t* row, int k, float* out) {
-  constexpr int kBytes = BlockBytes(kType);
-  constexpr int kValues = BlockValues(kType);
-  for (int b = 0; b < k / kValues; ++b) {
-    const uint8_t* blk = row + size_t(b) * kBytes;
-    float* o = out + size_t(b) * kValues;
-    if constexpr (kValues == kChunk) {
-      __m256 wv[4];
-      DequantBlockAvx2<kType>(blk, wv);
-      for (int t = 0; t < 4; ++t) _mm256_storeu_ps(o + 8 * t, wv[t]);
-    } else {
-      KScales ks;
-      UnpackKScalesAvx2<kType>(blk, &ks);
-      ForEachSubBlock([&](auto sub) {
-        __m256 wv[4];
-        DequantSubBlockAvx2<kType, sub.value, false>(blk, ks, wv);
-        for (int t = 0; t < 4; ++t) _mm256_storeu_ps(o + sub.value * kChunk + 8 * t, wv[t]);
-      });
-    }
-  }
-}
-
 // Prefill path: outputs y[r0 + r, i0 + c] for r in [0, R), c in [0, C) from
 // C dequantised weight rows `ws` (stride k).
 template <int R, int C>
@@ -501,63 +311,93 @@ void GroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int m, int i_
   }
 }
 
-void GroupAvx2(GgmlType type, const float* x, const uint8_t* w, size_t row_bytes, int m,
-               int i_begin, int i_end, int n, int k, float* y, float* scratch) {
+// f(std::integral_constant<GgmlType, type>{}) for a kernel block type.
+template <class F>
+void WithBlockType(GgmlType type, F&& f) {
   switch (type) {
-    case GgmlType::kQ8_0:
-      GroupAvx2<GgmlType::kQ8_0>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
-    case GgmlType::kQ4_0:
-      GroupAvx2<GgmlType::kQ4_0>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
-    case GgmlType::kQ4_1:
-      GroupAvx2<GgmlType::kQ4_1>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
-    case GgmlType::kQ5_0:
-      GroupAvx2<GgmlType::kQ5_0>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
-    case GgmlType::kF16:
-      GroupAvx2<GgmlType::kF16>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
-    case GgmlType::kQ4_K:
-      GroupAvx2<GgmlType::kQ4_K>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
-    case GgmlType::kQ6_K:
-      GroupAvx2<GgmlType::kQ6_K>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
-      break;
+    case GgmlType::kQ8_0: f(std::integral_constant<GgmlType, GgmlType::kQ8_0>{}); break;
+    case GgmlType::kQ4_0: f(std::integral_constant<GgmlType, GgmlType::kQ4_0>{}); break;
+    case GgmlType::kQ4_1: f(std::integral_constant<GgmlType, GgmlType::kQ4_1>{}); break;
+    case GgmlType::kQ5_0: f(std::integral_constant<GgmlType, GgmlType::kQ5_0>{}); break;
+    case GgmlType::kF16: f(std::integral_constant<GgmlType, GgmlType::kF16>{}); break;
+    case GgmlType::kQ4_K: f(std::integral_constant<GgmlType, GgmlType::kQ4_K>{}); break;
+    case GgmlType::kQ6_K: f(std::integral_constant<GgmlType, GgmlType::kQ6_K>{}); break;
     default: break;
   }
 }
 
-#endif  // HEADWAY_QMM_F32ACT_AVX2
+void GroupAvx2(GgmlType type, const float* x, const uint8_t* w, size_t row_bytes, int m,
+               int i_begin, int i_end, int n, int k, float* y, float* scratch) {
+  WithBlockType(type, [&](auto t) {
+    GroupAvx2<decltype(t)::value>(x, w, row_bytes, m, i_begin, i_end, n, k, y, scratch);
+  });
+}
 
-void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n, int k,
+// Prefill path with two weight rows per 16-lane vector (quant_matmul_paired.h):
+// weight rows [i_begin, i_end) dequantised into `scratch` in the paired
+// layout, then swept on AVX-512 or, for tests, on AVX2 registers.
+void PairedGroup(Path path, GgmlType type, const float* x, const uint8_t* w, size_t row_bytes,
+                 int m, int i_begin, int i_end, int n, int k, float* y, float* scratch) {
+  const int rows = i_end - i_begin;
+  WithBlockType(type, [&](auto t) {
+    for (int c = 0; c < rows; ++c) {
+      DequantRowAvx2<decltype(t)::value>(w + size_t(i_begin + c) * row_bytes, k,
+                                         scratch + size_t(c / 2) * 2 * k + 8 * (c % 2),
+                                         /*chunk_stride=*/16);
+    }
+  });
+  if (rows % 2 != 0) {  // the last pair's second row: zeros, its outputs dropped
+    float* pad = scratch + size_t(rows / 2) * 2 * k + 8;
+    for (int u = 0; u < k; u += 8) std::fill(pad + 2 * u, pad + 2 * u + 8, 0.0f);
+  }
+  if (path == Path::kAvx512) {
+    paired::SweepAvx512(x, scratch, rows, m, i_begin, n, k, y);
+  } else {
+    paired::SweepAvx2(x, scratch, rows, m, i_begin, n, k, y);
+  }
+}
+
+#endif  // HEADWAY_QUANT_AVX2
+
+void Run(Path path, const float* x, const uint8_t* w_quant, GgmlType w_type, int m, int n, int k,
          float* y) {
   HW_CHECK(QuantMatmulSupported(w_type));
   HW_CHECK(m >= 0 && n >= 0 && k >= 0 && k % BlockValues(w_type) == 0);
+  HW_CHECK(internal::QuantMatmulPathSupported(path));
   if (m == 0 || n == 0) return;
   if (k == 0) {
     std::fill(y, y + size_t(m) * n, 0.0f);
     return;
   }
-#ifndef HEADWAY_QMM_F32ACT_AVX2
-  simd = false;
-#endif
+  const bool simd = path != Path::kPortable;
   const int block_values = BlockValues(w_type);
   const size_t row_bytes = size_t(k / block_values) * BlockBytes(w_type);
   const bool threads = int64_t{n} * k >= kMinWeightsForThreads;
   // The group size only decides which thread computes an output, never how.
   const bool scratch_path = simd && m > kRegisterPathMaxRows;
-  const int group = scratch_path ? ScratchRows(k) : simd ? kColGroup : 1;
+  const bool paired = scratch_path && (path == Path::kAvx512 || path == Path::kAvx2Paired);
+  const int group = paired         ? PairedScratchRows(k)
+                    : scratch_path ? ScratchRows(k)
+                    : simd         ? kColGroup
+                                   : 1;
   const int num_groups = (n + group - 1) / group;
+  const size_t scratch_floats = paired         ? size_t(group + 1) / 2 * 2 * k
+                                : scratch_path ? size_t(group) * k
+                                : simd         ? 0
+                                               : size_t(k);
 
 #pragma omp parallel if (threads)
   {
-    std::vector<float> scratch(size_t(simd ? (scratch_path ? group : 0) : 1) * k);
+    std::vector<float> scratch(scratch_floats);
 #pragma omp for schedule(static)
     for (int g = 0; g < num_groups; ++g) {
       const int i_begin = g * group, i_end = std::min(n, i_begin + group);
-#ifdef HEADWAY_QMM_F32ACT_AVX2
+#ifdef HEADWAY_QUANT_AVX2
+      if (paired) {
+        PairedGroup(path, w_type, x, w_quant, row_bytes, m, i_begin, i_end, n, k, y,
+                    scratch.data());
+        continue;
+      }
       if (simd) {
         GroupAvx2(w_type, x, w_quant, row_bytes, m, i_begin, i_end, n, k, y, scratch.data());
         continue;
@@ -575,28 +415,58 @@ void Run(bool simd, const float* x, const uint8_t* w_quant, GgmlType w_type, int
   }
 }
 
+Path DetectBestPath() {
+#ifdef HEADWAY_QUANT_AVX2
+  return paired::CpuHasAvx512() ? Path::kAvx512 : Path::kAvx2;
+#else
+  return Path::kPortable;
+#endif
+}
+
 }  // namespace
 
 bool QuantMatmulSupported(GgmlType type) { return quant::IsKernelBlockType(type); }
 
 void QuantMatmulTransBF32Act(const float* x, const uint8_t* w_quant, GgmlType w_type, int m,
                              int n, int k, float* y) {
-  Run(/*simd=*/true, x, w_quant, w_type, m, n, k, y);
+  Run(internal::QuantMatmulBestPath(), x, w_quant, w_type, m, n, k, y);
 }
 
 namespace internal {
 
 void QuantMatmulTransBF32ActPortable(const float* x, const uint8_t* w_quant, GgmlType w_type,
                                      int m, int n, int k, float* y) {
-  Run(/*simd=*/false, x, w_quant, w_type, m, n, k, y);
+  Run(Path::kPortable, x, w_quant, w_type, m, n, k, y);
 }
 
-bool QuantMatmulHasSimd() {
-#ifdef HEADWAY_QMM_F32ACT_AVX2
-  return true;
-#else
+void QuantMatmulTransBF32ActOn(QuantMatmulPath path, const float* x, const uint8_t* w_quant,
+                               GgmlType w_type, int m, int n, int k, float* y) {
+  Run(path, x, w_quant, w_type, m, n, k, y);
+}
+
+QuantMatmulPath QuantMatmulBestPath() {
+  static const QuantMatmulPath best = DetectBestPath();
+  return best;
+}
+
+bool QuantMatmulPathSupported(QuantMatmulPath path) {
+  switch (path) {
+    case Path::kPortable: return true;
+    case Path::kAvx2:
+    case Path::kAvx2Paired: return QuantMatmulBestPath() != Path::kPortable;
+    case Path::kAvx512: return QuantMatmulBestPath() == Path::kAvx512;
+  }
   return false;
-#endif
+}
+
+const char* QuantMatmulPathName(QuantMatmulPath path) {
+  switch (path) {
+    case Path::kPortable: return "portable";
+    case Path::kAvx2: return "avx2";
+    case Path::kAvx2Paired: return "avx2-paired";
+    case Path::kAvx512: return "avx512";
+  }
+  return "?";
 }
 
 }  // namespace internal

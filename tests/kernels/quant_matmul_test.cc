@@ -15,8 +15,8 @@
 // (Gemma 3 270M's attn_output and ffn_down) with random quants, random
 // sub-block scales and finite f16 super-block scales.
 //
-// The portable and AVX2 paths share the summation order and must agree bit
-// for bit.
+// The portable, AVX2 and AVX-512 paths share the summation order and must
+// agree bit for bit (EveryPathGivesThePortableBits).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -50,7 +50,7 @@ TEST(QuantMatmulTest, SimdPathIsCompiledIn) {
   // The kernels are built for x86-64-v3; losing AVX2 would silently fall back
   // to the (much slower) portable path.
 #if defined(__x86_64__)
-  EXPECT_TRUE(cpu::internal::QuantMatmulHasSimd());
+  EXPECT_NE(cpu::internal::QuantMatmulBestPath(), cpu::internal::QuantMatmulPath::kPortable);
 #endif
 }
 
@@ -172,6 +172,55 @@ TEST(QuantMatmulF32ActTest, ThreadCountInvariantBits) {
       ExpectSameBits(y2, y1);
     }
   }
+}
+
+// Every path this machine runs against the portable one, bit for bit, with
+// NaN-filled outputs (a column a path fails to write shows). kAvx2Paired is
+// kAvx512's code on AVX2 registers: it checks the paired layout, tiles and
+// tails on any machine; kAvx512 itself runs only where the CPU has it.
+void ExpectPathsAgree(GgmlType type, int m, int n, int k, uint64_t seed) {
+  SCOPED_TRACE(GgmlTypeName(type) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
+               " k=" + std::to_string(k));
+  std::mt19937_64 rng(seed);
+  const std::vector<uint8_t> wq = RandomWeights(type, n, k, rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(size_t(m) * k);
+  for (float& v : x) v = normal(rng);
+  std::vector<float> want(size_t(m) * n, std::nanf(""));
+  cpu::internal::QuantMatmulTransBF32ActPortable(x.data(), wq.data(), type, m, n, k, want.data());
+  using cpu::internal::QuantMatmulPath;
+  for (QuantMatmulPath path : {QuantMatmulPath::kAvx2, QuantMatmulPath::kAvx2Paired,
+                               QuantMatmulPath::kAvx512}) {
+    if (!cpu::internal::QuantMatmulPathSupported(path)) continue;
+    SCOPED_TRACE(cpu::internal::QuantMatmulPathName(path));
+    std::vector<float> got(want.size(), std::nanf(""));
+    cpu::internal::QuantMatmulTransBF32ActOn(path, x.data(), wq.data(), type, m, n, k,
+                                             got.data());
+    ExpectSameBits(got, want);
+  }
+}
+
+TEST(QuantMatmulF32ActTest, EveryPathGivesThePortableBits) {
+  // m: the register path (<= 4) and every 4-row tail of the tiles; n: every
+  // pair and column tail, odd groups, and more rows than a group holds.
+  uint64_t seed = 1900;
+  for (GgmlType type : kAllTypes) {
+    for (int m : {1, 4, 5, 6, 7, 8, 9, 33}) {
+      for (int n : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 70}) {
+        ExpectPathsAgree(type, m, n, TwoBlocks(type), seed++);
+      }
+    }
+    for (int k : TestKs(type)) ExpectPathsAgree(type, 37, 200, k, seed++);
+  }
+}
+
+TEST(QuantMatmulF32ActTest, Avx512WhereTheCpuHasIt) {
+  using cpu::internal::QuantMatmulPath;
+  if (!cpu::internal::QuantMatmulPathSupported(QuantMatmulPath::kAvx512)) {
+    GTEST_SKIP() << "this CPU has no AVX-512F: the AVX-512 path's code is checked as "
+                    "avx2-paired; run on an AVX-512 machine to check its instructions";
+  }
+  EXPECT_EQ(cpu::internal::QuantMatmulBestPath(), QuantMatmulPath::kAvx512);
 }
 
 TEST(QuantMatmulF32ActTest, EdgeShapes) {
