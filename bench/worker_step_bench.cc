@@ -1,7 +1,8 @@
 // Worker step micro-benchmark on the real model, in process (no ZeroMQ):
-// one sequence is prefilled with a --prompt-tokens prompt, then decoded for
+// --batch sequences (default 1) are each prefilled with a --prompt-tokens
+// prompt (the first prefill is timed), then decoded together for
 // --decode-tokens steps through StepExecutor (tokens fed are fixed, so every
-// rank sees the same ones). Each of --runs runs uses a fresh executor;
+// rank sees the same ones); decode_tokens_per_s = batch / median step. Each of --runs runs uses a fresh executor;
 // figures are medians over runs.
 //
 // With --tp 1,3 and --collective shm,gloo it measures every combination in
@@ -13,7 +14,7 @@
 // configuration and the decode-throughput ratios against TP 1.
 //
 //   headway-worker-step-bench --model PATH [--threads 2] [--runs 3]
-//       [--tp 1,3] [--collective shm,gloo]
+//       [--batch 1] [--tp 1,3] [--collective shm,gloo]
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -53,24 +54,30 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, size_t(p * v.size()))];
 }
 
-// Appends a step for seq 1 with fresh blocks for every slot as it grows.
+// One sequence's block bookkeeping: blocks held per slot so far.
+struct SeqBlocks {
+  uint64_t seq_id = 1;
+  int have_blocks = 0;
+};
+
+// Appends a step for `seq` with fresh blocks for every slot as it grows.
 void AddStep(const DecoderModel& model, proto::StepPlan* plan, const std::vector<int32_t>& tokens,
-             uint32_t start_pos, int* have_blocks, int* next_block) {
+             uint32_t start_pos, SeqBlocks* seq, int* next_block) {
   proto::SequenceStep* s = plan->add_seqs();
-  s->set_seq_id(1);
+  s->set_seq_id(seq->seq_id);
   s->set_is_new(start_pos == 0);
   s->set_start_pos(start_pos);
   s->set_sample(true);
   for (int32_t t : tokens) s->add_token_ids(t);
   const int need = int((start_pos + tokens.size() + kBlockSize - 1) / kBlockSize);
-  if (need > *have_blocks) {
+  if (need > seq->have_blocks) {
     for (int slot = 0; slot < model.num_slots(); ++slot) {
       proto::SlotDelta* d = s->add_deltas();
       d->set_slot(slot);
-      d->set_first_logical(*have_blocks);
-      for (int i = *have_blocks; i < need; ++i) d->add_appended((*next_block)++);
+      d->set_first_logical(seq->have_blocks);
+      for (int i = seq->have_blocks; i < need; ++i) d->add_appended((*next_block)++);
     }
-    *have_blocks = need;
+    seq->have_blocks = need;
   }
 }
 
@@ -80,11 +87,21 @@ struct BenchConfig {
   int runs = 3;
   int prompt_tokens = 32;
   int decode_tokens = 32;
+  int batch = 1;  // sequences decoded together
 };
 
 struct RankFigures {
   std::vector<double> step_seconds, prefill_seconds, collective_step_seconds;
 };
+
+// Enough KV memory for every sequence's prompt and decode tokens, at least 64 MiB.
+int64_t PoolBytes(const BenchConfig& c, const ModelSpec& spec) {
+  const int64_t blocks_per_slot = (c.prompt_tokens + c.decode_tokens) / kBlockSize + 2;
+  const int64_t block_bytes = int64_t(2) * kBlockSize * spec.head_dim * int64_t(sizeof(float));
+  const int64_t need = int64_t(c.batch) * spec.num_layers * spec.num_kv_heads * blocks_per_slot *
+                       block_bytes;
+  return std::max(need + (int64_t(8) << 20), int64_t(64) << 20);
+}
 
 Status RunRank(const BenchConfig& c, int tp, int rank, Communicator* comm, RankFigures* out) {
   cpu::SetNumThreads(c.threads);
@@ -97,28 +114,37 @@ Status RunRank(const BenchConfig& c, int tp, int rank, Communicator* comm, RankF
                       DecoderModel::Create(spec, std::move(weights), comm));
   for (int r = 0; r < c.runs; ++r) {
     HW_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
-                        KvPool::Create({kBlockSize, spec.head_dim}, int64_t(64) << 20));
+                        KvPool::Create({kBlockSize, spec.head_dim}, PoolBytes(c, spec)));
     StepExecutorOptions options;
     options.tp_rank = rank;
     StepExecutor executor(model.get(), pool.get(), options);
-    int have = 0, next = 0;
+    int next = 0;
     uint64_t step_id = 0;
-    std::vector<int32_t> prompt(c.prompt_tokens);
-    for (int i = 0; i < c.prompt_tokens; ++i) prompt[i] = 100 + 37 * i % 4000;
-    proto::StepPlan plan;
-    plan.set_step_id(++step_id);
-    AddStep(*model, &plan, prompt, 0, &have, &next);
-    auto t0 = std::chrono::steady_clock::now();
-    proto::StepResult res = executor.Execute(plan);
-    out->prefill_seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::vector<SeqBlocks> seqs(size_t(c.batch));
+    for (int b = 0; b < c.batch; ++b) seqs[size_t(b)].seq_id = uint64_t(b + 1);
+    proto::StepResult res;
+    // Each sequence's prompt in a step of its own; the first one is timed.
+    for (int b = 0; b < c.batch && res.error().empty(); ++b) {
+      std::vector<int32_t> prompt(c.prompt_tokens);
+      for (int i = 0; i < c.prompt_tokens; ++i) prompt[i] = 100 + (37 * i + 11 * b) % 4000;
+      proto::StepPlan plan;
+      plan.set_step_id(++step_id);
+      AddStep(*model, &plan, prompt, 0, &seqs[size_t(b)], &next);
+      auto t0 = std::chrono::steady_clock::now();
+      res = executor.Execute(plan);
+      if (b == 0) {
+        out->prefill_seconds.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
     uint32_t pos = uint32_t(c.prompt_tokens);
     for (int i = 0; i < c.decode_tokens && res.error().empty(); ++i) {
       proto::StepPlan p;
       p.set_step_id(++step_id);
-      AddStep(*model, &p, {int32_t(200 + 7 * i)}, pos++, &have, &next);
+      for (SeqBlocks& seq : seqs) AddStep(*model, &p, {int32_t(200 + 7 * i)}, pos, &seq, &next);
+      ++pos;
       const double collective_before = model->collective_seconds();
-      t0 = std::chrono::steady_clock::now();
+      const auto t0 = std::chrono::steady_clock::now();
       res = executor.Execute(p);
       out->step_seconds.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -171,10 +197,12 @@ std::string RunConfig(const BenchConfig& c, int tp, const std::string& collectiv
           char buf[512];
           std::snprintf(buf, sizeof buf,
                         "{\"tp_size\": %d, \"collective\": \"%s\", \"threads_per_rank\": %d, "
+                        "\"batch\": %d, "
                         "\"decode_tokens_per_s\": %.2f, \"decode_step_ms_median\": %.3f, "
                         "\"decode_step_ms_p90\": %.3f, \"collective_ms_per_step_median\": %.3f, "
                         "\"collective_share_of_step\": %.3f, \"prefill_tokens_per_s\": %.1f}",
-                        tp, tp > 1 ? collective.c_str() : "none", c.threads, 1.0 / step,
+                        tp, tp > 1 ? collective.c_str() : "none", c.threads, c.batch,
+                        c.batch / step,
                         1e3 * step, 1e3 * Percentile(f.step_seconds, 0.9), 1e3 * coll,
                         coll / step, c.prompt_tokens / Median(f.prefill_seconds));
           json = buf;
@@ -241,6 +269,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", c.runs, "runs (fresh executor each)");
   app.add_option("--prompt-tokens", c.prompt_tokens, "prompt length");
   app.add_option("--decode-tokens", c.decode_tokens, "decode steps per run");
+  app.add_option("--batch", c.batch, "sequences decoded together (each prefilled first)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--tp", tp_sizes, "TP sizes to measure, e.g. 1,3")->delimiter(',');
   app.add_option("--collective", collectives, "backends for TP > 1: shm, gloo")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
