@@ -163,7 +163,20 @@ class ServingMetrics {
   };
 
   ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes);
+  // Registers every family and resolves every series, in render order: the
+  // per-instance families, each instance's series, then the deployment-wide
+  // (KV transfer, disaggregation) series.
   Status Register();
+  struct InstanceFamilies;
+  Status AddLatencyFamilies(InstanceFamilies* f);  // the per-instance histograms
+  Status AddUsageFamilies(InstanceFamilies* f);    // queue and KV usage gauges
+  Status AddCounterFamilies(InstanceFamilies* f);  // tokens, preemptions, finishes, rejections
+  Status ResolveInstanceSeries(const InstanceFamilies& f, int instance_id);
+  Status RegisterTransferSeries();
+  // A family labelled model_name only, and its one series.
+  Result<Counter*> AddDeploymentCounter(const std::string& name, const std::string& help);
+  Result<Histogram*> AddDeploymentHistogram(const std::string& name, const std::string& help,
+                                            const std::vector<double>& bounds);
   void Reject(int instance_id);
   InstanceSeries* Find(int instance_id);
 
