@@ -254,6 +254,11 @@ Status ServingMetrics::RegisterTransferSeries() {
                       AddDeploymentHistogram("headway:kv_transfer_seconds",
                                              "Seconds from a KV transfer plan to its last result.",
                                              InterTokenLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(kv_transfer_send_seconds_,
+                      AddDeploymentHistogram("headway:kv_transfer_send_seconds",
+                                             "Seconds a prefill rank took to send its blocks of "
+                                             "one KV transfer plan, as it reports them.",
+                                             InterTokenLatencyBucketsSeconds()));
   HW_ASSIGN_OR_RETURN(pd_prefill_seconds_,
                       AddDeploymentHistogram("headway:pd_prefill_seconds",
                                              "Seconds from a disaggregated request's arrival to "
@@ -340,6 +345,14 @@ void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double second
   (void)kv_transfer_bytes_->Increment(static_cast<double>(bytes));
   (void)kv_transfer_blocks_->Increment(static_cast<double>(blocks));
   (void)kv_transfer_seconds_->Observe(seconds);
+}
+
+void ServingMetrics::OnKvTransferSent(double seconds) {
+  if (!ValidSeconds(seconds)) {
+    (void)rejected_unknown_instance_->Increment();
+    return;
+  }
+  (void)kv_transfer_send_seconds_->Observe(seconds);
 }
 
 void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
