@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <string>
 #include <thread>
 
 #include "comm/control_channel.h"
@@ -32,109 +34,102 @@
 
 namespace {
 
-int Fail(int code, const std::string& what, const headway::Status& status) {
+using headway::Status;
+
+int Fail(int code, const std::string& what, const Status& status) {
   spdlog::error("{}: {}", what, status.message());
   std::fprintf(stderr, "headway-coordinator: %s: %s\n", what.c_str(), status.message().c_str());
   return code;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace headway;
-
-  CLI::App app{"Headway coordinator: OpenAI-compatible API, scheduling and KV allocation"};
+// The command line; empty strings and -1 mean "not given".
+struct Flags {
   std::string config_path, model_dir, http_host, control_address, api_key, log_level = "info";
   int http_port = -1;
-  app.add_option("--config", config_path, "deployment YAML file")->required();
-  app.add_option("--model-dir", model_dir,
+};
+
+void AddFlags(CLI::App& app, Flags* flags) {
+  app.add_option("--config", flags->config_path, "deployment YAML file")->required();
+  app.add_option("--model-dir", flags->model_dir,
                  "directory for a relative model.path (default: $HEADWAY_MODEL_DIR, "
                  "else ~/.cache/headway/models)");
-  app.add_option("--http-host", http_host, "HTTP bind host (overrides coordinator.http_host)");
-  app.add_option("--http-port", http_port, "HTTP port, 0 = any free port (overrides config)")
+  app.add_option("--http-host", flags->http_host,
+                 "HTTP bind host (overrides coordinator.http_host)");
+  app.add_option("--http-port", flags->http_port,
+                 "HTTP port, 0 = any free port (overrides config)")
       ->check(CLI::Range(0, 65535));
-  app.add_option("--control-address", control_address,
+  app.add_option("--control-address", flags->control_address,
                  "ZeroMQ ROUTER bind address, e.g. tcp://127.0.0.1:5557 (overrides config)");
-  app.add_option("--api-key", api_key,
+  app.add_option("--api-key", flags->api_key,
                  "require `Authorization: Bearer KEY` on /v1/* (default: $HEADWAY_API_KEY)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error");
+}
 
-  if (model_dir.empty()) {
-    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+// The command line's overrides of the config, then the model path resolved
+// against `flags.model_dir`.
+void ApplyFlags(const Flags& flags, headway::Config* config) {
+  if (!flags.http_host.empty()) config->http_host = flags.http_host;
+  if (flags.http_port >= 0) config->http_port = flags.http_port;
+  if (!flags.control_address.empty()) config->control_address = flags.control_address;
+  headway::ResolveModelPath(*config, flags.model_dir);
+}
+
+// OpenAndCheckModel's failure as an exit: what failed is named after the
+// check that found it.
+int FailModel(headway::StartupCheck failed_check, const headway::Config& config,
+              const std::string& config_path, const Status& status) {
+  switch (failed_check) {
+    case headway::StartupCheck::kModelFile:
+      return Fail(2, "model", status);
+    case headway::StartupCheck::kModelSpec:
+      return Fail(2, "model " + config.model_path, status);
+    default:
+      return Fail(2, "config " + config_path, status);
   }
+}
 
-  if (api_key.empty()) {
-    const char* env = std::getenv("HEADWAY_API_KEY");
-    if (env) api_key = env;
-  }
-
-  Result<Config> loaded = LoadConfigFile(config_path);
-  if (!loaded.ok()) return Fail(2, "config " + config_path, loaded.status());
-  Config config = std::move(loaded).value();
-  if (!http_host.empty()) config.http_host = http_host;
-  if (http_port >= 0) config.http_port = http_port;
-  if (!control_address.empty()) config.control_address = control_address;
-  ResolveModelPath(config, model_dir);
-
-  // Workers apply the same head pattern (worker/main.cc): block tables only
-  // fit when both sides agree on every slot's spec.
-  StartupCheck failed_check = StartupCheck::kSupported;
-  Result<StartupModel> model = OpenAndCheckModel(config, StartupCheckOptions{}, &failed_check);
-  if (!model.ok()) {
-    switch (failed_check) {
-      case StartupCheck::kModelFile:
-        return Fail(2, "model", model.status());
-      case StartupCheck::kModelSpec:
-        return Fail(2, "model " + config.model_path, model.status());
-      default:
-        return Fail(2, "config " + config_path, model.status());
-    }
-  }
-  const GgufFile& gguf = *model->file;
-  const ModelSpec& spec = model->spec;
-  spdlog::info("attention: {}", DescribeSlotSpecs(spec));
-  auto tokenizer = Tokenizer::FromGguf(gguf);
-  if (!tokenizer.ok()) return Fail(2, "tokenizer of " + config.model_path, tokenizer.status());
-  // A model without a usable chat template still serves completions.
-  std::unique_ptr<ChatTemplate> chat_template;
-  if (auto t = ChatTemplate::FromGguf(gguf, **tokenizer); t.ok()) {
-    chat_template = std::make_unique<ChatTemplate>(std::move(t).value());
-  } else {
+// The model's chat template; null (with a warning) when it has none usable:
+// the model still serves completions.
+std::unique_ptr<headway::ChatTemplate> LoadChatTemplate(const headway::GgufFile& gguf,
+                                                        const headway::Tokenizer& tokenizer) {
+  auto t = headway::ChatTemplate::FromGguf(gguf, tokenizer);
+  if (!t.ok()) {
     spdlog::warn("/v1/chat/completions is unavailable: {}", t.status().message());
+    return nullptr;
   }
-  if (config.served_model_name.empty()) {
-    config.served_model_name = std::filesystem::path(config.model_path).stem().string();
-  }
+  return std::make_unique<headway::ChatTemplate>(std::move(t).value());
+}
 
-  // Signals are taken synchronously by this thread (sigwait below), so
-  // every thread started from here on must have them blocked.
+// Blocks SIGINT and SIGTERM in this thread and every thread started from
+// it, so that Serve takes them synchronously (sigwait). Returns the set.
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
-  auto server = ControlServer::Bind(config.control_address);
-  if (!server.ok()) return Fail(1, "control channel", server.status());
-  Engine engine(config, spec, tokenizer->get(), std::move(server).value());
+headway::ApiServerOptions ApiOptionsOf(const headway::Config& config, const std::string& api_key) {
+  headway::ApiServerOptions options;
+  options.http_host = config.http_host;
+  options.http_port = config.http_port;
+  options.served_model_name = config.served_model_name;
+  options.max_model_len = config.max_model_len;
+  options.api_key = api_key;
+  return options;
+}
 
-  ApiServerOptions api_options;
-  api_options.http_host = config.http_host;
-  api_options.http_port = config.http_port;
-  api_options.served_model_name = config.served_model_name;
-  api_options.max_model_len = config.max_model_len;
-  api_options.api_key = api_key;
-  ApiServer api(api_options, &engine, tokenizer->get(), chat_template.get());
-  Result<int> port = api.Bind();
-  if (!port.ok()) return Fail(1, "HTTP server", port.status());
-
+// Starts the engine and the HTTP server (bound to `port`), serves until one
+// of `signals` arrives, then stops both. Returns the exit code.
+int Serve(headway::Engine& engine, headway::ApiServer& api, const headway::Config& config,
+          int port, const sigset_t& signals) {
   engine.Start();
   std::thread http([&api] { api.Serve(); });
   spdlog::info("serving {} ({}) on http://{}:{}; workers connect to {}", config.served_model_name,
-               config.model_path, config.http_host, *port, config.control_address);
-  std::printf("headway-coordinator: listening on http://%s:%d\n", config.http_host.c_str(), *port);
+               config.model_path, config.http_host, port, config.control_address);
+  std::printf("headway-coordinator: listening on http://%s:%d\n", config.http_host.c_str(), port);
   std::fflush(stdout);
 
   int signal_number = 0;
@@ -145,4 +140,53 @@ int main(int argc, char** argv) {
   http.join();
   spdlog::info("stopped");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace headway;
+
+  CLI::App app{"Headway coordinator: OpenAI-compatible API, scheduling and KV allocation"};
+  Flags flags;
+  AddFlags(app, &flags);
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(flags.log_level));
+  if (flags.model_dir.empty()) {
+    flags.model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+  }
+  if (flags.api_key.empty()) {
+    const char* env = std::getenv("HEADWAY_API_KEY");
+    if (env) flags.api_key = env;
+  }
+
+  Result<Config> loaded = LoadConfigFile(flags.config_path);
+  if (!loaded.ok()) return Fail(2, "config " + flags.config_path, loaded.status());
+  Config config = std::move(loaded).value();
+  ApplyFlags(flags, &config);
+
+  // Workers apply the same head pattern (worker/main.cc): block tables only
+  // fit when both sides agree on every slot's spec.
+  StartupCheck failed_check = StartupCheck::kSupported;
+  Result<StartupModel> model = OpenAndCheckModel(config, StartupCheckOptions{}, &failed_check);
+  if (!model.ok()) return FailModel(failed_check, config, flags.config_path, model.status());
+  const GgufFile& gguf = *model->file;
+  const ModelSpec& spec = model->spec;
+  spdlog::info("attention: {}", DescribeSlotSpecs(spec));
+  auto tokenizer = Tokenizer::FromGguf(gguf);
+  if (!tokenizer.ok()) return Fail(2, "tokenizer of " + config.model_path, tokenizer.status());
+  std::unique_ptr<ChatTemplate> chat_template = LoadChatTemplate(gguf, **tokenizer);
+  if (config.served_model_name.empty()) {
+    config.served_model_name = std::filesystem::path(config.model_path).stem().string();
+  }
+
+  const sigset_t signals = BlockStopSignals();
+  auto server = ControlServer::Bind(config.control_address);
+  if (!server.ok()) return Fail(1, "control channel", server.status());
+  Engine engine(config, spec, tokenizer->get(), std::move(server).value());
+  ApiServer api(ApiOptionsOf(config, flags.api_key), &engine, tokenizer->get(),
+                chat_template.get());
+  Result<int> port = api.Bind();
+  if (!port.ok()) return Fail(1, "HTTP server", port.status());
+  return Serve(engine, api, config, *port, signals);
 }

@@ -147,6 +147,7 @@ void DisaggregationCoordinator::SendTransfer(Job& job, uint64_t request_id) {
 std::vector<Handoff> DisaggregationCoordinator::OnTransferResult(
     const proto::TransferResult& result) {
   std::vector<Handoff> out;
+  if (result.error().empty()) metrics_->OnKvTransferSent(result.seconds());
   auto d = draining_.find(result.transfer_id());
   if (d != draining_.end()) {
     // A sender of a failed transfer is done with its blocks.

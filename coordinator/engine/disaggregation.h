@@ -81,7 +81,9 @@ class DisaggregationCoordinator {
   // pins its blocks, reserves the decode side's and sends the plans.
   std::vector<Handoff> OnPrefillDone(Instance& prefill, uint64_t request_id);
 
-  // A prefill rank answered a TransferPlan.
+  // A prefill rank answered a TransferPlan. A successful answer's send time
+  // (TransferResult.seconds) is reported (ServingMetrics::OnKvTransferSent)
+  // whether or not its attempt is still current.
   std::vector<Handoff> OnTransferResult(const proto::TransferResult& result);
 
   // Ends transfers past their deadline or whose instance went down, and

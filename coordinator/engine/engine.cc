@@ -7,6 +7,7 @@
 
 #include "coordinator/engine/disaggregation.h"
 #include "coordinator/engine/output_processor.h"
+#include "coordinator/engine/request_table.h"
 #include "coordinator/engine/router.h"
 #include "coordinator/engine/step_plan.h"
 
@@ -18,8 +19,6 @@ namespace {
 constexpr std::chrono::milliseconds kPollTimeout(2);
 // Messages handled per loop iteration before scheduling again.
 constexpr int kMaxMessagesPerIteration = 256;
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 StopConditions StopConditionsOf(const EngineRequest& request, const Config& config,
                                 const Tokenizer& tokenizer) {
@@ -37,25 +36,6 @@ StopConditions StopConditionsOf(const EngineRequest& request, const Config& conf
 
 // Everything here runs on the engine thread.
 struct Engine::Impl {
-  // A request between admission and its answer.
-  struct ActiveRequest {
-    int instance = 0;  // where its sequence (or prefill job) is
-    Clock::time_point deadline;
-    std::promise<CompletionOutcome> promise;
-    std::unique_ptr<OutputProcessor> output;
-    bool scheduled = false;                          // queue time recorded
-    Clock::time_point last_token_time;               // for inter-token latency
-    std::optional<Clock::time_point> joined_decode;  // disaggregated: when it reached decode
-  };
-  // An ended request, answered after the health snapshot is published, so a
-  // client that gets its answer sees the blocks back in /health.
-  struct Answer {
-    std::promise<CompletionOutcome> promise;
-    CompletionOutcome outcome;
-    std::shared_ptr<OutputStream> stream;
-    std::string unstreamed_text;  // the end of the answer not yet pushed
-  };
-
   Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<ControlServer> srv);
 
   // ---- the loop's steps (Engine::Run) ------------------------------------
@@ -64,7 +44,6 @@ struct Engine::Impl {
   void CheckTimers(Clock::time_point now);
   void ScheduleAndDispatch(Clock::time_point now);
   std::vector<InstanceHealth> Snapshot();
-  void AnswerEnded();
   void Shutdown(const std::string& reason);
 
   // ---- messages -------------------------------------------------------
@@ -74,7 +53,6 @@ struct Engine::Impl {
   // ---- steps ----------------------------------------------------------
   void Dispatch(Instance& inst);
   void OnStepDone(Instance& inst);
-  void OnSampled(Instance& inst, Sequence& seq, const proto::SampledToken& sampled);
   // ---- requests -------------------------------------------------------
   // Adds request `id`'s sequence to `inst`'s scheduler; `arrival` starts its
   // TTFT and queue-time clocks. Error: the scheduler's refusal.
@@ -83,9 +61,11 @@ struct Engine::Impl {
   // Runs what the disaggregation coordinator handed back.
   void Apply(std::vector<Handoff> handoffs);
   void JoinDecode(Handoff& handoff);
-  // Ends request `id` on `inst`: with its outcome when `status` is OK, else
-  // with `status` (Cancelled: the client went away).
+  // Ends request `id` on `inst`: drops its prefill job, removes its
+  // sequence, and has the request table answer it with its outcome when
+  // `status` is OK, else with `status` (Cancelled: the client went away).
   void EndRequest(Instance& inst, uint64_t id, Status status);
+  // Ends request `id` with `why` wherever it is; no-op once it has ended.
   void Cancel(uint64_t id, Status why);
   // Fails every request of the instance and forgets its ranks; the instance
   // is ready again once all its ranks register anew.
@@ -98,8 +78,7 @@ struct Engine::Impl {
   std::unique_ptr<ServingMetrics> metrics;
   InstanceRegistry registry;
   DisaggregationCoordinator disaggregation;
-  std::unordered_map<uint64_t, ActiveRequest> requests;
-  std::vector<Answer> answers;
+  RequestTable requests;
 };
 
 namespace {
@@ -122,7 +101,8 @@ Engine::Impl::Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<Co
       server(std::move(srv)),
       metrics(MakeMetrics(config)),
       registry(config, spec, server.get(), metrics.get()),
-      disaggregation(config, spec, &registry, metrics.get()) {}
+      disaggregation(config, spec, &registry, metrics.get()),
+      requests(metrics.get()) {}
 
 // ======================================================================
 // messages
@@ -205,13 +185,7 @@ void Engine::Impl::Dispatch(Instance& inst) {
   if (!inst.ready() || inst.in_flight || !inst.scheduler->HasWork()) return;
   ScheduledBatch batch = inst.scheduler->Schedule();
   if (batch.empty()) return;
-  const Clock::time_point now = Clock::now();
-  for (const ScheduledSeq& s : batch.seqs) {
-    auto it = requests.find(s.seq_id);
-    if (it == requests.end() || it->second.scheduled) continue;
-    it->second.scheduled = true;
-    metrics->OnScheduled(inst.id, Seconds(now - inst.scheduler->Find(s.seq_id)->arrival_time()));
-  }
+  requests.RecordScheduled(inst.id, batch, *inst.scheduler, Clock::now());
   const uint64_t step_id = inst.next_step_id++;
   std::vector<proto::StepPlan> plans = BuildStepPlans(step_id, batch, *inst.scheduler, inst.tp_size);
   for (int rank = 0; rank < inst.tp_size; ++rank) {
@@ -229,7 +203,7 @@ void Engine::Impl::OnStepDone(Instance& inst) {
     spdlog::error("{}", step.status().message());
     // A prefill job's sequence has its request's id: the request fails too.
     for (const ScheduledSeq& s : step.batch().seqs) {
-      if (requests.count(s.seq_id)) EndRequest(inst, s.seq_id, step.status());
+      if (requests.Contains(s.seq_id)) EndRequest(inst, s.seq_id, step.status());
     }
     return;
   }
@@ -256,30 +230,8 @@ void Engine::Impl::OnStepDone(Instance& inst) {
                                   " for sequence " + std::to_string(s.seq_id)));
       continue;
     }
-    OnSampled(inst, *seq, *it->second);
+    if (requests.OnSampled(inst.id, *seq, *it->second)) EndRequest(inst, s.seq_id, Status::Ok());
   }
-}
-
-void Engine::Impl::OnSampled(Instance& inst, Sequence& seq, const proto::SampledToken& sampled) {
-  const Clock::time_point now = Clock::now();
-  ActiveRequest& rs = requests.at(seq.seq_id());
-  seq.AppendToken(sampled.token_id(), now);
-  if (seq.num_output_tokens() == 1) {
-    metrics->OnFirstToken(inst.id, Seconds(now - seq.arrival_time()));
-    if (rs.joined_decode) metrics->OnPdFirstDecode(Seconds(now - *rs.joined_decode));
-  } else {
-    metrics->OnToken(inst.id, Seconds(now - rs.last_token_time));
-  }
-  rs.last_token_time = now;
-  GeneratedToken token;
-  token.token_id = sampled.token_id();
-  if (rs.output->logprobs()) {
-    token.logprob = sampled.logprob();
-    for (const proto::TopLogprob& t : sampled.top_logprobs()) {
-      token.top_logprobs.emplace_back(t.token_id(), t.logprob());
-    }
-  }
-  if (rs.output->OnToken(seq, std::move(token))) EndRequest(inst, seq.seq_id(), Status::Ok());
 }
 
 // ======================================================================
@@ -288,9 +240,7 @@ void Engine::Impl::OnSampled(Instance& inst, Sequence& seq, const proto::Sampled
 void Engine::Impl::Admit(uint64_t id, EngineRequest request,
                          std::promise<CompletionOutcome> promise) {
   auto fail = [&](Status status) {
-    CompletionOutcome out;
-    out.status = std::move(status);
-    answers.push_back(Answer{std::move(promise), std::move(out), request.stream, ""});
+    requests.Refuse(std::move(promise), request.stream, std::move(status));
   };
   const bool pd = Disaggregated(registry);
   // Prompts of at least one whole block (besides the last position) go
@@ -311,14 +261,10 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   Status added = prefill != nullptr ? disaggregation.Begin(id, request, *prefill, arrival)
                                     : AddSequence(*target, id, request, arrival);
   if (!added.ok()) return fail(Status::InvalidArgument(added.message()));
-  ActiveRequest rs;
-  rs.instance = target->id;
-  rs.deadline = request.deadline;
-  rs.promise = std::move(promise);
-  rs.output = std::make_unique<OutputProcessor>(
-      *tokenizer, StopConditionsOf(request, config, *tokenizer), request.logprobs,
-      std::move(request.stream));
-  requests.emplace(id, std::move(rs));
+  requests.Add(id, target->id, request.deadline, std::move(promise),
+               std::make_unique<OutputProcessor>(*tokenizer,
+                                                 StopConditionsOf(request, config, *tokenizer),
+                                                 request.logprobs, std::move(request.stream)));
 }
 
 Status Engine::Impl::AddSequence(Instance& inst, uint64_t id, const EngineRequest& request,
@@ -330,10 +276,10 @@ Status Engine::Impl::AddSequence(Instance& inst, uint64_t id, const EngineReques
 
 void Engine::Impl::Apply(std::vector<Handoff> handoffs) {
   for (Handoff& h : handoffs) {
-    auto rs = requests.find(h.request_id);
-    if (rs == requests.end()) continue;
+    std::optional<int> instance = requests.InstanceOf(h.request_id);
+    if (!instance) continue;
     if (!h.status.ok()) {
-      EndRequest(registry.at(rs->second.instance), h.request_id, h.status);
+      EndRequest(registry.at(*instance), h.request_id, h.status);
     } else {
       JoinDecode(h);
     }
@@ -341,12 +287,11 @@ void Engine::Impl::Apply(std::vector<Handoff> handoffs) {
 }
 
 void Engine::Impl::JoinDecode(Handoff& h) {
-  ActiveRequest& rs = requests.at(h.request_id);
   Instance* decode = h.decode >= 0 && registry.at(h.decode).ready()
                          ? &registry.at(h.decode)
                          : LeastLoaded(registry, PoolRole::kDecode);
   if (decode == nullptr) {
-    EndRequest(registry.at(rs.instance), h.request_id,
+    EndRequest(registry.at(*requests.InstanceOf(h.request_id)), h.request_id,
                Status::Unavailable("no decode instance is ready"));
     return;
   }
@@ -356,51 +301,27 @@ void Engine::Impl::JoinDecode(Handoff& h) {
     EndRequest(*decode, h.request_id, Status::InvalidArgument(added.message()));
     return;
   }
-  rs.instance = decode->id;
-  rs.joined_decode = Clock::now();
+  requests.JoinedDecode(h.request_id, decode->id, Clock::now());
 }
 
 void Engine::Impl::EndRequest(Instance& inst, uint64_t id, Status status) {
-  auto it = requests.find(id);
-  if (it == requests.end()) return;
+  if (!requests.Contains(id)) return;
   disaggregation.Drop(id);
   std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
-  ActiveRequest& rs = it->second;
-  const bool cancelled = status.code() == StatusCode::kCancelled;  // the client went away
-  CompletionOutcome out;
-  std::string unstreamed;
-  if (status.ok()) {
-    HW_CHECK(seq != nullptr);
-    out = rs.output->Outcome(*seq);
-    unstreamed = rs.output->Unstreamed();
-  } else {
-    out.status = std::move(status);
-  }
-  if (seq != nullptr && (out.status.ok() || cancelled)) {
-    metrics->OnFinished(inst.id, cancelled ? FinishReason::kAbort : out.finish_reason,
-                        Seconds(Clock::now() - seq->arrival_time()), seq->num_prompt_tokens(),
-                        seq->num_output_tokens());
-  }
-  answers.push_back(
-      Answer{std::move(rs.promise), std::move(out), rs.output->stream(), std::move(unstreamed)});
-  requests.erase(it);
+  requests.End(id, inst.id, std::move(seq), std::move(status));
 }
 
 void Engine::Impl::Cancel(uint64_t id, Status why) {
-  auto it = requests.find(id);
-  if (it == requests.end()) return;
-  EndRequest(registry.at(it->second.instance), id, std::move(why));
+  std::optional<int> instance = requests.InstanceOf(id);
+  if (!instance) return;
+  EndRequest(registry.at(*instance), id, std::move(why));
 }
 
 // ======================================================================
 // timers and liveness
 
 void Engine::Impl::CheckTimers(Clock::time_point now) {
-  std::vector<uint64_t> expired;
-  for (const auto& [id, rs] : requests) {
-    if (now >= rs.deadline) expired.push_back(id);
-  }
-  for (uint64_t id : expired) {
+  for (uint64_t id : requests.Expired(now)) {
     Cancel(id, Status::DeadlineExceeded("the request did not finish before its deadline"));
   }
   for (auto& [inst, why] : registry.FindSilent(now)) {
@@ -416,8 +337,8 @@ void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
   // fall back to a decode instance, which prefills them itself; every other
   // request of the instance fails.
   std::vector<uint64_t> failed;
-  for (const auto& [id, rs] : requests) {
-    if (rs.instance == inst.id && !disaggregation.HasJob(id)) failed.push_back(id);
+  for (uint64_t id : requests.OnInstance(inst.id)) {
+    if (!disaggregation.HasJob(id)) failed.push_back(id);
   }
   registry.Reset(inst);
   Apply(disaggregation.OnInstanceDown(inst.id));
@@ -428,9 +349,7 @@ void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
 
 void Engine::Impl::Shutdown(const std::string& reason) {
   registry.ShutdownAll(reason);
-  std::vector<uint64_t> ids;
-  for (const auto& [id, rs] : requests) ids.push_back(id);
-  for (uint64_t id : ids) Cancel(id, Status::Unavailable(reason));
+  for (uint64_t id : requests.Ids()) Cancel(id, Status::Unavailable(reason));
 }
 
 std::vector<InstanceHealth> Engine::Impl::Snapshot() {
@@ -443,14 +362,6 @@ std::vector<InstanceHealth> Engine::Impl::Snapshot() {
     }
   }
   return health;
-}
-
-void Engine::Impl::AnswerEnded() {
-  for (Answer& a : answers) {
-    if (a.stream) a.stream->Close(a.unstreamed_text, a.outcome);
-    a.promise.set_value(std::move(a.outcome));
-  }
-  answers.clear();
 }
 
 // ======================================================================
@@ -482,7 +393,7 @@ void Engine::Stop(const std::string& reason) {
       thread_.join();
     } else {
       impl_->Shutdown(reason);  // never started: still fail queued requests
-      impl_->AnswerEnded();
+      impl_->requests.AnswerEnded();
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (Pending& p : submitted_) {
@@ -554,7 +465,7 @@ void Engine::Run() {
     impl.CheckTimers(now);
     impl.ScheduleAndDispatch(now);
     PublishHealth(impl.Snapshot());
-    impl.AnswerEnded();
+    impl.requests.AnswerEnded();
   }
   std::string reason;
   {
@@ -562,7 +473,7 @@ void Engine::Run() {
     reason = stop_reason_;
   }
   impl.Shutdown(reason);
-  impl.AnswerEnded();
+  impl.requests.AnswerEnded();
 }
 
 }  // namespace headway

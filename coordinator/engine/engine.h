@@ -25,7 +25,8 @@
 // The engine composes one class per concern: the InstanceRegistry
 // (registration, rendezvous, liveness), the Scheduler of each instance
 // (scheduler.h), BuildStepPlans and InFlightStep (step_plan.h), the
-// OutputProcessor of each request (output_processor.h), the router
+// RequestTable of admitted requests and their answers (request_table.h),
+// the OutputProcessor of each request (output_processor.h), the router
 // (router.h) and, with prefill and decode pools, the
 // DisaggregationCoordinator (disaggregation.h).
 #pragma once

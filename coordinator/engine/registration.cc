@@ -11,11 +11,10 @@ Status Mismatch(const char* field, uint64_t sent, uint64_t expected) {
                                  " but the coordinator expects " + std::to_string(expected));
 }
 
-}  // namespace
-
-Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std::string& peer,
-                               const Config& config, const ModelSpec& spec) {
-  std::vector<const InstanceConfig*> instances = config.Instances();
+// The instance and rank the worker claims, and the routing identity they
+// require.
+Status CheckIdentity(const proto::RegisterRequest& request, const std::string& peer,
+                     const std::vector<const InstanceConfig*>& instances) {
   if (request.instance_id() >= instances.size()) {
     return Status::InvalidArgument("instance_id " + std::to_string(request.instance_id()) +
                                    " is not in the config (it has " +
@@ -36,6 +35,12 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
                                    std::to_string(request.tp_rank()) + " must connect as `" +
                                    expected_peer + "`");
   }
+  return Status::Ok();
+}
+
+// The model and block size the worker loaded, as its TP shard sees them.
+Status CheckModelShape(const proto::RegisterRequest& request, const Config& config,
+                       const ModelSpec& spec, const TpShard& shard) {
   if (!request.model_name().empty() && request.model_name() != spec.name) {
     return Status::InvalidArgument("model_name is `" + request.model_name() +
                                    "` but the coordinator serves `" + spec.name + "`");
@@ -46,7 +51,6 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
   if (request.num_layers() != uint32_t(spec.num_layers)) {
     return Mismatch("num_layers", request.num_layers(), spec.num_layers);
   }
-  TpShard shard = ShardForRank(spec, instance.tp_size, int(request.tp_rank()));
   if (request.num_local_kv_heads() != uint32_t(shard.num_local_kv_heads())) {
     return Mismatch("num_local_kv_heads", request.num_local_kv_heads(), shard.num_local_kv_heads());
   }
@@ -57,38 +61,59 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
       request.vocab_size() != uint32_t(shard.padded_vocab_size)) {
     return Mismatch("vocab_size", request.vocab_size(), spec.vocab_size);
   }
+  return Status::Ok();
+}
+
+// The KV endpoint a worker must publish with kv_transfer on: the block
+// layout, dtype and size senders assume, its `num_blocks` blocks, the KV
+// heads of its shard, and a UCX address.
+Status CheckKvEndpoint(const proto::KvEndpoint& e, uint32_t num_blocks, const Config& config,
+                       const ModelSpec& spec, const TpShard& shard) {
+  if (e.layout_version() != kKvBlockLayoutVersion) {
+    return Mismatch("kv_endpoint.layout_version", e.layout_version(), kKvBlockLayoutVersion);
+  }
+  if (e.dtype() != "f32") {
+    return Status::InvalidArgument("kv_endpoint.dtype is `" + e.dtype() +
+                                   "` but the coordinator expects `f32`");
+  }
+  const uint64_t block_bytes = KvCacheLayout{config.block_size, spec.head_dim}.BlockBytes();
+  if (e.block_bytes() != block_bytes) {
+    return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), block_bytes);
+  }
+  if (e.num_blocks() != num_blocks) {
+    return Mismatch("kv_endpoint.num_blocks", e.num_blocks(), num_blocks);
+  }
+  if (e.kv_heads_size() != shard.num_local_kv_heads()) {
+    return Mismatch("kv_endpoint.kv_heads count", uint64_t(e.kv_heads_size()),
+                    uint64_t(shard.num_local_kv_heads()));
+  }
+  for (int h = 0; h < e.kv_heads_size(); ++h) {
+    if (e.kv_heads(h) != uint32_t(shard.kv_head_begin + h)) {
+      return Mismatch(("kv_endpoint.kv_heads[" + std::to_string(h) + "]").c_str(),
+                      e.kv_heads(h), uint64_t(shard.kv_head_begin + h));
+    }
+  }
+  if (e.worker_address().empty()) {
+    return Status::InvalidArgument("kv_endpoint has no UCX worker address");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std::string& peer,
+                               const Config& config, const ModelSpec& spec) {
+  std::vector<const InstanceConfig*> instances = config.Instances();
+  HW_RETURN_IF_ERROR(CheckIdentity(request, peer, instances));
+  const int tp_size = instances[request.instance_id()]->tp_size;
+  const TpShard shard = ShardForRank(spec, tp_size, int(request.tp_rank()));
+  HW_RETURN_IF_ERROR(CheckModelShape(request, config, spec, shard));
   if (config.KvTransferEnabled()) {
     if (!request.has_kv_endpoint()) {
       return Status::InvalidArgument("kv_transfer is enabled but the worker sent no KV endpoint");
     }
-    const proto::KvEndpoint& e = request.kv_endpoint();
-    if (e.layout_version() != kKvBlockLayoutVersion) {
-      return Mismatch("kv_endpoint.layout_version", e.layout_version(), kKvBlockLayoutVersion);
-    }
-    if (e.dtype() != "f32") {
-      return Status::InvalidArgument("kv_endpoint.dtype is `" + e.dtype() +
-                                     "` but the coordinator expects `f32`");
-    }
-    const uint64_t block_bytes = KvCacheLayout{config.block_size, spec.head_dim}.BlockBytes();
-    if (e.block_bytes() != block_bytes) {
-      return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), block_bytes);
-    }
-    if (e.num_blocks() != request.num_blocks()) {
-      return Mismatch("kv_endpoint.num_blocks", e.num_blocks(), request.num_blocks());
-    }
-    if (e.kv_heads_size() != shard.num_local_kv_heads()) {
-      return Mismatch("kv_endpoint.kv_heads count", uint64_t(e.kv_heads_size()),
-                      uint64_t(shard.num_local_kv_heads()));
-    }
-    for (int h = 0; h < e.kv_heads_size(); ++h) {
-      if (e.kv_heads(h) != uint32_t(shard.kv_head_begin + h)) {
-        return Mismatch(("kv_endpoint.kv_heads[" + std::to_string(h) + "]").c_str(),
-                        e.kv_heads(h), uint64_t(shard.kv_head_begin + h));
-      }
-    }
-    if (e.worker_address().empty()) {
-      return Status::InvalidArgument("kv_endpoint has no UCX worker address");
-    }
+    HW_RETURN_IF_ERROR(
+        CheckKvEndpoint(request.kv_endpoint(), request.num_blocks(), config, spec, shard));
   }
   if (request.num_blocks() == 0) {
     return Status::InvalidArgument("num_blocks is 0: the worker has no KV pool (raise cache.kv_memory_mb)");

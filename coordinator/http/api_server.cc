@@ -60,6 +60,13 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
       created_unix_s_(UnixSeconds()),
       server_(std::make_unique<httplib::Server>()),
       id_rng_(std::random_device{}()) {
+  ConfigureConnections();
+  RequireApiKey();
+  AddRoutes();
+  AddErrorHandlers();
+}
+
+void ApiServer::ConfigureConnections() {
   int num_threads = options_.num_http_threads;
   server_->new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
   // Remember the listening socket: Debian's cpp-httplib listens with a
@@ -72,6 +79,9 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
   });
   server_->set_read_timeout(std::chrono::seconds(30));
   server_->set_write_timeout(std::chrono::seconds(30));
+}
+
+void ApiServer::RequireApiKey() {
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.path.rfind("/v1/", 0) != 0 || Authorized(req.get_header_value("Authorization"))) {
       return httplib::Server::HandlerResponse::Unhandled;
@@ -81,6 +91,9 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
     Reply(res, 401, e.ToJson());
     return httplib::Server::HandlerResponse::Handled;
   });
+}
+
+void ApiServer::AddRoutes() {
   server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     std::variant<Prepared, ApiError> p = PrepareCompletion(req.body);
     if (auto* e = std::get_if<ApiError>(&p)) return Reply(res, e->http_status, e->ToJson());
@@ -110,6 +123,9 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(engine_->metrics().RenderPrometheus(), kPrometheusContentType);
   });
+}
+
+void ApiServer::AddErrorHandlers() {
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
     ApiError e{res.status, "no route for " + req.method + " " + req.path,

@@ -92,6 +92,16 @@ class ApiServer {
   bool Authorized(const std::string& authorization) const;
 
  private:
+  // The constructor's parts, in order. The HTTP thread pool, socket options
+  // (Bind widens the listen backlog) and timeouts:
+  void ConfigureConnections();
+  // 401 for a /v1/ path without the API key (when one is set).
+  void RequireApiKey();
+  // The endpoints (the table at the top of this file).
+  void AddRoutes();
+  // OpenAI-style JSON for unrouted paths and for handlers that threw (500).
+  void AddErrorHandlers();
+
   // A validated, tokenized request ready for the engine.
   struct Prepared {
     StreamKind kind;

@@ -74,15 +74,9 @@ std::optional<ApiError> ReadStream(const json& body, GenerationParams* out) {
   return std::nullopt;
 }
 
-}  // namespace
-
-std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionLimits& limits,
-                                             GenerationParams* out) {
-  if (const json* m = Field(body, "model")) {
-    if (!m->is_string()) return WrongType("model", "a string");
-    out->model = m->get<std::string>();
-  }
-  if (auto e = ReadStream(body, out)) return e;
+// OpenAI fields Headway accepts only at their default: n, best_of and the
+// penalties.
+std::optional<ApiError> RejectUnsupported(const json& body) {
   std::optional<int64_t> n;
   if (auto e = ReadInteger(body, "n", &n)) return e;
   if (n && *n != 1) return ApiError::BadRequest("'n' must be 1 (one choice per request)", "n");
@@ -94,7 +88,10 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
     if (auto e = ReadNumber(body, name, &v)) return e;
     if (v && *v != 0.0) return Unsupported(name, std::string(name) + " other than 0");
   }
+  return std::nullopt;
+}
 
+std::optional<ApiError> ReadMaxTokens(const json& body, GenerationParams* out) {
   std::optional<int64_t> max_tokens;
   if (auto e = ReadInteger(body, "max_tokens", &max_tokens)) return e;
   if (max_tokens) {
@@ -105,7 +102,11 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
     }
     out->max_tokens = int(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
   }
+  return std::nullopt;
+}
 
+// temperature, top_p, top_k and seed into out->sampling.
+std::optional<ApiError> ReadSampling(const json& body, GenerationParams* out) {
   std::optional<double> temperature, top_p;
   if (auto e = ReadNumber(body, "temperature", &temperature)) return e;
   if (temperature) {
@@ -135,6 +136,21 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
   }
   if (auto e = ReadInteger(body, "seed", &seed)) return e;
   if (seed) out->sampling.seed = uint64_t(*seed);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionLimits& limits,
+                                             GenerationParams* out) {
+  if (const json* m = Field(body, "model")) {
+    if (!m->is_string()) return WrongType("model", "a string");
+    out->model = m->get<std::string>();
+  }
+  if (auto e = ReadStream(body, out)) return e;
+  if (auto e = RejectUnsupported(body)) return e;
+  if (auto e = ReadMaxTokens(body, out)) return e;
+  if (auto e = ReadSampling(body, out)) return e;
   if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
   if (auto e = ReadStop(body, out)) return e;
   if (const json* ids = Field(body, "stop_token_ids")) {

@@ -87,132 +87,188 @@ ServingMetrics::ServingMetrics(std::string model_name, std::vector<int> instance
   }
 }
 
+// The families of the per-instance series (labels model_name and instance,
+// plus their own), in the order they render.
+struct ServingMetrics::InstanceFamilies {
+  HistogramFamily* ttft = nullptr;
+  HistogramFamily* itl = nullptr;
+  HistogramFamily* e2e = nullptr;
+  HistogramFamily* queue = nullptr;
+  GaugeFamily* running = nullptr;
+  GaugeFamily* waiting = nullptr;
+  GaugeFamily* kv_usage = nullptr;
+  GaugeFamily* rank_usage = nullptr;  // + tp_rank
+  CounterFamily* prefix_queries = nullptr;
+  CounterFamily* prefix_hits = nullptr;
+  CounterFamily* prompt_tokens = nullptr;
+  CounterFamily* generation_tokens = nullptr;
+  CounterFamily* preemptions = nullptr;
+  CounterFamily* recycled = nullptr;
+  CounterFamily* success = nullptr;  // + finished_reason
+  CounterFamily* rejected = nullptr;
+};
+
 Status ServingMetrics::Register() {
+  InstanceFamilies f;
+  HW_RETURN_IF_ERROR(AddLatencyFamilies(&f));
+  HW_RETURN_IF_ERROR(AddUsageFamilies(&f));
+  HW_RETURN_IF_ERROR(AddCounterFamilies(&f));
+  for (int id = 0; id < num_instances_; ++id) HW_RETURN_IF_ERROR(ResolveInstanceSeries(f, id));
+  HW_ASSIGN_OR_RETURN(rejected_unknown_instance_,
+                      f.rejected->WithLabels({model_name_, kUnknownInstance}));
+  return RegisterTransferSeries();
+}
+
+Status ServingMetrics::AddLatencyFamilies(InstanceFamilies* f) {
   const std::vector<std::string> labels = {"model_name", "instance"};
   MetricRegistry& r = registry_;
-
-  HW_ASSIGN_OR_RETURN(HistogramFamily * ttft,
+  HW_ASSIGN_OR_RETURN(f->ttft,
                       r.AddHistogram("headway:time_to_first_token_seconds",
                                      "Seconds from request arrival to its first output token.", labels,
                                      TtftBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(HistogramFamily * itl,
+  HW_ASSIGN_OR_RETURN(f->itl,
                       r.AddHistogram("headway:inter_token_latency_seconds",
                                      "Seconds between consecutive output tokens of a request.", labels,
                                      InterTokenLatencyBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(HistogramFamily * e2e,
+  HW_ASSIGN_OR_RETURN(f->e2e,
                       r.AddHistogram("headway:e2e_request_latency_seconds",
                                      "Seconds from request arrival to its end.", labels,
                                      RequestLatencyBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(HistogramFamily * queue,
+  HW_ASSIGN_OR_RETURN(f->queue,
                       r.AddHistogram("headway:request_queue_time_seconds",
                                      "Seconds a request waited before its first schedule.",
                                      labels, RequestLatencyBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(GaugeFamily * running,
+  return Status::Ok();
+}
+
+Status ServingMetrics::AddUsageFamilies(InstanceFamilies* f) {
+  const std::vector<std::string> labels = {"model_name", "instance"};
+  MetricRegistry& r = registry_;
+  HW_ASSIGN_OR_RETURN(f->running,
                       r.AddGauge("headway:num_requests_running",
                                  "Sequences the instance is running.", labels));
-  HW_ASSIGN_OR_RETURN(GaugeFamily * waiting,
+  HW_ASSIGN_OR_RETURN(f->waiting,
                       r.AddGauge("headway:num_requests_waiting",
                                  "Requests waiting in the instance queue.", labels));
-  HW_ASSIGN_OR_RETURN(GaugeFamily * kv_usage,
+  HW_ASSIGN_OR_RETURN(f->kv_usage,
                       r.AddGauge("headway:kv_cache_usage_perc",
                                  "Fraction of KV blocks in use on the fullest TP rank (1 = full).",
                                  labels));
-  HW_ASSIGN_OR_RETURN(GaugeFamily * rank_usage,
+  HW_ASSIGN_OR_RETURN(f->rank_usage,
                       r.AddGauge("headway:kv_cache_rank_usage_perc",
                                  "Fraction of KV blocks in use on one TP rank (1 = full).",
                                  {"model_name", "instance", "tp_rank"}));
-  HW_ASSIGN_OR_RETURN(CounterFamily * prefix_queries,
+  return Status::Ok();
+}
+
+Status ServingMetrics::AddCounterFamilies(InstanceFamilies* f) {
+  const std::vector<std::string> labels = {"model_name", "instance"};
+  MetricRegistry& r = registry_;
+  HW_ASSIGN_OR_RETURN(f->prefix_queries,
                       r.AddCounter("headway:prefix_cache_queries_total",
                                    "Prompt tokens looked up in the prefix cache.",
                                    labels));
-  HW_ASSIGN_OR_RETURN(CounterFamily * prefix_hits,
+  HW_ASSIGN_OR_RETURN(f->prefix_hits,
                       r.AddCounter("headway:prefix_cache_hits_total",
                                    "Prompt tokens found in the prefix cache.",
                                    labels));
-  HW_ASSIGN_OR_RETURN(CounterFamily * prompt_tokens,
+  HW_ASSIGN_OR_RETURN(f->prompt_tokens,
                       r.AddCounter("headway:prompt_tokens_total",
                                    "Prompt tokens of finished requests.", labels));
-  HW_ASSIGN_OR_RETURN(CounterFamily * generation_tokens,
+  HW_ASSIGN_OR_RETURN(f->generation_tokens,
                       r.AddCounter("headway:generation_tokens_total",
                                    "Output tokens of finished requests.", labels));
-  HW_ASSIGN_OR_RETURN(CounterFamily * preemptions,
+  HW_ASSIGN_OR_RETURN(f->preemptions,
                       r.AddCounter("headway:num_preemptions_total",
                                    "Sequences preempted (blocks freed, recomputed later).", labels));
-  HW_ASSIGN_OR_RETURN(CounterFamily * recycled,
+  HW_ASSIGN_OR_RETURN(f->recycled,
                       r.AddCounter("headway:kv_blocks_recycled_total",
                                    "Sliding-window KV blocks returned to the pools once outside "
                                    "every window and sink.",
                                    labels));
-  HW_ASSIGN_OR_RETURN(CounterFamily * success,
+  HW_ASSIGN_OR_RETURN(f->success,
                       r.AddCounter("headway:request_success_total",
                                    "Requests finished, by finish reason.",
                                    {"model_name", "instance", "finished_reason"}));
-  HW_ASSIGN_OR_RETURN(CounterFamily * rejected,
+  HW_ASSIGN_OR_RETURN(f->rejected,
                       r.AddCounter("headway:metrics_rejected_observations_total",
                                    "Metric updates dropped because their arguments were invalid.",
                                    labels));
+  return Status::Ok();
+}
 
-  for (int id = 0; id < num_instances_; ++id) {
-    const std::vector<std::string> values = {model_name_, std::to_string(id)};
-    InstanceSeries& s = instances_[static_cast<size_t>(id)];
-    HW_ASSIGN_OR_RETURN(s.ttft, ttft->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.itl, itl->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.e2e, e2e->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.queue, queue->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.running, running->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.waiting, waiting->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.kv_usage, kv_usage->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.prefix_queries, prefix_queries->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.prefix_hits, prefix_hits->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.prompt_tokens, prompt_tokens->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.generation_tokens, generation_tokens->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.preemptions, preemptions->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.blocks_recycled, recycled->WithLabels(values));
-    HW_ASSIGN_OR_RETURN(s.success_stop, success->WithLabels({model_name_, values[1], "stop"}));
-    HW_ASSIGN_OR_RETURN(s.success_length, success->WithLabels({model_name_, values[1], "length"}));
-    HW_ASSIGN_OR_RETURN(s.success_abort, success->WithLabels({model_name_, values[1], "abort"}));
-    HW_ASSIGN_OR_RETURN(s.rejected, rejected->WithLabels(values));
-    for (int rank = 0; rank < instance_tp_sizes_[static_cast<size_t>(id)]; ++rank) {
-      HW_ASSIGN_OR_RETURN(Gauge * g,
-                          rank_usage->WithLabels({model_name_, values[1], std::to_string(rank)}));
-      s.rank_kv_usage.push_back(g);
-    }
+Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) {
+  const std::vector<std::string> values = {model_name_, std::to_string(id)};
+  InstanceSeries& s = instances_[static_cast<size_t>(id)];
+  HW_ASSIGN_OR_RETURN(s.ttft, f.ttft->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.itl, f.itl->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.e2e, f.e2e->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.queue, f.queue->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.running, f.running->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.waiting, f.waiting->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.kv_usage, f.kv_usage->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.prefix_queries, f.prefix_queries->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.prefix_hits, f.prefix_hits->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.prompt_tokens, f.prompt_tokens->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.generation_tokens, f.generation_tokens->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.preemptions, f.preemptions->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.blocks_recycled, f.recycled->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.success_stop, f.success->WithLabels({model_name_, values[1], "stop"}));
+  HW_ASSIGN_OR_RETURN(s.success_length, f.success->WithLabels({model_name_, values[1], "length"}));
+  HW_ASSIGN_OR_RETURN(s.success_abort, f.success->WithLabels({model_name_, values[1], "abort"}));
+  HW_ASSIGN_OR_RETURN(s.rejected, f.rejected->WithLabels(values));
+  for (int rank = 0; rank < instance_tp_sizes_[static_cast<size_t>(id)]; ++rank) {
+    HW_ASSIGN_OR_RETURN(Gauge * g,
+                        f.rank_usage->WithLabels({model_name_, values[1], std::to_string(rank)}));
+    s.rank_kv_usage.push_back(g);
   }
-  HW_ASSIGN_OR_RETURN(rejected_unknown_instance_,
-                      rejected->WithLabels({model_name_, kUnknownInstance}));
+  return Status::Ok();
+}
 
-  const std::vector<std::string> model_only = {"model_name"};
-  HW_ASSIGN_OR_RETURN(CounterFamily * kv_bytes,
-                      r.AddCounter("headway:kv_transfer_bytes_total",
-                                   "KV bytes moved from prefill to decode instances.", model_only));
-  HW_ASSIGN_OR_RETURN(CounterFamily * kv_blocks,
-                      r.AddCounter("headway:kv_transfer_blocks_total",
-                                   "KV blocks moved from prefill to decode instances.", model_only));
-  HW_ASSIGN_OR_RETURN(CounterFamily * kv_fallbacks,
-                      r.AddCounter("headway:kv_transfer_fallbacks_total",
-                                   "Requests prefilled by their decode instance after a KV "
-                                   "transfer failed or could not start.",
-                                   model_only));
-  HW_ASSIGN_OR_RETURN(HistogramFamily * kv_seconds,
-                      r.AddHistogram("headway:kv_transfer_seconds",
-                                     "Seconds from a KV transfer plan to its last result.",
-                                     model_only, InterTokenLatencyBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(kv_transfer_bytes_, kv_bytes->WithLabels({model_name_}));
-  HW_ASSIGN_OR_RETURN(kv_transfer_blocks_, kv_blocks->WithLabels({model_name_}));
-  HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_, kv_fallbacks->WithLabels({model_name_}));
-  HW_ASSIGN_OR_RETURN(kv_transfer_seconds_, kv_seconds->WithLabels({model_name_}));
-  HW_ASSIGN_OR_RETURN(HistogramFamily * pd_prefill,
-                      r.AddHistogram("headway:pd_prefill_seconds",
-                                     "Seconds from a disaggregated request's arrival to the end of "
-                                     "its prefill on the prefill instance.",
-                                     model_only, TtftBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(HistogramFamily * pd_first_decode,
-                      r.AddHistogram("headway:pd_first_decode_seconds",
-                                     "Seconds from a disaggregated request joining its decode "
-                                     "instance to its first token.",
-                                     model_only, TtftBucketsSeconds()));
-  HW_ASSIGN_OR_RETURN(pd_prefill_seconds_, pd_prefill->WithLabels({model_name_}));
-  HW_ASSIGN_OR_RETURN(pd_first_decode_seconds_, pd_first_decode->WithLabels({model_name_}));
+Result<Counter*> ServingMetrics::AddDeploymentCounter(const std::string& name,
+                                                      const std::string& help) {
+  HW_ASSIGN_OR_RETURN(CounterFamily * family, registry_.AddCounter(name, help, {"model_name"}));
+  return family->WithLabels({model_name_});
+}
+
+Result<Histogram*> ServingMetrics::AddDeploymentHistogram(const std::string& name,
+                                                          const std::string& help,
+                                                          const std::vector<double>& bounds) {
+  HW_ASSIGN_OR_RETURN(HistogramFamily * family,
+                      registry_.AddHistogram(name, help, {"model_name"}, bounds));
+  return family->WithLabels({model_name_});
+}
+
+Status ServingMetrics::RegisterTransferSeries() {
+  HW_ASSIGN_OR_RETURN(kv_transfer_bytes_,
+                      AddDeploymentCounter("headway:kv_transfer_bytes_total",
+                                           "KV bytes moved from prefill to decode instances."));
+  HW_ASSIGN_OR_RETURN(kv_transfer_blocks_,
+                      AddDeploymentCounter("headway:kv_transfer_blocks_total",
+                                           "KV blocks moved from prefill to decode instances."));
+  HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_,
+                      AddDeploymentCounter("headway:kv_transfer_fallbacks_total",
+                                           "Requests prefilled by their decode instance after a KV "
+                                           "transfer failed or could not start."));
+  HW_ASSIGN_OR_RETURN(kv_transfer_seconds_,
+                      AddDeploymentHistogram("headway:kv_transfer_seconds",
+                                             "Seconds from a KV transfer plan to its last result.",
+                                             InterTokenLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(kv_transfer_send_seconds_,
+                      AddDeploymentHistogram("headway:kv_transfer_send_seconds",
+                                             "Seconds a prefill rank took to send its blocks of "
+                                             "one KV transfer plan, as it reports them.",
+                                             InterTokenLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(pd_prefill_seconds_,
+                      AddDeploymentHistogram("headway:pd_prefill_seconds",
+                                             "Seconds from a disaggregated request's arrival to "
+                                             "the end of its prefill on the prefill instance.",
+                                             TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(pd_first_decode_seconds_,
+                      AddDeploymentHistogram("headway:pd_first_decode_seconds",
+                                             "Seconds from a disaggregated request joining its "
+                                             "decode instance to its first token.",
+                                             TtftBucketsSeconds()));
   return Status::Ok();
 }
 
@@ -289,6 +345,14 @@ void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double second
   (void)kv_transfer_bytes_->Increment(static_cast<double>(bytes));
   (void)kv_transfer_blocks_->Increment(static_cast<double>(blocks));
   (void)kv_transfer_seconds_->Observe(seconds);
+}
+
+void ServingMetrics::OnKvTransferSent(double seconds) {
+  if (!ValidSeconds(seconds)) {
+    (void)rejected_unknown_instance_->Increment();
+    return;
+  }
+  (void)kv_transfer_send_seconds_->Observe(seconds);
 }
 
 void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }

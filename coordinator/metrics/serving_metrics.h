@@ -19,8 +19,14 @@
 //     headway:request_success_total          finished requests, extra label finished_reason
 //                                            (stop | length | abort, as vLLM)
 //     headway:metrics_rejected_observations_total  calls below dropped as invalid
+//   deployment-wide, prefill/decode disaggregation (label model_name only)
+//     headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total
+//     headway:kv_transfer_fallbacks_total    requests prefilled again by their decode instance
+//     headway:kv_transfer_seconds            histogram: a transfer, plan sent -> last result
+//     headway:kv_transfer_send_seconds       histogram: one prefill rank's send, its own clock
+//     headway:pd_prefill_seconds, headway:pd_first_decode_seconds  histograms: TTFT's parts
 //
-// Every series has the labels model_name (the served model name) and
+// Every other series has the labels model_name (the served model name) and
 // instance (the instance id of Config::Instances(), as a decimal string).
 // Note for scrape configs: Prometheus renames a scraped `instance` label to
 // `exported_instance` unless the job sets honor_labels: true.
@@ -104,6 +110,13 @@ class ServingMetrics {
   // headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total,
   // headway:kv_transfer_seconds (histogram).
   void OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds);
+  // A prefill rank sent its blocks of one KV transfer plan in `seconds`, by
+  // its own clock (proto TransferResult.seconds, successful sends only):
+  // headway:kv_transfer_send_seconds (histogram), one observation per rank
+  // and attempt. A negative, NaN or infinite `seconds` is rejected; the
+  // series has no instance, so the rejection counts under instance
+  // "unknown".
+  void OnKvTransferSent(double seconds);
   // A request was prefilled by its decode instance after its transfer could
   // not be done (headway:kv_transfer_fallbacks_total).
   void OnKvTransferFallback();
@@ -163,7 +176,20 @@ class ServingMetrics {
   };
 
   ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes);
+  // Registers every family and resolves every series, in render order: the
+  // per-instance families, each instance's series, then the deployment-wide
+  // (KV transfer, disaggregation) series.
   Status Register();
+  struct InstanceFamilies;
+  Status AddLatencyFamilies(InstanceFamilies* f);  // the per-instance histograms
+  Status AddUsageFamilies(InstanceFamilies* f);    // queue and KV usage gauges
+  Status AddCounterFamilies(InstanceFamilies* f);  // tokens, preemptions, finishes, rejections
+  Status ResolveInstanceSeries(const InstanceFamilies& f, int instance_id);
+  Status RegisterTransferSeries();
+  // A family labelled model_name only, and its one series.
+  Result<Counter*> AddDeploymentCounter(const std::string& name, const std::string& help);
+  Result<Histogram*> AddDeploymentHistogram(const std::string& name, const std::string& help,
+                                            const std::vector<double>& bounds);
   void Reject(int instance_id);
   InstanceSeries* Find(int instance_id);
 
@@ -178,6 +204,7 @@ class ServingMetrics {
   Counter* kv_transfer_blocks_ = nullptr;
   Counter* kv_transfer_fallbacks_ = nullptr;
   Histogram* kv_transfer_seconds_ = nullptr;
+  Histogram* kv_transfer_send_seconds_ = nullptr;
   Histogram* pd_prefill_seconds_ = nullptr;
   Histogram* pd_first_decode_seconds_ = nullptr;
 

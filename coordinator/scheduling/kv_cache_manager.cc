@@ -32,6 +32,7 @@ KvCacheManager::KvCacheManager(const ModelSpec& spec, int tp_size, int block_siz
                                InstanceCounters* counters)
     : block_size_(block_size),
       options_(options),
+      slot_blocks_(block_size, options.enable_recycling),
       cache_(std::max<int>(1, int(num_blocks_per_rank.size())), options.block_hasher),
       counters_(counters != nullptr ? counters : &kNoCounters) {
   HW_CHECK(block_size > 0);
@@ -57,29 +58,6 @@ int KvCacheManager::num_slots(int tp_rank) const {
   return static_cast<int>(ranks_.at(tp_rank).slot_specs.size());
 }
 
-int64_t KvCacheManager::LogicalBlocks(int64_t num_positions) const {
-  return (num_positions + block_size_ - 1) / block_size_;
-}
-
-KvCacheManager::BlockSpan KvCacheManager::Unneeded(const SlotSpec& spec,
-                                                   int64_t first_uncomputed) const {
-  if (!spec.IsSliding() || !options_.enable_recycling) return {};
-  const int64_t sink_blocks = (int64_t(spec.sink) + block_size_ - 1) / block_size_;
-  const int64_t live_begin =
-      std::max<int64_t>(0, first_uncomputed - spec.window + 1) / block_size_;
-  return {sink_blocks, std::max(sink_blocks, live_begin)};
-}
-
-int64_t KvCacheManager::BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
-                                    int64_t first_uncomputed) const {
-  const int64_t want = LogicalBlocks(num_positions);
-  if (want <= have) return 0;
-  const BlockSpan skip = Unneeded(spec, first_uncomputed);
-  const int64_t skipped =
-      std::max<int64_t>(0, std::min(want, skip.end) - std::max(have, skip.begin));
-  return want - have - skipped;
-}
-
 int KvCacheManager::BlocksNeeded(int tp_rank, TableKey key, int64_t num_positions) const {
   const Rank& rank = ranks_.at(tp_rank);
   auto it = tables_.find(key);
@@ -87,7 +65,7 @@ int KvCacheManager::BlocksNeeded(int tp_rank, TableKey key, int64_t num_position
   int64_t needed = 0;
   for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
     int64_t have = it == tables_.end() ? 0 : int64_t(it->second.rows[tp_rank][s].size());
-    needed += BlocksToAdd(rank.slot_specs[s], have, num_positions, first);
+    needed += slot_blocks_.BlocksToAdd(rank.slot_specs[s], have, num_positions, first);
   }
   return static_cast<int>(std::min<int64_t>(needed, std::numeric_limits<int>::max()));
 }
@@ -123,7 +101,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(TableKey key,
     Rank& rank = ranks_[r];
     std::vector<int32_t> freed;
     for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
-      const BlockSpan drop = Unneeded(rank.slot_specs[s], table.first_uncomputed);
+      const BlockSpan drop = slot_blocks_.Unneeded(rank.slot_specs[s], table.first_uncomputed);
       std::vector<int32_t>& row = table.rows[r][s];
       SlotBlockDelta delta;
       for (int64_t i = drop.begin; i < std::min(drop.end, int64_t(row.size())); ++i) {
@@ -186,15 +164,16 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(TableKey key,
     for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
       std::vector<int32_t>& row = table.rows[r][s];
       const SlotSpec& spec = rank.slot_specs[s];
-      const int64_t want = LogicalBlocks(num_positions);
+      const int64_t want = slot_blocks_.LogicalBlocks(num_positions);
       if (want <= int64_t(row.size())) continue;
       // Blocks a sliding slot does not need (between its sink and its
       // window) stay -1: one delta per run of new blocks.
       const int64_t have = int64_t(row.size());
-      const int64_t add = BlocksToAdd(spec, have, num_positions, table.first_uncomputed);
+      const int64_t add =
+          slot_blocks_.BlocksToAdd(spec, have, num_positions, table.first_uncomputed);
       std::vector<int32_t> fresh = rank.pool.Allocate(static_cast<int>(add));
       size_t next = 0;
-      const BlockSpan skip = Unneeded(spec, table.first_uncomputed);
+      const BlockSpan skip = slot_blocks_.Unneeded(spec, table.first_uncomputed);
       for (int64_t i = have; i < want; ++i) row.push_back(skip.Contains(i) ? -1 : fresh[next++]);
       std::vector<int32_t> tail(row.begin() + have, row.end());
       std::vector<SlotBlockDelta> runs;
@@ -237,7 +216,7 @@ PrefixMatch KvCacheManager::MatchPrefix(const TokenIds& token_ids, int64_t max_p
           return true;
         };
         // The sink, then the window of position k * block_size.
-        const BlockSpan skip = Unneeded(ranks_[r].slot_specs[s], k * block_size_);
+        const BlockSpan skip = slot_blocks_.Unneeded(ranks_[r].slot_specs[s], k * block_size_);
         if (!all_present(0, std::min(k, skip.begin)) || !all_present(skip.end, k)) return false;
       }
     }
@@ -258,7 +237,7 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
     const std::vector<SlotSpec>& specs = ranks_[r].slot_specs;
     int64_t needed = 0;
     for (const SlotSpec& spec : specs) {
-      needed += BlocksToAdd(spec, int64_t(match.entries.size()), num_positions, first);
+      needed += slot_blocks_.BlocksToAdd(spec, int64_t(match.entries.size()), num_positions, first);
     }
     int64_t available = Available(r);
     for (size_t i = 0; i < match.entries.size(); ++i) {
@@ -268,7 +247,8 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
       if (cache_.refcount(id) != 0) continue;
       const std::vector<int32_t>& blocks = cache_.blocks(id)[r];
       for (size_t s = 0; s < blocks.size(); ++s) {
-        if (blocks[s] >= 0 && !Unneeded(specs[s], first).Contains(int64_t(i))) --available;
+        const bool needed = !slot_blocks_.Unneeded(specs[s], first).Contains(int64_t(i));
+        if (blocks[s] >= 0 && needed) --available;
       }
     }
     if (needed > available) return false;
@@ -303,8 +283,9 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(TableKey key,
     for (size_t s = 0; s < table.rows[r].size(); ++s) {
       for (size_t i = 0; i < table.rows[r][s].size(); ++i) {
         // MatchPrefix's cut guarantees what the windows need.
-        HW_CHECK(table.rows[r][s][i] >= 0 ||
-                 Unneeded(ranks_[r].slot_specs[s], table.first_uncomputed).Contains(int64_t(i)));
+        const BlockSpan unneeded =
+            slot_blocks_.Unneeded(ranks_[r].slot_specs[s], table.first_uncomputed);
+        HW_CHECK(table.rows[r][s][i] >= 0 || unneeded.Contains(int64_t(i)));
       }
     }
   }
@@ -396,16 +377,9 @@ int64_t KvCacheManager::NumCoveredPositions(TableKey key) const {
 
 int64_t KvCacheManager::PeakBlocks(const Rank& rank, int64_t num_positions,
                                    int max_chunk_tokens) const {
-  const int64_t all = LogicalBlocks(num_positions);
   int64_t total = 0;
   for (const SlotSpec& spec : rank.slot_specs) {
-    if (!spec.IsSliding() || !options_.enable_recycling) {
-      total += all;
-      continue;
-    }
-    const int64_t sink_blocks = (int64_t(spec.sink) + block_size_ - 1) / block_size_;
-    const int64_t span = int64_t(spec.window) - 1 + max_chunk_tokens;
-    total += std::min(all, sink_blocks + (span + 2 * block_size_ - 2) / block_size_);
+    total += slot_blocks_.PeakBlocks(spec, num_positions, max_chunk_tokens);
   }
   return total;
 }
@@ -437,106 +411,6 @@ RankBlockUsage KvCacheManager::Usage(int tp_rank) const {
   u.num_total = pool.num_total();
   u.num_referenced = u.num_total - u.num_free;
   return u;
-}
-
-Status KvCacheManager::CheckConsistency() const {
-  auto fail = [](int r, const std::string& what) {
-    return Status::Internal("rank " + std::to_string(r) + ": " + what);
-  };
-  std::unordered_map<CacheEntryId, int> refs;  // references found in tables
-  for (const auto& [key, table] : tables_) {
-    for (CacheEntryId id : table.entries) {
-      if (id == kNoCacheEntry) continue;
-      if (!cache_.Contains(id)) {
-        return Status::Internal(KeyName(key) + " holds unknown entry " +
-                                std::to_string(id));
-      }
-      ++refs[id];
-    }
-  }
-  for (CacheEntryId id : cache_.EntryIds()) {
-    if (cache_.refcount(id) != refs[id]) {
-      return Status::Internal("entry " + std::to_string(id) + " refcount " +
-                              std::to_string(cache_.refcount(id)) + " but " +
-                              std::to_string(refs[id]) + " sequences hold it");
-    }
-  }
-  for (int r = 0; r < tp_size(); ++r) {
-    const BlockPool& pool = ranks_[r].pool;
-    // 0 = unseen, 1 = a sequence's own block, 2 = a cached entry's block.
-    std::vector<int> owner(pool.num_total(), 0);
-    int num_referenced = 0, num_evictable = 0, num_unused = 0;
-    // Rows holding each entry's block of slot s, to check the entry's holders.
-    std::unordered_map<CacheEntryId, std::vector<int>> holding;
-    for (const auto& [key, table] : tables_) {
-      for (size_t i = 0; i < table.entries.size(); ++i) {
-        const CacheEntryId e = table.entries[i];
-        if (e == kNoCacheEntry) continue;
-        std::vector<int>& h = holding[e];
-        h.resize(table.rows[r].size(), 0);
-        for (size_t s = 0; s < table.rows[r].size(); ++s) h[s] += table.rows[r][s][i] >= 0;
-      }
-    }
-    for (CacheEntryId id : cache_.EntryIds()) {
-      const std::vector<int32_t>& blocks = cache_.blocks(id)[r];
-      for (size_t s = 0; s < blocks.size(); ++s) {
-        const int held = holding.count(id) ? holding[id][s] : 0;
-        if (cache_.holders(id, r, int(s)) != held) {
-          return fail(r, "entry " + std::to_string(id) + " slot " + std::to_string(s) + " has " +
-                             std::to_string(cache_.holders(id, r, int(s))) + " holders but " +
-                             std::to_string(held) + " rows hold it");
-        }
-      }
-      for (int32_t b : blocks) {
-        if (b < 0) continue;  // recycled out of a sliding window
-        if (b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
-          return fail(r, "entry " + std::to_string(id) + " block " + std::to_string(b) +
-                             " is out of range, unallocated or held twice");
-        }
-        owner[b] = 2;
-        (cache_.refcount(id) > 0 ? num_referenced : num_evictable) += 1;
-      }
-    }
-    for (const auto& [key, table] : tables_) {
-      for (size_t s = 0; s < table.rows[r].size(); ++s) {
-        const std::vector<int32_t>& row = table.rows[r][s];
-        for (size_t i = 0; i < row.size(); ++i) {
-          int32_t b = row[i];
-          if (b < 0) continue;
-          CacheEntryId e = i < table.entries.size() ? table.entries[i] : kNoCacheEntry;
-          if (e != kNoCacheEntry) {
-            if (cache_.blocks(e)[r][s] != b) {
-              return fail(r, KeyName(key) + " slot " + std::to_string(s) +
-                                 " logical " + std::to_string(i) + " differs from its entry");
-            }
-            continue;
-          }
-          if (b >= pool.num_total() || !pool.is_allocated(b) || owner[b] != 0) {
-            return fail(r, KeyName(key) + " block " + std::to_string(b) +
-                               " is out of range, unallocated or held twice");
-          }
-          owner[b] = 1;
-          ++num_referenced;
-        }
-      }
-    }
-    for (int b = 0; b < pool.num_total(); ++b) {
-      if (owner[b] == 0) {
-        if (pool.is_allocated(b)) return fail(r, "block " + std::to_string(b) + " leaked");
-        ++num_unused;
-      }
-    }
-    if (num_unused != pool.num_free() || num_evictable != cache_.num_evictable_blocks(r) ||
-        num_unused + num_referenced + num_evictable != pool.num_total()) {
-      return fail(r, "unused " + std::to_string(num_unused) + " (pool says " +
-                         std::to_string(pool.num_free()) + ") + referenced " +
-                         std::to_string(num_referenced) + " + evictable " +
-                         std::to_string(num_evictable) + " (cache says " +
-                         std::to_string(cache_.num_evictable_blocks(r)) + ") != total " +
-                         std::to_string(pool.num_total()));
-    }
-  }
-  return Status::Ok();
 }
 
 const std::vector<int32_t>& KvCacheManager::TEST_Row(TableKey key, int tp_rank,

@@ -22,8 +22,9 @@
 // recently released entries only when a rank runs short. On every rank, at
 // every point: unused + referenced + evictable = total (CheckConsistency).
 //
-// Sliding-window slots (DESIGN.md "Recycling"): a sequence's table knows
-// its first uncomputed position p (Recycle, Start). A sliding slot (window
+// Sliding-window slots (DESIGN.md "Recycling"; the arithmetic is
+// slot_blocks.h's): a sequence's table knows its first uncomputed position p
+// (Recycle, Start). A sliding slot (window
 // W, sink S) needs only its sink blocks, logical [0, ceil(S / B)), and the
 // blocks from floor(max(0, p - W + 1) / B) on: earlier blocks are wholly
 // outside the window of every position still to be computed. Recycle
@@ -48,6 +49,7 @@
 #include "coordinator/scheduling/block_pool.h"
 #include "coordinator/scheduling/instance_counters.h"
 #include "coordinator/scheduling/prefix_cache.h"
+#include "coordinator/scheduling/slot_blocks.h"
 
 namespace headway {
 
@@ -366,28 +368,10 @@ class KvCacheManager {
     bool chain_broken = false;  // a block without blocks on every slot
   };
 
-  // Logical blocks [0, n) cover positions [0, num_positions).
-  int64_t LogicalBlocks(int64_t num_positions) const;
   // The most blocks one sequence of `num_positions` positions holds at once
-  // on `rank` when computed in chunks of at most `max_chunk_tokens`: at a
-  // step computing [p, p + c) a recycling sliding slot holds its sink blocks
-  // and blocks floor((p - window + 1) / B) .. ceil((p + c) / B) - 1, at most
-  // sink_blocks + ceil((window - 1 + c + B - 1) / B) of them.
+  // on `rank` when computed in chunks of at most `max_chunk_tokens`: the sum
+  // of SlotBlocks::PeakBlocks over the rank's slots.
   int64_t PeakBlocks(const Rank& rank, int64_t num_positions, int max_chunk_tokens) const;
-  // Logical blocks [begin, end) that lie wholly outside a slot's sink and
-  // the window of every position from the first uncomputed one on (class
-  // comment): what the slot does not need. end >= begin; empty for full
-  // slots and with recycling off.
-  struct BlockSpan {
-    int64_t begin = 0;
-    int64_t end = 0;
-    bool Contains(int64_t i) const { return i >= begin && i < end; }
-  };
-  BlockSpan Unneeded(const SlotSpec& spec, int64_t first_uncomputed) const;
-  // Blocks slot `spec` still has to allocate, logical [have, want), to cover
-  // [0, num_positions) from `first_uncomputed` on.
-  int64_t BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
-                      int64_t first_uncomputed) const;
   // Splits a row into deltas, one per run of blocks (-1 between runs).
   static void AppendRunDeltas(int slot, const std::vector<int32_t>& row,
                               std::vector<SlotBlockDelta>* out);
@@ -398,8 +382,12 @@ class KvCacheManager {
   void EnsureUnused(const std::vector<int>& needed);
   void FillBlockTokens(const TokenIds& token_ids, int64_t logical, std::vector<int32_t>* out) const;
 
+  // CheckConsistency's walk (kv_cache_consistency.cc).
+  class ConsistencyCheck;
+
   int block_size_;
   KvCacheOptions options_;
+  SlotBlocks slot_blocks_;  // which logical blocks each slot needs
   std::vector<Rank> ranks_;
   PrefixCache cache_;
   std::unordered_map<TableKey, SeqTable, TableKeyHash> tables_;

@@ -77,11 +77,19 @@ ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens,
 ScheduledBatch Scheduler::Schedule() {
   ScheduledBatch batch;
   int budget = config_.max_num_batched_tokens;
-  bool preempted = false;
+  RecycleBlocks();
+  // Running sequences first; then waiting ones, unless this step had to
+  // preempt (the pool is short; a preempted sequence must not restart in
+  // the same step).
+  const bool preempted = ScheduleRunning(&batch, &budget);
+  if (!preempted) ScheduleWaiting(&batch, &budget);
+  batch.num_batched_tokens = config_.max_num_batched_tokens - budget;
+  batch.released_seq_ids = std::move(released_);
+  released_.clear();
+  return batch;
+}
 
-  // Sliding-window blocks that left every running sequence's window go back
-  // to the pool before anything is allocated; the workers learn it with the
-  // sequence's next plan.
+void Scheduler::RecycleBlocks() {
   for (uint64_t id : running_) {
     std::vector<std::vector<SlotBlockDelta>> recycled =
         kv_->Recycle(id, seqs_.at(id)->num_computed());
@@ -92,11 +100,13 @@ ScheduledBatch Scheduler::Schedule() {
       for (SlotBlockDelta& d : recycled[r]) pending[r].push_back(std::move(d));
     }
   }
+}
 
-  // Running sequences first: decodes and partial prefills.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+bool Scheduler::ScheduleRunning(ScheduledBatch* batch, int* budget) {
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && *budget > 0;) {
     Sequence& seq = *seqs_.at(running_[i]);
-    int n = std::min(seq.num_uncomputed(), budget);
+    int n = std::min(seq.num_uncomputed(), *budget);
     if (n <= 0) {
       ++i;
       continue;
@@ -114,40 +124,37 @@ ScheduledBatch Scheduler::Schedule() {
       }
     }
     if (!scheduled_self) break;  // it was the newest: nothing after it runs
-    batch.seqs.push_back(Plan(seq, n, kv_->Append(seq.seq_id(), positions)));
-    budget -= n;
+    batch->seqs.push_back(Plan(seq, n, kv_->Append(seq.seq_id(), positions)));
+    *budget -= n;
     ++i;
   }
+  return preempted;
+}
 
-  // Then waiting sequences, FCFS, unless this step had to preempt (the pool
-  // is short; a preempted sequence must not restart in the same step).
-  while (!preempted && budget > 0 && !waiting_.empty() &&
-         running_.size() < size_t(config_.max_num_seqs)) {
+void Scheduler::ScheduleWaiting(ScheduledBatch* batch, int* budget) {
+  while (*budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
     Sequence& seq = *seqs_.at(waiting_.front());
     // Waiting sequences hold no blocks (new, or released by preemption).
     HW_CHECK(seq.num_computed() == 0 && !kv_->Contains(seq.seq_id()));
     PrefixMatch match = kv_->MatchPrefix(TokensOf(seq), seq.num_tokens() - 1);
     const int cached = int(match.num_positions);
-    int n = std::min(seq.num_tokens() - cached, budget);
+    int n = std::min(seq.num_tokens() - cached, *budget);
     if (!kv_->CanStart(match, int64_t(cached) + n)) break;
     waiting_.pop_front();
     running_.push_back(seq.seq_id());
     seq.set_status(SequenceStatus::kRunning);
     seq.AdvanceComputed(cached);
     seq.set_num_cached_tokens(std::min(cached, seq.num_prompt_tokens()));
-    if (kv_->prefix_caching_enabled()) {
-      prefix_stats_.num_queried_tokens += uint64_t(seq.num_tokens());
-      prefix_stats_.num_hit_tokens += uint64_t(cached);
-      counters_->OnPrefixCacheQuery(seq.num_tokens(), cached);
-    }
-    batch.seqs.push_back(Plan(seq, n, kv_->Start(seq.seq_id(), match, int64_t(cached) + n)));
-    budget -= n;
+    if (kv_->prefix_caching_enabled()) CountPrefixLookup(seq, cached);
+    batch->seqs.push_back(Plan(seq, n, kv_->Start(seq.seq_id(), match, int64_t(cached) + n)));
+    *budget -= n;
   }
+}
 
-  batch.num_batched_tokens = config_.max_num_batched_tokens - budget;
-  batch.released_seq_ids = std::move(released_);
-  released_.clear();
-  return batch;
+void Scheduler::CountPrefixLookup(const Sequence& seq, int cached) {
+  prefix_stats_.num_queried_tokens += uint64_t(seq.num_tokens());
+  prefix_stats_.num_hit_tokens += uint64_t(cached);
+  counters_->OnPrefixCacheQuery(seq.num_tokens(), cached);
 }
 
 void Scheduler::OnStepComputed(const ScheduledBatch& batch) {

@@ -133,6 +133,22 @@ class Scheduler {
   void CancelReservation(ReservationId reservation) { kv_->CancelReservation(reservation); }
 
  private:
+  // Schedule's phases, in this order. Budgets are tokens left of
+  // max_num_batched_tokens; chunks planned go to `batch`.
+  // Sliding-window blocks that left every running sequence's window go back
+  // to the pool before anything is allocated; the workers learn it with the
+  // sequence's next plan (pending_recycled_).
+  void RecycleBlocks();
+  // Running sequences first, in the order they started: decodes and
+  // partial prefills. One that finds no blocks preempts the newest running
+  // sequences (itself, if it is the newest: then nothing after it runs).
+  // Returns true if anything was preempted.
+  bool ScheduleRunning(ScheduledBatch* batch, int* budget);
+  // Waiting sequences, FCFS, each from its longest cached prefix, while
+  // fewer than max_num_seqs run; stops at the first that finds no blocks.
+  void ScheduleWaiting(ScheduledBatch* batch, int* budget);
+  // A waiting sequence's prefix-cache lookup found `cached` of its tokens.
+  void CountPrefixLookup(const Sequence& seq, int cached);
   // Releases `seq`'s blocks and puts it back at the head of the queue.
   void Preempt(Sequence& seq);
   void ReleaseBlocks(Sequence& seq);

@@ -47,6 +47,25 @@ size_t DecodeShortUtf8(std::string_view text, uint32_t* code_point) {
   return 0;
 }
 
+// Symbols form a doubly linked list over a piece's bytes. Id -1 marks a
+// byte without a token (it takes part in no merge and is dropped at the
+// end) or, once unlinked, a symbol merged into its left neighbour.
+struct Symbol {
+  int32_t id;
+  int32_t prev;
+  int32_t next;  // -1 at the ends
+};
+
+// A candidate merge of a symbol with its right neighbour; the ids tell a
+// stale entry (either symbol merged since) from a live one.
+struct Bigram {
+  int32_t rank;
+  int32_t left;  // symbol index
+  int32_t left_id;
+  int32_t right_id;
+  int32_t merged_id;
+};
+
 }  // namespace
 
 std::string ByteToUnicodeText(uint8_t byte) {
@@ -134,27 +153,12 @@ void BpeModel::Encode(std::string_view piece, std::vector<int32_t>* out) const {
     return;
   }
 
-  // Symbols form a doubly linked list over the piece's bytes. Id -1 marks a
-  // byte without a token (it takes part in no merge and is dropped at the
-  // end) or, once unlinked, a symbol merged into its left neighbour.
-  struct Symbol {
-    int32_t id;
-    int32_t prev;
-    int32_t next;  // -1 at the ends
-  };
   std::vector<Symbol> symbols(n);
   for (size_t i = 0; i < n; ++i) {
     symbols[i] = {byte_token_ids_[static_cast<uint8_t>(piece[i])], static_cast<int32_t>(i) - 1,
                   i + 1 < n ? static_cast<int32_t>(i) + 1 : -1};
   }
 
-  struct Bigram {
-    int32_t rank;
-    int32_t left;  // symbol index
-    int32_t left_id;
-    int32_t right_id;
-    int32_t merged_id;
-  };
   // Lowest rank first, then leftmost (llama.cpp llm_bigram_bpe::comparator).
   auto later = [](const Bigram& a, const Bigram& b) {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);

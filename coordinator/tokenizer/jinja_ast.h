@@ -65,6 +65,11 @@ struct Node {
 
 // "line L, column C" of byte offset `pos` in `source` (1-based).
 std::string Where(std::string_view source, size_t pos);
+// "chat template line L, column C: <what>" as InvalidArgument (an error in
+// the template) or, for a construct outside the supported subset,
+// Unimplemented.
+Status SourceError(std::string_view source, size_t pos, const std::string& what);
+Status SourceUnsupported(std::string_view source, size_t pos, const std::string& what);
 
 // Parses the template (jinja_parser.cc). Errors as Template::Parse.
 Result<std::vector<Node>> ParseTemplate(std::string_view source, const TemplateOptions& options);

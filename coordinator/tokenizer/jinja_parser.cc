@@ -6,6 +6,9 @@
 //   math1   := concat (('+'|'-') concat)*   concat := math2 ('~' math2)*
 //   math2   := unary (('*'|'/'|'//'|'%') unary)*
 //   unary   := '-' unary | primary postfix* ('|' filter | 'is' test | call)*
+// Three layers: the Lexer (tokens, with jinja2's whitespace control), the
+// ExpressionParser (the grammar above) and the TemplateParser (statements),
+// the parsers sharing one TokenCursor.
 #include <cctype>
 #include <set>
 
@@ -24,6 +27,15 @@ std::string Where(std::string_view source, size_t pos) {
     }
   }
   return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+Status SourceError(std::string_view source, size_t pos, const std::string& what) {
+  return Status::InvalidArgument("chat template " + Where(source, pos) + ": " + what);
+}
+
+Status SourceUnsupported(std::string_view source, size_t pos, const std::string& what) {
+  return Status::Unimplemented("chat template " + Where(source, pos) + ": " + what +
+                               " is not supported by Headway's template renderer");
 }
 
 namespace {
@@ -47,70 +59,18 @@ class Lexer {
 
   Result<std::vector<Token>> Run() {
     size_t i = 0;
-    bool strip_leading = false, trim_newline = false;
     const size_t n = src_.size();
     while (i < n) {
       size_t start = FindTag(i);
-      std::string text(src_.substr(i, start - i));
-      bool line_starting = i == 0 || src_[i - 1] == '\n';
-      if (strip_leading) {
-        size_t k = 0;
-        while (k < text.size() && IsSpace(text[k])) ++k;
-        text.erase(0, k);
-      } else if (trim_newline) {
-        if (text.rfind("\r\n", 0) == 0) {
-          text.erase(0, 2);
-          line_starting = true;
-        } else if (text.rfind("\n", 0) == 0) {
-          text.erase(0, 1);
-          line_starting = true;
-        }
-      }
-      strip_leading = trim_newline = false;
       char kind = start < n ? src_[start + 1] : 0;
       char mod = start + 2 < n ? src_[start + 2] : 0;
-      if (start < n && mod == '-') {
-        while (!text.empty() && IsSpace(text.back())) text.pop_back();
-      } else if (start < n && mod != '+' && kind != '{' && options_.lstrip_blocks) {
-        size_t nl = text.rfind('\n');
-        size_t line_begin = nl == std::string::npos ? 0 : nl + 1;
-        if (nl != std::string::npos || line_starting) {
-          bool blank = true;
-          for (size_t k = line_begin; k < text.size(); ++k) blank = blank && (text[k] == ' ' || text[k] == '\t');
-          if (blank) text.resize(line_begin);
-        }
-      }
-      if (!text.empty()) out_.push_back(Token{Tok::kText, i, std::move(text)});
+      EmitText(i, start, kind, mod);
       if (start >= n) break;
       i = start + 2 + ((mod == '-' || mod == '+') ? 1 : 0);
       if (kind == '#') {
-        size_t end = src_.find("#}", i);
-        if (end == std::string_view::npos) return Status::InvalidArgument(Where(src_, start) + ": unclosed comment");
-        strip_leading = end > i && src_[end - 1] == '-';
-        trim_newline = options_.trim_blocks && !(end > i && src_[end - 1] == '+');
-        i = end + 2;
-        continue;
-      }
-      out_.push_back(Token{kind == '{' ? Tok::kVarBegin : Tok::kBlockBegin, start, ""});
-      const char* close = kind == '{' ? "}}" : "%}";
-      for (;;) {
-        while (i < n && IsSpace(src_[i])) ++i;
-        if (i >= n) {
-          return Status::InvalidArgument(Where(src_, start) + ": unclosed '" +
-                                         std::string(src_.substr(start, 2)) + "' (expected '" + close + "')");
-        }
-        char m = src_[i];
-        size_t at = (m == '-' || m == '+') ? i + 1 : i;
-        if (src_.substr(at, 2) == close) {
-          strip_leading = m == '-';
-          trim_newline = kind == '%' && options_.trim_blocks && m != '+';
-          out_.push_back(Token{kind == '{' ? Tok::kVarEnd : Tok::kBlockEnd, i, ""});
-          i = at + 2;
-          break;
-        }
-        Result<size_t> next = LexOne(i);
-        if (!next.ok()) return next.status();
-        i = *next;
+        HW_ASSIGN_OR_RETURN(i, SkipComment(start, i));
+      } else {
+        HW_ASSIGN_OR_RETURN(i, LexTag(start, kind, i));
       }
     }
     out_.push_back(Token{Tok::kEof, n, ""});
@@ -125,54 +85,87 @@ class Lexer {
     return src_.size();
   }
 
-  Result<size_t> LexOne(size_t i) {
+  // The text [i, start) before the tag at `start` (of `kind` '{', '%' or
+  // '#', with modifier `mod`; start = the source's size: no tag) as a kText
+  // token, after whitespace control: the previous tag's '-' or trim_blocks,
+  // then this tag's '-' or lstrip_blocks.
+  void EmitText(size_t i, size_t start, char kind, char mod) {
     const size_t n = src_.size();
+    std::string text(src_.substr(i, start - i));
+    bool line_starting = i == 0 || src_[i - 1] == '\n';
+    if (strip_leading_) {
+      size_t k = 0;
+      while (k < text.size() && IsSpace(text[k])) ++k;
+      text.erase(0, k);
+    } else if (trim_newline_) {
+      if (text.rfind("\r\n", 0) == 0) {
+        text.erase(0, 2);
+        line_starting = true;
+      } else if (text.rfind("\n", 0) == 0) {
+        text.erase(0, 1);
+        line_starting = true;
+      }
+    }
+    strip_leading_ = trim_newline_ = false;
+    if (start < n && mod == '-') {
+      while (!text.empty() && IsSpace(text.back())) text.pop_back();
+    } else if (start < n && mod != '+' && kind != '{' && options_.lstrip_blocks) {
+      size_t nl = text.rfind('\n');
+      size_t line_begin = nl == std::string::npos ? 0 : nl + 1;
+      if (nl != std::string::npos || line_starting) {
+        bool blank = true;
+        for (size_t k = line_begin; k < text.size(); ++k) blank = blank && (text[k] == ' ' || text[k] == '\t');
+        if (blank) text.resize(line_begin);
+      }
+    }
+    if (!text.empty()) out_.push_back(Token{Tok::kText, i, std::move(text)});
+  }
+
+  // A comment opened at `start`, its body from `i`: the position after it.
+  Result<size_t> SkipComment(size_t start, size_t i) {
+    size_t end = src_.find("#}", i);
+    if (end == std::string_view::npos) return Status::InvalidArgument(Where(src_, start) + ": unclosed comment");
+    strip_leading_ = end > i && src_[end - 1] == '-';
+    trim_newline_ = options_.trim_blocks && !(end > i && src_[end - 1] == '+');
+    return end + 2;
+  }
+
+  // The tokens of a '{{' (kind '{') or '{%' (kind '%') tag opened at
+  // `start`, its body from `i`, up to its closing delimiter: the position
+  // after it.
+  Result<size_t> LexTag(size_t start, char kind, size_t i) {
+    const size_t n = src_.size();
+    out_.push_back(Token{kind == '{' ? Tok::kVarBegin : Tok::kBlockBegin, start, ""});
+    const char* close = kind == '{' ? "}}" : "%}";
+    for (;;) {
+      while (i < n && IsSpace(src_[i])) ++i;
+      if (i >= n) {
+        return Status::InvalidArgument(Where(src_, start) + ": unclosed '" +
+                                       std::string(src_.substr(start, 2)) + "' (expected '" + close + "')");
+      }
+      char m = src_[i];
+      size_t at = (m == '-' || m == '+') ? i + 1 : i;
+      if (src_.substr(at, 2) == close) {
+        strip_leading_ = m == '-';
+        trim_newline_ = kind == '%' && options_.trim_blocks && m != '+';
+        out_.push_back(Token{kind == '{' ? Tok::kVarEnd : Tok::kBlockEnd, i, ""});
+        return at + 2;
+      }
+      HW_ASSIGN_OR_RETURN(i, LexOne(i));
+    }
+  }
+
+  // One token of a tag's body at `i`: the position after it.
+  Result<size_t> LexOne(size_t i) {
     char c = src_[i];
     if (std::isalpha((unsigned char)c) || c == '_') {
       size_t j = i;
-      while (j < n && (std::isalnum((unsigned char)src_[j]) || src_[j] == '_')) ++j;
+      while (j < src_.size() && (std::isalnum((unsigned char)src_[j]) || src_[j] == '_')) ++j;
       out_.push_back(Token{Tok::kName, i, std::string(src_.substr(i, j - i))});
       return j;
     }
-    if (std::isdigit((unsigned char)c)) {
-      size_t j = i;
-      while (j < n && std::isdigit((unsigned char)src_[j])) ++j;
-      bool is_float = j + 1 < n && src_[j] == '.' && std::isdigit((unsigned char)src_[j + 1]);
-      if (is_float) {
-        ++j;
-        while (j < n && std::isdigit((unsigned char)src_[j])) ++j;
-      }
-      std::string digits(src_.substr(i, j - i));
-      Token t{is_float ? Tok::kFloat : Tok::kInt, i, digits};
-      try {
-        if (is_float) t.f = std::stod(digits); else t.i = std::stoll(digits);
-      } catch (...) {
-        return Status::InvalidArgument(Where(src_, i) + ": number " + digits + " out of range");
-      }
-      out_.push_back(std::move(t));
-      return j;
-    }
-    if (c == '\'' || c == '"') {
-      std::string value;
-      size_t j = i + 1;
-      for (; j < n && src_[j] != c; ++j) {
-        if (src_[j] == '\\' && j + 1 < n) {
-          char e = src_[++j];
-          switch (e) {
-            case 'n': value += '\n'; break;
-            case 't': value += '\t'; break;
-            case 'r': value += '\r'; break;
-            case '\\': case '\'': case '"': value += e; break;
-            default: value += '\\'; value += e;
-          }
-        } else {
-          value += src_[j];
-        }
-      }
-      if (j >= n) return Status::InvalidArgument(Where(src_, i) + ": unterminated string literal");
-      out_.push_back(Token{Tok::kString, i, std::move(value)});
-      return j + 1;
-    }
+    if (std::isdigit((unsigned char)c)) return LexNumber(i);
+    if (c == '\'' || c == '"') return LexString(i);
     static const char* const kTwo[] = {"==", "!=", "<=", ">=", "//", "**"};
     for (const char* op : kTwo) {
       if (src_.substr(i, 2) == op) {
@@ -187,33 +180,75 @@ class Lexer {
     return Status::InvalidArgument(Where(src_, i) + ": unexpected character '" + std::string(1, c) + "'");
   }
 
+  Result<size_t> LexNumber(size_t i) {
+    const size_t n = src_.size();
+    size_t j = i;
+    while (j < n && std::isdigit((unsigned char)src_[j])) ++j;
+    bool is_float = j + 1 < n && src_[j] == '.' && std::isdigit((unsigned char)src_[j + 1]);
+    if (is_float) {
+      ++j;
+      while (j < n && std::isdigit((unsigned char)src_[j])) ++j;
+    }
+    std::string digits(src_.substr(i, j - i));
+    Token t{is_float ? Tok::kFloat : Tok::kInt, i, digits};
+    try {
+      if (is_float) t.f = std::stod(digits); else t.i = std::stoll(digits);
+    } catch (...) {
+      return Status::InvalidArgument(Where(src_, i) + ": number " + digits + " out of range");
+    }
+    out_.push_back(std::move(t));
+    return j;
+  }
+
+  // A quoted string literal with Python's common escapes.
+  Result<size_t> LexString(size_t i) {
+    const size_t n = src_.size();
+    const char quote = src_[i];
+    std::string value;
+    size_t j = i + 1;
+    for (; j < n && src_[j] != quote; ++j) {
+      if (src_[j] == '\\' && j + 1 < n) {
+        char e = src_[++j];
+        switch (e) {
+          case 'n': value += '\n'; break;
+          case 't': value += '\t'; break;
+          case 'r': value += '\r'; break;
+          case '\\': case '\'': case '"': value += e; break;
+          default: value += '\\'; value += e;
+        }
+      } else {
+        value += src_[j];
+      }
+    }
+    if (j >= n) return Status::InvalidArgument(Where(src_, i) + ": unterminated string literal");
+    out_.push_back(Token{Tok::kString, i, std::move(value)});
+    return j + 1;
+  }
+
   std::string_view src_;
   const TemplateOptions& options_;
   std::vector<Token> out_;
+  // Whitespace control for the text after the last tag: its '-' strips the
+  // leading whitespace; trim_blocks drops one newline after a block tag.
+  bool strip_leading_ = false;
+  bool trim_newline_ = false;
 };
 
-class Parser {
+// The token stream of one template and the parsers' shared helpers: look
+// ahead, consume, expect, and errors that point into the source.
+class TokenCursor {
  public:
-  Parser(std::string_view src, std::vector<Token> tokens) : src_(src), toks_(std::move(tokens)) {}
+  TokenCursor(std::string_view src, std::vector<Token> tokens) : src_(src), toks_(std::move(tokens)) {}
 
-  Result<std::vector<Node>> ParseAll() {
-    std::string end;
-    HW_ASSIGN_OR_RETURN(std::vector<Node> body, ParseBody({}, 0, &end));
-    return body;
-  }
-
- private:
+ protected:
   const Token& Peek(size_t ahead = 0) const { return toks_[std::min(k_ + ahead, toks_.size() - 1)]; }
   Token Next() { Token t = Peek(); if (k_ < toks_.size() - 1) ++k_; return t; }
   bool IsOp(const char* op, size_t ahead = 0) const { return Peek(ahead).kind == Tok::kOp && Peek(ahead).text == op; }
   bool IsName(const char* name, size_t ahead = 0) const { return Peek(ahead).kind == Tok::kName && Peek(ahead).text == name; }
 
-  Status Error(size_t pos, const std::string& what) const {
-    return Status::InvalidArgument("chat template " + Where(src_, pos) + ": " + what);
-  }
+  Status Error(size_t pos, const std::string& what) const { return SourceError(src_, pos, what); }
   Status Unsupported(size_t pos, const std::string& what) const {
-    return Status::Unimplemented("chat template " + Where(src_, pos) + ": " + what +
-                                 " is not supported by Headway's template renderer");
+    return SourceUnsupported(src_, pos, what);
   }
   std::string Describe(const Token& t) const {
     switch (t.kind) {
@@ -242,117 +277,17 @@ class Parser {
     return Next().text;
   }
 
-  // Parses nodes until `{% <one of ends> ...`; leaves the cursor after the
-  // end keyword and stores it in *found. With no ends: until EOF.
-  Result<std::vector<Node>> ParseBody(const std::set<std::string>& ends, size_t open_pos, std::string* found) {
-    std::vector<Node> body;
-    for (;;) {
-      const Token& t = Peek();
-      if (t.kind == Tok::kEof) {
-        if (ends.empty()) return body;
-        return Error(open_pos, "block is never closed (expected {% " + *ends.rbegin() + " %})");
-      }
-      if (t.kind == Tok::kText) {
-        Node node(Node::Kind::kText, t.pos);
-        node.text = Next().text;
-        body.push_back(std::move(node));
-        continue;
-      }
-      if (t.kind == Tok::kVarBegin) {
-        Node node(Node::Kind::kOutput, Next().pos);
-        HW_ASSIGN_OR_RETURN(node.expr, ParseExpr());
-        HW_RETURN_IF_ERROR(Expect(Tok::kVarEnd, "'}}'"));
-        body.push_back(std::move(node));
-        continue;
-      }
-      if (t.kind != Tok::kBlockBegin) return Error(t.pos, "unexpected " + Describe(t));
-      size_t pos = Next().pos;
-      if (Peek().kind != Tok::kName) return Error(Peek().pos, "expected a statement name after '{%'");
-      std::string keyword = Peek().text;
-      size_t kw_pos = Peek().pos;
-      if (ends.count(keyword)) {
-        Next();
-        *found = keyword;
-        return body;
-      }
-      Next();
-      Node node(Node::Kind::kText, pos);
-      if (keyword == "if") {
-        HW_RETURN_IF_ERROR(ParseIf(&node));
-      } else if (keyword == "for") {
-        HW_RETURN_IF_ERROR(ParseFor(&node));
-      } else if (keyword == "set") {
-        HW_RETURN_IF_ERROR(ParseSet(&node));
-      } else if (keyword == "elif" || keyword == "else" || keyword == "endif" || keyword == "endfor" ||
-                 keyword == "endset") {
-        return Error(kw_pos, "unexpected {% " + keyword + " %}");
-      } else {
-        return Unsupported(kw_pos, "{% " + keyword + " %}");
-      }
-      body.push_back(std::move(node));
-    }
-  }
+  std::string_view src_;
+  std::vector<Token> toks_;
+  size_t k_ = 0;
+};
 
-  Status ParseIf(Node* node) {
-    node->kind = Node::Kind::kIf;
-    size_t open = node->pos;
-    HW_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpr());
-    for (;;) {
-      HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
-      std::string found;
-      HW_ASSIGN_OR_RETURN(std::vector<Node> body, ParseBody({"elif", "else", "endif"}, open, &found));
-      node->branches.emplace_back(std::move(cond), std::move(body));
-      if (found == "endif") break;
-      if (found == "else") {
-        HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
-        HW_ASSIGN_OR_RETURN(std::vector<Node> else_body, ParseBody({"endif"}, open, &found));
-        node->branches.emplace_back(nullptr, std::move(else_body));
-        break;
-      }
-      HW_ASSIGN_OR_RETURN(cond, ParseExpr());  // elif
-    }
-    return Expect(Tok::kBlockEnd, "'%}'");
-  }
+// Expressions, by precedence (the grammar at the top of this file).
+class ExpressionParser : public TokenCursor {
+ public:
+  using TokenCursor::TokenCursor;
 
-  Status ParseFor(Node* node) {
-    node->kind = Node::Kind::kFor;
-    do {
-      HW_ASSIGN_OR_RETURN(std::string target, ExpectName());
-      node->targets.push_back(std::move(target));
-    } while (IsOp(",") && (Next(), true));
-    if (!IsName("in")) return Error(Peek().pos, "expected 'in' in for loop, found " + Describe(Peek()));
-    Next();
-    HW_ASSIGN_OR_RETURN(node->expr, ParseOr());
-    if (IsName("if")) {
-      Next();
-      HW_ASSIGN_OR_RETURN(node->filter, ParseOr());
-    }
-    if (IsName("recursive")) return Unsupported(Peek().pos, "recursive for loops");
-    HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
-    std::string found;
-    HW_ASSIGN_OR_RETURN(node->body, ParseBody({"else", "endfor"}, node->pos, &found));
-    if (found == "else") {
-      HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
-      HW_ASSIGN_OR_RETURN(node->else_body, ParseBody({"endfor"}, node->pos, &found));
-    }
-    return Expect(Tok::kBlockEnd, "'%}'");
-  }
-
-  Status ParseSet(Node* node) {
-    node->kind = Node::Kind::kSet;
-    HW_ASSIGN_OR_RETURN(std::string target, ExpectName());
-    node->targets.push_back(std::move(target));
-    if (IsOp(".")) {
-      Next();
-      HW_ASSIGN_OR_RETURN(node->attr, ExpectName());
-    }
-    if (IsOp(",")) return Unsupported(Peek().pos, "assigning several names in one {% set %}");
-    if (Peek().kind == Tok::kBlockEnd) return Unsupported(node->pos, "block assignment {% set x %}...{% endset %}");
-    HW_RETURN_IF_ERROR(ExpectOp("="));
-    HW_ASSIGN_OR_RETURN(node->expr, ParseExpr());
-    return Expect(Tok::kBlockEnd, "'%}'");
-  }
-
+ protected:
   static ExprPtr Make(Expr::Kind kind, size_t pos, std::string name = "") {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -585,15 +520,8 @@ class Parser {
     const Token& t = Peek();
     size_t pos = t.pos;
     switch (t.kind) {
-      case Tok::kName: {
-        std::string name = Next().text;
-        ExprPtr e = Make(Expr::Kind::kLiteral, pos);
-        if (name == "true" || name == "True") e->value = Value(true);
-        else if (name == "false" || name == "False") e->value = Value(false);
-        else if (name == "none" || name == "None") e->value = Value(Value::None{});
-        else return Make(Expr::Kind::kName, pos, name);
-        return e;
-      }
+      case Tok::kName:
+        return ParseNameOrConstant();
       case Tok::kString: {
         std::string s = Next().text;
         while (Peek().kind == Tok::kString) s += Next().text;  // adjacent literals join
@@ -612,50 +540,9 @@ class Parser {
         return e;
       }
       case Tok::kOp:
-        if (t.text == "(") {
-          Next();
-          HW_ASSIGN_OR_RETURN(ExprPtr inner, ParseExpr());
-          if (IsOp(",")) {  // a tuple: treated as a list
-            ExprPtr list = Make(Expr::Kind::kList, pos);
-            list->args.push_back(std::move(inner));
-            while (IsOp(",")) {
-              Next();
-              if (IsOp(")")) break;
-              HW_ASSIGN_OR_RETURN(ExprPtr item, ParseExpr());
-              list->args.push_back(std::move(item));
-            }
-            inner = std::move(list);
-          }
-          HW_RETURN_IF_ERROR(ExpectOp(")"));
-          return inner;
-        }
-        if (t.text == "[") {
-          Next();
-          ExprPtr list = Make(Expr::Kind::kList, pos);
-          while (!IsOp("]")) {
-            HW_ASSIGN_OR_RETURN(ExprPtr item, ParseExpr());
-            list->args.push_back(std::move(item));
-            if (!IsOp(",")) break;
-            Next();
-          }
-          HW_RETURN_IF_ERROR(ExpectOp("]"));
-          return list;
-        }
-        if (t.text == "{") {
-          Next();
-          ExprPtr dict = Make(Expr::Kind::kDict, pos);
-          while (!IsOp("}")) {
-            HW_ASSIGN_OR_RETURN(ExprPtr key, ParseExpr());
-            HW_RETURN_IF_ERROR(ExpectOp(":"));
-            HW_ASSIGN_OR_RETURN(ExprPtr value, ParseExpr());
-            dict->args.push_back(std::move(key));
-            dict->args.push_back(std::move(value));
-            if (!IsOp(",")) break;
-            Next();
-          }
-          HW_RETURN_IF_ERROR(ExpectOp("}"));
-          return dict;
-        }
+        if (t.text == "(") return ParseParenthesized();
+        if (t.text == "[") return ParseListLiteral();
+        if (t.text == "{") return ParseDictLiteral();
         break;
       default:
         break;
@@ -663,16 +550,198 @@ class Parser {
     return Error(pos, "expected an expression, found " + Describe(t));
   }
 
-  std::string_view src_;
-  std::vector<Token> toks_;
-  size_t k_ = 0;
+  // true / false / none (either case) as literals, any other name as a
+  // variable.
+  Result<ExprPtr> ParseNameOrConstant() {
+    size_t pos = Peek().pos;
+    std::string name = Next().text;
+    ExprPtr e = Make(Expr::Kind::kLiteral, pos);
+    if (name == "true" || name == "True") e->value = Value(true);
+    else if (name == "false" || name == "False") e->value = Value(false);
+    else if (name == "none" || name == "None") e->value = Value(Value::None{});
+    else return Make(Expr::Kind::kName, pos, name);
+    return e;
+  }
+
+  // '(' expr ')', or a tuple '(' expr ',' ... ')' (treated as a list).
+  Result<ExprPtr> ParseParenthesized() {
+    size_t pos = Next().pos;
+    HW_ASSIGN_OR_RETURN(ExprPtr inner, ParseExpr());
+    if (IsOp(",")) {
+      ExprPtr list = Make(Expr::Kind::kList, pos);
+      list->args.push_back(std::move(inner));
+      while (IsOp(",")) {
+        Next();
+        if (IsOp(")")) break;
+        HW_ASSIGN_OR_RETURN(ExprPtr item, ParseExpr());
+        list->args.push_back(std::move(item));
+      }
+      inner = std::move(list);
+    }
+    HW_RETURN_IF_ERROR(ExpectOp(")"));
+    return inner;
+  }
+
+  // '[' [expr (',' expr)* [',']] ']'
+  Result<ExprPtr> ParseListLiteral() {
+    ExprPtr list = Make(Expr::Kind::kList, Next().pos);
+    while (!IsOp("]")) {
+      HW_ASSIGN_OR_RETURN(ExprPtr item, ParseExpr());
+      list->args.push_back(std::move(item));
+      if (!IsOp(",")) break;
+      Next();
+    }
+    HW_RETURN_IF_ERROR(ExpectOp("]"));
+    return list;
+  }
+
+  // '{' [expr ':' expr (',' expr ':' expr)* [',']] '}'
+  Result<ExprPtr> ParseDictLiteral() {
+    ExprPtr dict = Make(Expr::Kind::kDict, Next().pos);
+    while (!IsOp("}")) {
+      HW_ASSIGN_OR_RETURN(ExprPtr key, ParseExpr());
+      HW_RETURN_IF_ERROR(ExpectOp(":"));
+      HW_ASSIGN_OR_RETURN(ExprPtr value, ParseExpr());
+      dict->args.push_back(std::move(key));
+      dict->args.push_back(std::move(value));
+      if (!IsOp(",")) break;
+      Next();
+    }
+    HW_RETURN_IF_ERROR(ExpectOp("}"));
+    return dict;
+  }
+};
+
+// A template's nodes: text, {{ output }} and the {% if %}, {% for %} and
+// {% set %} statements, whose expressions ExpressionParser parses.
+class TemplateParser : public ExpressionParser {
+ public:
+  using ExpressionParser::ExpressionParser;
+
+  Result<std::vector<Node>> ParseAll() {
+    std::string end;
+    HW_ASSIGN_OR_RETURN(std::vector<Node> body, ParseBody({}, 0, &end));
+    return body;
+  }
+
+ private:
+  // Parses nodes until `{% <one of ends> ...`; leaves the cursor after the
+  // end keyword and stores it in *found. With no ends: until EOF.
+  Result<std::vector<Node>> ParseBody(const std::set<std::string>& ends, size_t open_pos, std::string* found) {
+    std::vector<Node> body;
+    for (;;) {
+      const Token& t = Peek();
+      if (t.kind == Tok::kEof) {
+        if (ends.empty()) return body;
+        return Error(open_pos, "block is never closed (expected {% " + *ends.rbegin() + " %})");
+      }
+      if (t.kind == Tok::kText) {
+        Node node(Node::Kind::kText, t.pos);
+        node.text = Next().text;
+        body.push_back(std::move(node));
+        continue;
+      }
+      if (t.kind == Tok::kVarBegin) {
+        Node node(Node::Kind::kOutput, Next().pos);
+        HW_ASSIGN_OR_RETURN(node.expr, ParseExpr());
+        HW_RETURN_IF_ERROR(Expect(Tok::kVarEnd, "'}}'"));
+        body.push_back(std::move(node));
+        continue;
+      }
+      if (t.kind != Tok::kBlockBegin) return Error(t.pos, "unexpected " + Describe(t));
+      size_t pos = Next().pos;
+      if (Peek().kind != Tok::kName) return Error(Peek().pos, "expected a statement name after '{%'");
+      std::string keyword = Peek().text;
+      size_t kw_pos = Peek().pos;
+      if (ends.count(keyword)) {
+        Next();
+        *found = keyword;
+        return body;
+      }
+      Next();
+      Node node(Node::Kind::kText, pos);
+      if (keyword == "if") {
+        HW_RETURN_IF_ERROR(ParseIf(&node));
+      } else if (keyword == "for") {
+        HW_RETURN_IF_ERROR(ParseFor(&node));
+      } else if (keyword == "set") {
+        HW_RETURN_IF_ERROR(ParseSet(&node));
+      } else if (keyword == "elif" || keyword == "else" || keyword == "endif" || keyword == "endfor" ||
+                 keyword == "endset") {
+        return Error(kw_pos, "unexpected {% " + keyword + " %}");
+      } else {
+        return Unsupported(kw_pos, "{% " + keyword + " %}");
+      }
+      body.push_back(std::move(node));
+    }
+  }
+
+  Status ParseIf(Node* node) {
+    node->kind = Node::Kind::kIf;
+    size_t open = node->pos;
+    HW_ASSIGN_OR_RETURN(ExprPtr cond, ParseExpr());
+    for (;;) {
+      HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
+      std::string found;
+      HW_ASSIGN_OR_RETURN(std::vector<Node> body, ParseBody({"elif", "else", "endif"}, open, &found));
+      node->branches.emplace_back(std::move(cond), std::move(body));
+      if (found == "endif") break;
+      if (found == "else") {
+        HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
+        HW_ASSIGN_OR_RETURN(std::vector<Node> else_body, ParseBody({"endif"}, open, &found));
+        node->branches.emplace_back(nullptr, std::move(else_body));
+        break;
+      }
+      HW_ASSIGN_OR_RETURN(cond, ParseExpr());  // elif
+    }
+    return Expect(Tok::kBlockEnd, "'%}'");
+  }
+
+  Status ParseFor(Node* node) {
+    node->kind = Node::Kind::kFor;
+    do {
+      HW_ASSIGN_OR_RETURN(std::string target, ExpectName());
+      node->targets.push_back(std::move(target));
+    } while (IsOp(",") && (Next(), true));
+    if (!IsName("in")) return Error(Peek().pos, "expected 'in' in for loop, found " + Describe(Peek()));
+    Next();
+    HW_ASSIGN_OR_RETURN(node->expr, ParseOr());
+    if (IsName("if")) {
+      Next();
+      HW_ASSIGN_OR_RETURN(node->filter, ParseOr());
+    }
+    if (IsName("recursive")) return Unsupported(Peek().pos, "recursive for loops");
+    HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
+    std::string found;
+    HW_ASSIGN_OR_RETURN(node->body, ParseBody({"else", "endfor"}, node->pos, &found));
+    if (found == "else") {
+      HW_RETURN_IF_ERROR(Expect(Tok::kBlockEnd, "'%}'"));
+      HW_ASSIGN_OR_RETURN(node->else_body, ParseBody({"endfor"}, node->pos, &found));
+    }
+    return Expect(Tok::kBlockEnd, "'%}'");
+  }
+
+  Status ParseSet(Node* node) {
+    node->kind = Node::Kind::kSet;
+    HW_ASSIGN_OR_RETURN(std::string target, ExpectName());
+    node->targets.push_back(std::move(target));
+    if (IsOp(".")) {
+      Next();
+      HW_ASSIGN_OR_RETURN(node->attr, ExpectName());
+    }
+    if (IsOp(",")) return Unsupported(Peek().pos, "assigning several names in one {% set %}");
+    if (Peek().kind == Tok::kBlockEnd) return Unsupported(node->pos, "block assignment {% set x %}...{% endset %}");
+    HW_RETURN_IF_ERROR(ExpectOp("="));
+    HW_ASSIGN_OR_RETURN(node->expr, ParseExpr());
+    return Expect(Tok::kBlockEnd, "'%}'");
+  }
 };
 
 }  // namespace
 
 Result<std::vector<Node>> ParseTemplate(std::string_view source, const TemplateOptions& options) {
   HW_ASSIGN_OR_RETURN(std::vector<Token> tokens, Lexer(source, options).Run());
-  return Parser(source, std::move(tokens)).ParseAll();
+  return TemplateParser(source, std::move(tokens)).ParseAll();
 }
 
 }  // namespace headway::jinja

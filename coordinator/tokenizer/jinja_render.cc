@@ -4,40 +4,12 @@
 #include <cmath>
 
 #include "coordinator/tokenizer/jinja_ast.h"
+#include "coordinator/tokenizer/jinja_builtins.h"
 
 namespace headway::jinja {
 namespace {
 
 using Scope = std::map<std::string, Value>;
-
-bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-std::string Strip(const std::string& s, bool left, bool right, const std::string* chars = nullptr) {
-  auto strip = [&](char c) { return chars ? chars->find(c) != std::string::npos : IsWs(c); };
-  size_t b = 0, e = s.size();
-  if (left) while (b < e && strip(s[b])) ++b;
-  if (right) while (e > b && strip(s[e - 1])) --e;
-  return s.substr(b, e - b);
-}
-
-std::string AsciiCase(std::string s, bool upper) {
-  for (char& c : s) c = char(upper ? std::toupper((unsigned char)c) : std::tolower((unsigned char)c));
-  return s;
-}
-
-// Unicode code points of a UTF-8 string (Python len() of str).
-std::vector<std::string> CodePoints(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    size_t n = 1;
-    unsigned char c = s[i];
-    if (c >= 0xF0) n = 4; else if (c >= 0xE0) n = 3; else if (c >= 0xC0) n = 2;
-    n = std::min(n, s.size() - i);
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
-  return out;
-}
 
 class Renderer {
  public:
@@ -51,12 +23,9 @@ class Renderer {
   }
 
  private:
-  Status Error(size_t pos, const std::string& what) const {
-    return Status::InvalidArgument("chat template " + Where(src_, pos) + ": " + what);
-  }
+  Status Error(size_t pos, const std::string& what) const { return SourceError(src_, pos, what); }
   Status Unsupported(size_t pos, const std::string& what) const {
-    return Status::Unimplemented("chat template " + Where(src_, pos) + ": " + what +
-                                 " is not supported by Headway's template renderer");
+    return SourceUnsupported(src_, pos, what);
   }
 
   Value Lookup(const std::string& name) const {
@@ -290,99 +259,12 @@ class Renderer {
     const Expr& callee = *e.args[0];
     if (callee.kind == Expr::Kind::kName && Lookup(callee.name).is_undefined()) {
       HW_RETURN_IF_ERROR(EvalArgs(e, &args, &kwargs));
-      if (callee.name == "raise_exception") {
-        return Status::InvalidArgument(args.empty() ? "the chat template raised an error" : args[0].ToString());
-      }
-      if (callee.name == "namespace") {
-        Object ns = kwargs;
-        return Value(std::move(ns));
-      }
-      if (callee.name == "range") {
-        std::vector<int64_t> n;
-        for (const Value& a : args) {
-          if (!a.is_int()) return Error(e.pos, "range() arguments must be integers");
-          n.push_back(a.as_int());
-        }
-        if (n.empty() || n.size() > 3) return Error(e.pos, "range() takes 1 to 3 arguments");
-        int64_t start = n.size() > 1 ? n[0] : 0, stop = n.size() > 1 ? n[1] : n[0];
-        int64_t step = n.size() > 2 ? n[2] : 1;
-        if (step == 0) return Error(e.pos, "range() step must not be zero");
-        Array out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-          if (out.size() >= 100000) return Error(e.pos, "range() too long");
-          out.emplace_back(i);
-        }
-        return Value(std::move(out));
-      }
-      return Unsupported(callee.pos, "the function '" + callee.name + "'");
+      return CallFunction(src_, callee.name, args, kwargs, e.pos, callee.pos);
     }
     if (callee.kind != Expr::Kind::kAttr) return Unsupported(e.pos, "calling this expression");
     HW_ASSIGN_OR_RETURN(Value self, Eval(*callee.args[0]));
     HW_RETURN_IF_ERROR(EvalArgs(e, &args, &kwargs));
-    const std::string& m = callee.name;
-    auto arg_string = [&](size_t i) -> const std::string* {
-      return i < args.size() && args[i].is_string() ? &args[i].as_string() : nullptr;
-    };
-    if (self.is_string()) {
-      const std::string& s = self.as_string();
-      if (m == "strip" || m == "lstrip" || m == "rstrip") {
-        return Value(Strip(s, m != "rstrip", m != "lstrip", arg_string(0)));
-      }
-      if (m == "upper" || m == "lower") return Value(AsciiCase(s, m == "upper"));
-      if ((m == "startswith" || m == "endswith") && arg_string(0)) {
-        const std::string& x = *arg_string(0);
-        bool r = m == "startswith" ? s.rfind(x, 0) == 0
-                                   : s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
-        return Value(r);
-      }
-      if (m == "replace" && arg_string(0) && arg_string(1) && !arg_string(0)->empty()) {
-        std::string out, from = *arg_string(0), to = *arg_string(1);
-        size_t at = 0, hit;
-        while ((hit = s.find(from, at)) != std::string::npos) {
-          out += s.substr(at, hit - at) + to;
-          at = hit + from.size();
-        }
-        return Value(out + s.substr(at));
-      }
-      if (m == "split") {
-        Array parts;
-        if (const std::string* sep = arg_string(0); sep && !sep->empty()) {
-          size_t at = 0, hit;
-          while ((hit = s.find(*sep, at)) != std::string::npos) {
-            parts.emplace_back(s.substr(at, hit - at));
-            at = hit + sep->size();
-          }
-          parts.emplace_back(s.substr(at));
-        } else {
-          size_t i = 0;
-          while (i < s.size()) {
-            while (i < s.size() && IsWs(s[i])) ++i;
-            size_t j = i;
-            while (j < s.size() && !IsWs(s[j])) ++j;
-            if (j > i) parts.emplace_back(s.substr(i, j - i));
-            i = j;
-          }
-        }
-        return Value(std::move(parts));
-      }
-    }
-    if (self.is_object()) {
-      if (m == "items" || m == "keys" || m == "values") {
-        Array out;
-        for (const auto& [k, v] : self.as_object()) {
-          if (m == "items") out.emplace_back(Array{Value(k), v});
-          else if (m == "keys") out.emplace_back(k);
-          else out.push_back(v);
-        }
-        return Value(std::move(out));
-      }
-      if (m == "get" && arg_string(0)) {
-        Value v = self.Get(*arg_string(0));
-        if (!v.is_undefined()) return v;
-        return args.size() > 1 ? args[1] : Value(Value::None{});
-      }
-    }
-    return Unsupported(callee.pos, std::string("the method '") + m + "' of a " + self.TypeName());
+    return CallMethod(src_, self, callee.name, args, callee.pos);
   }
 
   Result<Value> EvalFilter(const Expr& e) {
@@ -390,83 +272,12 @@ class Renderer {
     Array args;
     Object kwargs;
     HW_RETURN_IF_ERROR(EvalArgs(e, &args, &kwargs));
-    const std::string& f = e.name;
-    auto need = [&](bool ok, const char* what) -> Status {
-      return ok ? Status::Ok() : Error(e.pos, "filter '" + f + "' needs " + what + ", got a " + v.TypeName());
-    };
-    if (f == "trim") {
-      HW_RETURN_IF_ERROR(need(v.is_string(), "a string"));
-      return Value(Strip(v.as_string(), true, true));
-    }
-    if (f == "upper" || f == "lower") {
-      HW_RETURN_IF_ERROR(need(v.is_string(), "a string"));
-      return Value(AsciiCase(v.as_string(), f == "upper"));
-    }
-    if (f == "capitalize") {
-      HW_RETURN_IF_ERROR(need(v.is_string(), "a string"));
-      std::string s = AsciiCase(v.as_string(), false);
-      if (!s.empty()) s[0] = char(std::toupper((unsigned char)s[0]));
-      return Value(s);
-    }
-    if (f == "length" || f == "count") {
-      if (v.is_string()) return Value(int64_t(CodePoints(v.as_string()).size()));
-      if (v.is_array()) return Value(int64_t(v.as_array().size()));
-      if (v.is_object()) return Value(int64_t(v.as_object().size()));
-      if (v.is_undefined()) return Value(int64_t(0));
-      return need(false, "a string, list or dict");
-    }
-    if (f == "default" || f == "d") {
-      bool boolean = (args.size() > 1 && args[1].Truthy()) || kwargs.size() == 1;
-      bool use_default = v.is_undefined() || (boolean && !v.Truthy());
-      return use_default ? (args.empty() ? Value(std::string()) : args[0]) : v;
-    }
-    if (f == "string") return Value(v.ToString());
-    if (f == "first" || f == "last") {
-      if (v.is_array()) {
-        if (v.as_array().empty()) return Value();
-        return f == "first" ? v.as_array().front() : v.as_array().back();
-      }
-      if (v.is_string()) {
-        std::vector<std::string> chars = CodePoints(v.as_string());
-        if (chars.empty()) return Value();
-        return Value(f == "first" ? chars.front() : chars.back());
-      }
-      return need(false, "a list or string");
-    }
-    if (f == "join") {
-      std::string sep = !args.empty() ? args[0].ToString() : "";
-      std::string out;
-      if (v.is_array()) {
-        for (size_t i = 0; i < v.as_array().size(); ++i) out += (i ? sep : "") + v.as_array()[i].ToString();
-        return Value(out);
-      }
-      return need(false, "a list");
-    }
-    return Unsupported(e.pos, "the filter '" + f + "'");
+    return ApplyFilter(src_, e.name, v, args, kwargs, e.pos);
   }
 
   Result<Value> EvalTest(const Expr& e) {
     HW_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
-    const std::string& t = e.name;
-    bool r;
-    if (t == "defined") r = !v.is_undefined();
-    else if (t == "undefined") r = v.is_undefined();
-    else if (t == "none") r = v.is_none();
-    else if (t == "string") r = v.is_string();
-    else if (t == "number") r = v.is_number();
-    else if (t == "integer") r = v.is_int();
-    else if (t == "float") r = v.is_float();
-    else if (t == "boolean") r = v.is_bool();
-    else if (t == "true") r = v.is_bool() && v.as_bool();
-    else if (t == "false") r = v.is_bool() && !v.as_bool();
-    else if (t == "mapping") r = v.is_object();
-    else if (t == "sequence" || t == "iterable") r = v.is_array() || v.is_string() || v.is_object();
-    else if (t == "odd" || t == "even") {
-      if (!v.is_int()) return Error(e.pos, std::string("test '") + t + "' needs an integer, got a " + v.TypeName());
-      r = (v.as_int() % 2 != 0) == (t == "odd");
-    } else {
-      return Unsupported(e.pos, "the test '" + t + "'");
-    }
+    HW_ASSIGN_OR_RETURN(bool r, ApplyTest(src_, e.name, v, e.pos));
     return Value(r != e.negate);
   }
 
@@ -482,77 +293,7 @@ class Renderer {
       return Eval(*e.args[1]);
     }
     HW_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
-    auto type_error = [&]() {
-      return Error(e.pos, "unsupported operand types for " + op + ": '" + a.TypeName() + "' and '" +
-                              b.TypeName() + "'");
-    };
-    if (op == "~") return Value(a.ToString() + b.ToString());
-    if (op == "==") return Value(a.Equals(b));
-    if (op == "!=") return Value(!a.Equals(b));
-    if (op == "in" || op == "not in") {
-      bool found;
-      if (b.is_string()) {
-        if (!a.is_string()) return type_error();
-        found = b.as_string().find(a.as_string()) != std::string::npos;
-      } else if (b.is_array()) {
-        found = std::any_of(b.as_array().begin(), b.as_array().end(), [&](const Value& x) { return x.Equals(a); });
-      } else if (b.is_object()) {
-        found = a.is_string() && !b.Get(a.as_string()).is_undefined();
-      } else if (b.is_undefined()) {
-        found = false;
-      } else {
-        return type_error();
-      }
-      return Value(found == (op == "in"));
-    }
-    if (op == "<" || op == "<=" || op == ">" || op == ">=") {
-      int cmp;
-      if (a.is_number() && b.is_number()) {
-        cmp = a.as_number() < b.as_number() ? -1 : (a.as_number() > b.as_number() ? 1 : 0);
-      } else if (a.is_string() && b.is_string()) {
-        cmp = a.as_string().compare(b.as_string());
-      } else {
-        return type_error();
-      }
-      bool r = op == "<" ? cmp < 0 : op == "<=" ? cmp <= 0 : op == ">" ? cmp > 0 : cmp >= 0;
-      return Value(r);
-    }
-    if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
-      if (a.is_array() && b.is_array()) {
-        Array out = a.as_array();
-        out.insert(out.end(), b.as_array().begin(), b.as_array().end());
-        return Value(std::move(out));
-      }
-    }
-    if (op == "*" && a.is_string() && b.is_int()) {
-      std::string out;
-      for (int64_t i = 0; i < b.as_int() && out.size() < (1u << 24); ++i) out += a.as_string();
-      return Value(out);
-    }
-    if (op == "%" && a.is_string()) return Unsupported(e.pos, "'%' string formatting");
-    if (!a.is_number() || !b.is_number()) return type_error();
-    if (a.is_int() && b.is_int() && op != "/") {
-      int64_t x = a.as_int(), y = b.as_int();
-      if (op == "+") return Value(x + y);
-      if (op == "-") return Value(x - y);
-      if (op == "*") return Value(x * y);
-      if (y == 0) return Error(e.pos, "division by zero");
-      int64_t q = x / y, r = x % y;
-      if (r != 0 && ((r < 0) != (y < 0))) {  // Python floors
-        --q;
-        r += y;
-      }
-      return Value(op == "//" ? q : r);
-    }
-    double x = a.as_number(), y = b.as_number();
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
-    if (y == 0) return Error(e.pos, "division by zero");
-    if (op == "/") return Value(x / y);
-    if (op == "//") return Value(std::floor(x / y));
-    return Value(x - y * std::floor(x / y));
+    return ApplyBinary(src_, op, a, b, e.pos);
   }
 
   std::string_view src_;

@@ -17,6 +17,38 @@ size_t Utf8LengthFromLeadByte(char c) {
   return kLengths[static_cast<uint8_t>(c) >> 4];
 }
 
+// Symbols form a doubly linked list over the characters of the text; a
+// symbol is a byte range, and length 0 marks one merged into its left
+// neighbour.
+struct Symbol {
+  uint32_t begin;
+  uint32_t length;
+  int32_t prev;
+  int32_t next;  // -1 at the ends
+};
+
+// A candidate merge of two neighbouring symbols into a token.
+struct Bigram {
+  float score;
+  int32_t left;   // symbol index
+  int32_t right;  // symbol index
+  uint32_t length;  // bytes of the merged text, to detect stale entries
+};
+
+// One symbol per character of `text` (non-empty), linked in order.
+std::vector<Symbol> CharacterSymbols(std::string_view text) {
+  std::vector<Symbol> symbols;
+  symbols.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    size_t length = std::min(Utf8LengthFromLeadByte(text[pos]), text.size() - pos);
+    const auto index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(length), index - 1,
+                       pos + length == text.size() ? -1 : index + 1});
+    pos += length;
+  }
+  return symbols;
+}
+
 }  // namespace
 
 Result<SpmModel> SpmModel::Create(std::vector<std::string> token_texts, std::vector<float> scores,
@@ -73,32 +105,7 @@ void SpmModel::EncodeBytes(std::string_view bytes, std::vector<int32_t>* out) co
 
 void SpmModel::Encode(std::string_view escaped, std::vector<int32_t>* out) const {
   if (escaped.empty()) return;
-
-  // Symbols form a doubly linked list over the characters of `escaped`; a
-  // symbol is a byte range, and length 0 marks one merged into its left
-  // neighbour.
-  struct Symbol {
-    uint32_t begin;
-    uint32_t length;
-    int32_t prev;
-    int32_t next;  // -1 at the ends
-  };
-  std::vector<Symbol> symbols;
-  symbols.reserve(escaped.size());
-  for (size_t pos = 0; pos < escaped.size();) {
-    size_t length = std::min(Utf8LengthFromLeadByte(escaped[pos]), escaped.size() - pos);
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(length), index - 1,
-                       pos + length == escaped.size() ? -1 : index + 1});
-    pos += length;
-  }
-
-  struct Bigram {
-    float score;
-    int32_t left;   // symbol index
-    int32_t right;  // symbol index
-    uint32_t length;  // bytes of the merged text, to detect stale entries
-  };
+  std::vector<Symbol> symbols = CharacterSymbols(escaped);
   // Highest score first, then leftmost (llama.cpp llm_bigram_spm::comparator).
   auto later = [](const Bigram& a, const Bigram& b) {
     return a.score < b.score || (a.score == b.score && a.left > b.left);

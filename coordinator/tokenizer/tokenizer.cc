@@ -136,6 +136,82 @@ int Utf8CharLength(std::string_view bytes) {
   return length;
 }
 
+// tokenizer.ggml.pre: required by "gpt2" (and checked now, so that the
+// error names the file's value early), optional for "llama"; "" if absent.
+Result<std::string> ReadPreTokenizerName(const GgufFile& gguf, bool is_spm) {
+  if (!is_spm) {
+    if (gguf.Find("tokenizer.ggml.pre") == nullptr) {
+      return Status::Unimplemented("no tokenizer.ggml.pre in " + gguf.path() +
+                                   "; Headway needs a named pre-tokenizer (supported: smollm)");
+    }
+    HW_ASSIGN_OR_RETURN(std::string pre, ReadString(gguf, "tokenizer.ggml.pre"));
+    HW_RETURN_IF_ERROR(PreTokenizer::Create(pre).status());
+    return pre;
+  }
+  if (gguf.Find("tokenizer.ggml.pre") != nullptr) return ReadString(gguf, "tokenizer.ggml.pre");
+  return std::string();
+}
+
+// A per-token array `key` of `num_entries` entries for `n_vocab` tokens.
+Status CheckOnePerToken(const char* key, size_t num_entries, size_t n_vocab) {
+  if (num_entries == n_vocab) return Status::Ok();
+  return Status::InvalidArgument(std::string(key) + " has " + std::to_string(num_entries) +
+                                 " entries for " + std::to_string(n_vocab) + " tokens");
+}
+
+// tokenizer.ggml.token_type, one per token; all normal when absent.
+Result<std::vector<TokenType>> ReadTokenTypes(const GgufFile& gguf, size_t n_vocab) {
+  const GgufValue* types = gguf.Find("tokenizer.ggml.token_type");
+  if (types == nullptr) return std::vector<TokenType>(n_vocab, TokenType::kNormal);
+  auto values = types->AsIntArray();
+  if (!values.ok()) return values.status().WithContext("tokenizer.ggml.token_type");
+  HW_RETURN_IF_ERROR(CheckOnePerToken("tokenizer.ggml.token_type", values->size(), n_vocab));
+  std::vector<TokenType> token_types;
+  token_types.reserve(n_vocab);
+  for (size_t id = 0; id < n_vocab; ++id) {
+    int64_t type = (*values)[id];
+    if (type < 0 || type > static_cast<int64_t>(TokenType::kByte)) {
+      return Status::InvalidArgument("tokenizer.ggml.token_type of token " +
+                                     std::to_string(id) + " is " + std::to_string(type) +
+                                     ", not 0..6");
+    }
+    token_types.push_back(static_cast<TokenType>(type));
+  }
+  return token_types;
+}
+
+// tokenizer.ggml.scores ("llama" only), one per token; empty when absent.
+Result<std::vector<float>> ReadScores(const GgufFile& gguf, size_t n_vocab) {
+  const GgufValue* scores = gguf.Find("tokenizer.ggml.scores");
+  if (scores == nullptr) return std::vector<float>();
+  auto values = scores->AsFloatArray();
+  if (!values.ok()) return values.status().WithContext("tokenizer.ggml.scores");
+  HW_RETURN_IF_ERROR(CheckOnePerToken("tokenizer.ggml.scores", values->size(), n_vocab));
+  return std::vector<float>(values->begin(), values->end());
+}
+
+// The special token ids and the add_bos / add_space_prefix flags, with
+// llama.cpp's defaults when a key is absent (llama_vocab::impl::load).
+Status ReadSpecialTokens(const GgufFile& gguf, bool is_spm, TokenizerVocab* vocab) {
+  const size_t n_vocab = vocab->tokens.size();
+  HW_ASSIGN_OR_RETURN(vocab->bos_id, ReadOptionalId(gguf, "tokenizer.ggml.bos_token_id", n_vocab));
+  HW_ASSIGN_OR_RETURN(vocab->eos_id, ReadOptionalId(gguf, "tokenizer.ggml.eos_token_id", n_vocab));
+  HW_ASSIGN_OR_RETURN(vocab->unk_id,
+                      ReadOptionalId(gguf, "tokenizer.ggml.unknown_token_id", n_vocab));
+  HW_ASSIGN_OR_RETURN(vocab->pad_id,
+                      ReadOptionalId(gguf, "tokenizer.ggml.padding_token_id", n_vocab));
+  vocab->add_bos = is_spm;
+  vocab->add_space_prefix = is_spm;
+  HW_ASSIGN_OR_RETURN(vocab->add_bos,
+                      ReadOptionalBool(gguf, "tokenizer.ggml.add_bos_token", vocab->add_bos));
+  if (is_spm) {
+    HW_ASSIGN_OR_RETURN(vocab->add_space_prefix,
+                        ReadOptionalBool(gguf, "tokenizer.ggml.add_space_prefix",
+                                         vocab->add_space_prefix));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<TokenizerVocab> LoadTokenizerVocab(const GgufFile& gguf) {
@@ -146,73 +222,16 @@ Result<TokenizerVocab> LoadTokenizerVocab(const GgufFile& gguf) {
     return Status::Unimplemented("tokenizer model '" + vocab.model + "' (tokenizer.ggml.model in " +
                                  gguf.path() + ") is not supported; supported: gpt2, llama");
   }
-  if (!is_spm) {
-    if (gguf.Find("tokenizer.ggml.pre") == nullptr) {
-      return Status::Unimplemented("no tokenizer.ggml.pre in " + gguf.path() +
-                                   "; Headway needs a named pre-tokenizer (supported: smollm)");
-    }
-    HW_ASSIGN_OR_RETURN(vocab.pre, ReadString(gguf, "tokenizer.ggml.pre"));
-    // Check now so that the error names the file's value early.
-    HW_RETURN_IF_ERROR(PreTokenizer::Create(vocab.pre).status());
-  } else if (gguf.Find("tokenizer.ggml.pre") != nullptr) {
-    HW_ASSIGN_OR_RETURN(vocab.pre, ReadString(gguf, "tokenizer.ggml.pre"));
-  }
-
+  HW_ASSIGN_OR_RETURN(vocab.pre, ReadPreTokenizerName(gguf, is_spm));
   HW_ASSIGN_OR_RETURN(vocab.tokens, ReadStringArray(gguf, "tokenizer.ggml.tokens"));
   if (!is_spm) {
     HW_ASSIGN_OR_RETURN(vocab.merges, ReadStringArray(gguf, "tokenizer.ggml.merges"));
   }
-  const size_t n_vocab = vocab.tokens.size();
-
-  if (const GgufValue* types = gguf.Find("tokenizer.ggml.token_type")) {
-    auto values = types->AsIntArray();
-    if (!values.ok()) return values.status().WithContext("tokenizer.ggml.token_type");
-    if (values->size() != n_vocab) {
-      return Status::InvalidArgument("tokenizer.ggml.token_type has " +
-                                     std::to_string(values->size()) + " entries for " +
-                                     std::to_string(n_vocab) + " tokens");
-    }
-    vocab.token_types.reserve(n_vocab);
-    for (size_t id = 0; id < n_vocab; ++id) {
-      int64_t type = (*values)[id];
-      if (type < 0 || type > static_cast<int64_t>(TokenType::kByte)) {
-        return Status::InvalidArgument("tokenizer.ggml.token_type of token " +
-                                       std::to_string(id) + " is " + std::to_string(type) +
-                                       ", not 0..6");
-      }
-      vocab.token_types.push_back(static_cast<TokenType>(type));
-    }
-  } else {
-    vocab.token_types.assign(n_vocab, TokenType::kNormal);
-  }
-
-  if (const GgufValue* scores = is_spm ? gguf.Find("tokenizer.ggml.scores") : nullptr) {
-    auto values = scores->AsFloatArray();
-    if (!values.ok()) return values.status().WithContext("tokenizer.ggml.scores");
-    if (values->size() != n_vocab) {
-      return Status::InvalidArgument("tokenizer.ggml.scores has " +
-                                     std::to_string(values->size()) + " entries for " +
-                                     std::to_string(n_vocab) + " tokens");
-    }
-    vocab.scores.assign(values->begin(), values->end());
-  }
-
-  HW_ASSIGN_OR_RETURN(vocab.bos_id, ReadOptionalId(gguf, "tokenizer.ggml.bos_token_id", n_vocab));
-  HW_ASSIGN_OR_RETURN(vocab.eos_id, ReadOptionalId(gguf, "tokenizer.ggml.eos_token_id", n_vocab));
-  HW_ASSIGN_OR_RETURN(vocab.unk_id,
-                      ReadOptionalId(gguf, "tokenizer.ggml.unknown_token_id", n_vocab));
-  HW_ASSIGN_OR_RETURN(vocab.pad_id,
-                      ReadOptionalId(gguf, "tokenizer.ggml.padding_token_id", n_vocab));
-  // llama.cpp's defaults when a key is absent (llama_vocab::impl::load).
-  vocab.add_bos = is_spm;
-  vocab.add_space_prefix = is_spm;
-  HW_ASSIGN_OR_RETURN(vocab.add_bos,
-                      ReadOptionalBool(gguf, "tokenizer.ggml.add_bos_token", vocab.add_bos));
+  HW_ASSIGN_OR_RETURN(vocab.token_types, ReadTokenTypes(gguf, vocab.tokens.size()));
   if (is_spm) {
-    HW_ASSIGN_OR_RETURN(vocab.add_space_prefix,
-                        ReadOptionalBool(gguf, "tokenizer.ggml.add_space_prefix",
-                                         vocab.add_space_prefix));
+    HW_ASSIGN_OR_RETURN(vocab.scores, ReadScores(gguf, vocab.tokens.size()));
   }
+  HW_RETURN_IF_ERROR(ReadSpecialTokens(gguf, is_spm, &vocab));
   return vocab;
 }
 

@@ -19,6 +19,8 @@ using testing::FakeLlamaSpec;
 constexpr int kBlockSize = 16;
 constexpr int kNumBlocks = 64;
 constexpr uint64_t kRequest = 7;
+// What each fake prefill rank reports as its send time (TransferResult.seconds).
+constexpr double kSendSeconds = 0.25;
 
 std::unique_ptr<ServingMetrics> MakeMetrics(const std::vector<int>& tp_sizes) {
   Result<std::unique_ptr<ServingMetrics>> m = ServingMetrics::Create("fake", tp_sizes);
@@ -88,6 +90,7 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
     r.set_transfer_id(plan.transfer_id());
     r.set_error(error);
     r.set_bytes(1000);
+    r.set_seconds(kSendSeconds);
     return r;
   }
 
@@ -162,6 +165,9 @@ TEST_F(DisaggregationCoordinatorTest, SuccessfulTransferHandsOffWithTheBlocksCac
   ExpectConsistent();
   EXPECT_EQ(Counter("headway:kv_transfer_blocks_total"), 12);
   EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total"), 0);
+  // The sending rank's own time for its plan, one observation per result.
+  EXPECT_EQ(Counter("headway:kv_transfer_send_seconds_count"), 1);
+  EXPECT_EQ(Counter("headway:kv_transfer_send_seconds_sum"), kSendSeconds);
 }
 
 TEST_F(DisaggregationCoordinatorTest, AFailedTransferIsRetriedOnceWithTheSameBlocksThenFallsBack) {
@@ -188,6 +194,8 @@ TEST_F(DisaggregationCoordinatorTest, AFailedTransferIsRetriedOnceWithTheSameBlo
   EXPECT_FALSE(out[0].transferred);  // the decode instance prefills it
   EXPECT_TRUE(out[0].status.ok());
   EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total"), 1);
+  // Failed sends are not timed; the late success of the first attempt is.
+  EXPECT_EQ(Counter("headway:kv_transfer_send_seconds_count"), 1);
   // Every sender answered: nothing drains, every block is back.
   EXPECT_EQ(pd_->num_draining(), 0u);
   EXPECT_EQ(ReferencedBlocks(prefill()), 0);

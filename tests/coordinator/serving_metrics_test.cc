@@ -74,6 +74,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:kv_transfer_blocks_total", "counter"},
       {"headway:kv_transfer_fallbacks_total", "counter"},
       {"headway:kv_transfer_seconds", "histogram"},
+      {"headway:kv_transfer_send_seconds", "histogram"},
       {"headway:pd_prefill_seconds", "histogram"},
       {"headway:pd_first_decode_seconds", "histogram"},
   };
@@ -270,6 +271,26 @@ TEST(ServingMetricsTest, InvalidCallsChangeOnlyTheRejectedCounter) {
       EXPECT_EQ(b->Value(s.name, s.labels), s.value) << s.name;
     }
   }
+}
+
+// One observation per prefill rank's send, in the KV transfer buckets; an
+// invalid duration counts as rejected under instance "unknown" (the series
+// has no instance).
+TEST(ServingMetricsTest, TransferSendTimesAreObservedAndInvalidOnesRejected) {
+  std::unique_ptr<ServingMetrics> m = MakeMetrics();
+  m->OnKvTransferSent(0.02);
+  m->OnKvTransferSent(0.25);
+  m->OnKvTransferSent(-1.0);
+  m->OnKvTransferSent(std::nan(""));
+  PromExposition e = Scrape(*m);
+  const PromLabels model = {{"model_name", kModel}};
+  EXPECT_EQ(Get(e, "headway:kv_transfer_send_seconds_count", model), 2.0);
+  EXPECT_DOUBLE_EQ(Get(e, "headway:kv_transfer_send_seconds_sum", model), 0.27);
+  EXPECT_EQ(Get(e, "headway:kv_transfer_send_seconds_bucket", With(model, "le", "0.025")), 1.0);
+  EXPECT_EQ(Get(e, "headway:kv_transfer_send_seconds_bucket", With(model, "le", "0.3")), 2.0);
+  EXPECT_EQ(Get(e, "headway:metrics_rejected_observations_total",
+                {{"model_name", kModel}, {"instance", "unknown"}}),
+            2.0);
 }
 
 TEST(ServingMetricsTest, ConcurrentCallersAreCountedExactly) {

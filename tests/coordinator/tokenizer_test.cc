@@ -11,6 +11,7 @@
 
 #include "coordinator/tokenizer/bpe.h"
 #include "coordinator/tokenizer/pretokenizer.h"
+#include "tests/coordinator/tiny_vocab.h"
 #include "tests/support/test_env.h"
 
 namespace headway {
@@ -18,6 +19,7 @@ namespace {
 
 using ::headway::testing::SmolLm2Path;
 using ::headway::testing::TestDataPath;
+using ::headway::testing::TinyVocab;
 
 // ---- pieces that need no model
 
@@ -50,22 +52,6 @@ TEST(PreTokenizerTest, UnknownNameIsUnimplemented) {
   ASSERT_FALSE(pre.ok());
   EXPECT_EQ(pre.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(pre.status().message().find("llama3"), std::string::npos);
-}
-
-// A vocabulary of the 256 byte tokens plus "ab", "abc", "bc".
-TokenizerVocab TinyVocab() {
-  TokenizerVocab vocab;
-  vocab.model = "gpt2";
-  vocab.pre = "smollm";
-  for (int b = 0; b < 256; ++b) vocab.tokens.push_back(ByteToUnicodeText(static_cast<uint8_t>(b)));
-  vocab.tokens.push_back("ab");      // 256
-  vocab.tokens.push_back("bc");      // 257
-  vocab.tokens.push_back("abc");     // 258
-  vocab.tokens.push_back("<|s|>");   // 259
-  vocab.token_types.assign(vocab.tokens.size(), TokenType::kNormal);
-  vocab.token_types[259] = TokenType::kControl;
-  vocab.merges = {"b c", "a b", "a bc"};
-  return vocab;
 }
 
 TEST(BpeModelTest, MergesByRank) {

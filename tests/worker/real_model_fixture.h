@@ -9,10 +9,12 @@
 #include <map>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 
 #include "common/gguf.h"
 #include "common/model_spec.h"
+#include "kernels/matmul.h"
 #include "kernels/reference/quant_matmul_8bit_act.h"
 #include "tests/support/test_env.h"
 #include "tests/worker/block_granter.h"
@@ -100,7 +103,8 @@ inline void ExpectTop10(const std::vector<float>& logits, const nlohmann::json& 
 enum class MatmulPath {
   kQuantisedF32Act,   // stored blocks, f32 activations: ApplyLinear (serving)
   kQuantised8BitAct,  // stored blocks, activations rounded to 8 bits (llama.cpp)
-  kF32,               // weights dequantised to f32, sgemm: ApplyLinearDequantised
+  kF32,               // weights dequantised to f32, sgemm: ApplyLinearDequantised's
+                      // arithmetic, each matrix dequantised once (ApplyLinearF32Cached)
 };
 
 // llama.cpp's arithmetic where the matrix is held quantised, else serving's.
@@ -109,10 +113,44 @@ inline void ApplyLinear8BitAct(const LinearWeight& w, const float* x, int m, flo
   reference::QuantMatmulTransB8BitAct(x, w.quant.data(), w.quant_type, m, w.rows, w.cols, y);
 }
 
+// The f32 copies of the quantised matrices that ApplyLinearF32Cached has
+// used, keyed by the LinearWeight's address (the models are loaded once per
+// test process and never change). Each copy is the matrix's whole
+// dequantisation, 4 bytes per weight: the copies live only while a test
+// runs the kF32 path (SetMatmulPath drops them), never on the serving path.
+struct F32WeightCache {
+  std::mutex mu;
+  std::unordered_map<const LinearWeight*, std::vector<float>> copies;  // guarded by mu
+
+  static F32WeightCache& Get() {
+    static F32WeightCache cache;
+    return cache;
+  }
+  // [w.rows, w.cols]: dequantised on the first call for `w`.
+  const std::vector<float>& Of(const LinearWeight& w) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, inserted] = copies.try_emplace(&w);
+    if (inserted) it->second = w.ToF32();
+    return it->second;
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu);
+    copies.clear();
+  }
+};
+
+// ApplyLinearDequantised's arithmetic (sgemm on the dequantised matrix) with
+// each matrix dequantised once per test instead of tile by tile on every
+// call, which made the f32 reference tests ten times slower.
+inline void ApplyLinearF32Cached(const LinearWeight& w, const float* x, int m, float* y) {
+  if (!w.has_quant() || m <= 0 || w.rows <= 0) return ApplyLinear(w, x, m, y);
+  cpu::MatmulTransB(x, F32WeightCache::Get().Of(w).data(), m, w.rows, w.cols, y);
+}
+
 inline LinearFn LinearFnOf(MatmulPath path) {
   switch (path) {
     case MatmulPath::kQuantised8BitAct: return &ApplyLinear8BitAct;
-    case MatmulPath::kF32: return &ApplyLinearDequantised;
+    case MatmulPath::kF32: return &ApplyLinearF32Cached;
     default: return &ApplyLinear;
   }
 }
@@ -261,6 +299,7 @@ class RealModelFixture : public ::testing::Test {
     auto* cpu_model = dynamic_cast<DecoderModel*>(model_);
     ASSERT_NE(cpu_model, nullptr) << "not a CPU model";
     cpu_model->TEST_set_linear(LinearFnOf(path));
+    if (path != MatmulPath::kF32) F32WeightCache::Get().Clear();
   }
 
   // Steps compared over all cases.

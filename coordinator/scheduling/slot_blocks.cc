@@ -1,0 +1,48 @@
+#include "coordinator/scheduling/slot_blocks.h"
+
+#include <algorithm>
+
+#include "common/status.h"
+
+namespace headway {
+
+SlotBlocks::SlotBlocks(int block_size, bool enable_recycling)
+    : block_size_(block_size), enable_recycling_(enable_recycling) {
+  HW_CHECK(block_size >= 1);
+}
+
+int64_t SlotBlocks::LogicalBlocks(int64_t num_positions) const {
+  return (num_positions + block_size_ - 1) / block_size_;
+}
+
+int64_t SlotBlocks::SinkBlocks(const SlotSpec& spec) const {
+  return (int64_t(spec.sink) + block_size_ - 1) / block_size_;
+}
+
+BlockSpan SlotBlocks::Unneeded(const SlotSpec& spec, int64_t first_uncomputed) const {
+  if (!Recycles(spec)) return {};
+  const int64_t sink_blocks = SinkBlocks(spec);
+  const int64_t live_begin =
+      std::max<int64_t>(0, first_uncomputed - spec.window + 1) / block_size_;
+  return {sink_blocks, std::max(sink_blocks, live_begin)};
+}
+
+int64_t SlotBlocks::BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
+                                int64_t first_uncomputed) const {
+  const int64_t want = LogicalBlocks(num_positions);
+  if (want <= have) return 0;
+  const BlockSpan skip = Unneeded(spec, first_uncomputed);
+  const int64_t skipped =
+      std::max<int64_t>(0, std::min(want, skip.end) - std::max(have, skip.begin));
+  return want - have - skipped;
+}
+
+int64_t SlotBlocks::PeakBlocks(const SlotSpec& spec, int64_t num_positions,
+                               int max_chunk_tokens) const {
+  const int64_t all = LogicalBlocks(num_positions);
+  if (!Recycles(spec)) return all;
+  const int64_t span = int64_t(spec.window) - 1 + max_chunk_tokens;
+  return std::min(all, SinkBlocks(spec) + (span + 2 * block_size_ - 2) / block_size_);
+}
+
+}  // namespace headway

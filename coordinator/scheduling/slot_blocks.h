@@ -1,0 +1,65 @@
+// Which logical blocks of one slot a sequence needs (DESIGN.md "Recycling"),
+// for a block size B and a recycling setting: pure arithmetic over a slot's
+// attention spec, no blocks are held here. The KvCacheManager asks it what
+// to allocate, what to recycle and how long a sequence can grow.
+//
+// A full slot (or any slot with recycling off) needs every logical block
+// [0, ceil(L / B)) of a sequence of L positions. A sliding slot (window W,
+// sink S) whose first uncomputed position is p needs only its sink blocks,
+// logical [0, ceil(S / B)), and the blocks from floor(max(0, p - W + 1) / B)
+// on: earlier ones lie wholly outside the window of every position still to
+// be computed. Ranges are [begin, end).
+//
+// Immutable after construction: thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "common/kv_layout.h"
+
+namespace headway {
+
+// Logical blocks [begin, end); empty when end <= begin.
+struct BlockSpan {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool Contains(int64_t i) const { return i >= begin && i < end; }
+};
+
+class SlotBlocks {
+ public:
+  // REQUIRES: block_size >= 1.
+  SlotBlocks(int block_size, bool enable_recycling);
+
+  // Logical blocks [0, n) cover positions [0, num_positions).
+  int64_t LogicalBlocks(int64_t num_positions) const;
+
+  // Logical blocks that lie wholly outside the sink and the window of every
+  // position from `first_uncomputed` on: what the slot does not need.
+  // end >= begin; empty for full slots and with recycling off.
+  BlockSpan Unneeded(const SlotSpec& spec, int64_t first_uncomputed) const;
+
+  // Blocks the slot still has to allocate, logical [have, want), to cover
+  // [0, num_positions) from `first_uncomputed` on (Unneeded ones skipped).
+  int64_t BlocksToAdd(const SlotSpec& spec, int64_t have, int64_t num_positions,
+                      int64_t first_uncomputed) const;
+
+  // The most blocks the slot holds at once for a sequence of
+  // `num_positions` positions computed in chunks of at most
+  // `max_chunk_tokens`: at a step computing [p, p + c) a recycling sliding
+  // slot holds its sink blocks and blocks floor((p - W + 1) / B) ..
+  // ceil((p + c) / B) - 1, at most sink_blocks + ceil((W - 1 + c + B - 1) / B)
+  // of them; any other slot all of them.
+  int64_t PeakBlocks(const SlotSpec& spec, int64_t num_positions, int max_chunk_tokens) const;
+
+  int block_size() const { return block_size_; }
+
+ private:
+  bool Recycles(const SlotSpec& spec) const { return spec.IsSliding() && enable_recycling_; }
+  int64_t SinkBlocks(const SlotSpec& spec) const;
+
+  const int block_size_;
+  const bool enable_recycling_;
+};
+
+}  // namespace headway
