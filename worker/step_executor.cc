@@ -177,20 +177,32 @@ void StepExecutor::BuildTables(const StagedStep& staged) {
 void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
                           proto::StepResult* result) const {
   const int vocab = model_->vocab_size();
-  for (size_t r = 0; r < staged.sampled_seqs.size(); ++r) {
-    const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[r]);
-    const SequenceState& state = staged.states[staged.sampled_seqs[r]];
+  const int num_rows = int(staged.sampled_seqs.size());
+  const std::vector<SampleResult>* picks = model_->device_picks();
+  std::vector<SampleResult> sampled(static_cast<size_t>(num_rows));
+  // Rows are independent and each is a few passes over the vocabulary (its
+  // log-partition alone is vocab_size exps): 32 rows took ~7 ms on one
+  // thread. Each row's result does not depend on which thread samples it.
+#pragma omp parallel for schedule(dynamic, 1) if (num_rows > 1)
+  for (int r = 0; r < num_rows; ++r) {
+    const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[size_t(r)]);
+    const SequenceState& state = staged.states[staged.sampled_seqs[size_t(r)]];
     const proto::SamplingParams& p = step.sampling();
+    const bool picked = picks != nullptr && size_t(r) < picks->size() &&
+                        (*picks)[size_t(r)].token_id >= 0 && greedy_picks_[size_t(r)] >= 0;
+    if (picked) {
+      sampled[size_t(r)] = (*picks)[size_t(r)];
+      continue;
+    }
     const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
-    const double uniform = SeededUniform(seed, step.num_generated());
-    const std::vector<SampleResult>* picks = model_->device_picks();
-    const bool picked = picks != nullptr && r < picks->size() && (*picks)[r].token_id >= 0 &&
-                        greedy_picks_[r] >= 0;
-    SampleResult s = picked ? (*picks)[r]
-                            : cpu::Sample(logits_.data() + r * vocab, vocab, ToSamplingConfig(p),
-                                          uniform, p.num_logprobs());
+    sampled[size_t(r)] = cpu::Sample(logits_.data() + size_t(r) * vocab, vocab,
+                                     ToSamplingConfig(p), SeededUniform(seed, step.num_generated()),
+                                     p.num_logprobs());
+  }
+  for (int r = 0; r < num_rows; ++r) {
+    const SampleResult& s = sampled[size_t(r)];
     proto::SampledToken* t = result->add_tokens();
-    t->set_seq_id(step.seq_id());
+    t->set_seq_id(plan.seqs(staged.sampled_seqs[size_t(r)]).seq_id());
     t->set_token_id(s.token_id);
     t->set_logprob(s.logprob);
     for (const auto& [id, lp] : s.top_logprobs) {

@@ -49,6 +49,11 @@ constexpr int kChunk = 32;     // values dequantised together (a K super-block h
 constexpr int kLanes = 8;      // f32 lanes per output accumulator
 constexpr int kColGroup = 4;   // weight rows per unit of work, register path
 constexpr int kRegisterPathMaxRows = 4;
+// How far ahead the register path prefetches weight rows. Its tiles read C
+// rows side by side, a pattern the hardware prefetchers follow poorly: on a
+// Zen 3 VM prefetching 8 rows ahead made the Q8_0 LM head (49152 x 576, 30
+// MB, from DRAM) 3x faster at one activation row and the Q4_1 matrices 1.2x.
+constexpr int kPrefetchRows = 8;
 // f32 scratch per thread for the prefill path: 192 KiB (at least 3 rows),
 // inside L2, and enough weight rows per group that x is streamed few times.
 constexpr int kScratchFloats = 48 * 1024;
@@ -189,6 +194,10 @@ void RegisterTileAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i0
   }
   const uint8_t* rows[C];
   for (int c = 0; c < C; ++c) rows[c] = w + size_t(i0 + c) * row_bytes;
+  // The C rows kPrefetchRows further on, C * kBytes bytes of them per block,
+  // so that they are in cache when their tile runs (none past row n).
+  const uint8_t* ahead =
+      i0 + kPrefetchRows + C <= n ? w + size_t(i0 + kPrefetchRows) * row_bytes : nullptr;
   // The FMAs of one 32-value chunk of weights (the weights of column c).
   auto fma_chunk = [&](int c, const __m256 wv[4], size_t x_offset) {
     for (int r = 0; r < R; ++r) {
@@ -199,6 +208,12 @@ void RegisterTileAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i0
     }
   };
   for (int b = 0; b < nb; ++b) {
+    if (ahead != nullptr) {
+      const uint8_t* p = ahead + size_t(b) * C * kBytes;
+      for (int line = 0; line < C * kBytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + line), _MM_HINT_T0);
+      }
+    }
     if constexpr (kValues == kChunk) {
       for (int c = 0; c < C; ++c) {
         __m256 wv[4];
