@@ -7,7 +7,6 @@
 //   * sgemm GFLOP/s for [16, 576] x [576, 1536]^T (an MLP up-projection of a
 //     16-token batch).
 // Every figure is the median of --repeats timed runs after one warm-up run.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +23,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/threads.h"
 
 namespace headway {
 namespace {
@@ -51,13 +51,13 @@ MemcpyResult MeasureMemcpy(size_t bytes, int repeats) {
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   const double one = MedianSeconds(repeats, [&] { std::memcpy(dst.data(), src.data(), bytes); });
   const double all = MedianSeconds(repeats, [&] {
-#pragma omp parallel
-    {
-      const size_t n = size_t(omp_get_num_threads());
-      const size_t t = size_t(omp_get_thread_num());
-      const size_t begin = bytes * t / n, end = bytes * (t + 1) / n;
-      std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
-    }
+    const int64_t n = cpu::NumThreads();
+    cpu::ParallelFor(n, 1, [&](int64_t t_begin, int64_t t_end) {
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        const size_t begin = bytes * size_t(t) / size_t(n), end = bytes * size_t(t + 1) / size_t(n);
+        std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
+      }
+    });
   });
   return {bytes / one / 1e9, bytes / all / 1e9};
 }
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const headway::MemcpyResult copy = headway::MeasureMemcpy(memcpy_mib << 20, repeats);
-  std::printf("{\n  \"omp_threads\": %d,\n", omp_get_max_threads());
+  std::printf("{\n  \"threads\": %d,\n", headway::cpu::NumThreads());
   std::printf("  \"memcpy_gbps_one_thread\": %.2f,\n", copy.one_thread_gbps);
   std::printf("  \"memcpy_gbps_all_threads\": %.2f,\n", copy.all_threads_gbps);
   std::printf("  \"decode_attention\": [\n");

@@ -41,6 +41,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/quant_matmul.h"
+#include "kernels/threads.h"
 #include "kernels/reference/quant_matmul_8bit_act.h"
 #include "worker/dequant.h"
 
@@ -209,7 +210,8 @@ int main(int argc, char** argv) {
   };
   nlohmann::json results = nlohmann::json::array();
   for (int threads : thread_counts) {
-    omp_set_num_threads(threads);
+    omp_set_num_threads(threads);  // the 8-bit-activation reference runs under OpenMP
+    cpu::SetNumThreads(threads);
     openblas_set_num_threads(threads);
     for (const bool cold : {false, true}) {
       for (const Shape& s : shapes) {

@@ -28,7 +28,7 @@ void AppendKv(const float* k, const float* v, const BatchLayout& batch,
 // entries (recycled blocks) are never dereferenced. REQUIRES: every visible
 // position has a block id >= 0 (a -1 there is a broken invariant and aborts
 // through HW_CHECK). Softmax is computed online (FlashAttention, Dao et
-// al. 2022) in f32. Parallel (OpenMP) over (token row, KV head); the query
+// al. 2022) in f32. Parallel (cpu::ParallelFor) over (token row, KV head); the query
 // heads of one KV head share each K/V read.
 void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,

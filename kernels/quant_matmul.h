@@ -43,7 +43,7 @@ bool QuantMatmulSupported(GgmlType type);
 //   w_quant: n rows of k values of `w_type`, row i starting at byte
 //            i * row_bytes, row_bytes = k / block values * block bytes
 //            (block values 256 for Q4_K and Q6_K, else 32; F16: 2 * k).
-// Parallel over output rows n with OpenMP (the calling thread's team size).
+// Parallel over output rows n on the calling thread's pool (kernels/threads.h).
 // Thread-safe for distinct y. m == 0 or n == 0 writes nothing; k == 0 writes
 // zeros. REQUIRES: QuantMatmulSupported(w_type), k % 32 == 0 (k % 256 == 0
 // for Q4_K and Q6_K), m, n, k >= 0 (checked: a violation aborts, as it is a
@@ -66,7 +66,7 @@ bool QuantMatmulSupported(GgmlType type);
 //
 // Summation order, fixed per output so that results are batch-invariant:
 // y[r, i] depends only on x[r, :] and weight row i, bit for bit, whatever m,
-// whatever the other rows of x, and whatever the OpenMP team size. Value j of
+// whatever the other rows of x, and whatever the thread count. Value j of
 // the row goes to lane j % 8 of an 8-lane f32 accumulator; lane l takes
 // acc_l = fma(w_j, x_j, acc_l) for j = l, l + 8, l + 16, ... in increasing j;
 // then y = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)). The AVX2 and

@@ -47,7 +47,7 @@ bool ComputeThread::Wait(std::optional<std::chrono::milliseconds> timeout) {
 }
 
 void ComputeThread::Run(int num_threads) {
-  // The team size is per thread (OpenMP's nthreads-var): set it here.
+  // The pool is per thread: make it here.
   if (num_threads > 0) cpu::SetNumThreads(num_threads);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

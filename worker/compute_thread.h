@@ -1,16 +1,14 @@
 // The one thread of a worker that runs its kernels, from loading the model
 // to the last step.
 //
-// Why one: OpenMP gives every thread that starts a parallel region a thread
-// team of its own (libgomp keeps the pool per master thread). A worker whose
-// main thread ran regions while loading and whose step thread ran them while
-// serving had two teams, 4 OpenMP threads on a 2-core host; once libgomp
-// manages more threads than there are CPUs it cuts its spin-wait between
-// regions to a few hundred iterations (its "throttled" spin), so each of a
-// decode step's ~300 regions paid a futex sleep and wake-up: 34 % of the
-// worker's samples under `perf record`, a 35.8 ms decode step in serving
-// against 12.7 ms in process (headway-worker-step-bench). With every kernel
-// on this thread there is one team of num_threads threads, as in-process.
+// Why one: the kernels' compute threads are a pool per calling thread
+// (kernels/threads.h), as OpenMP's teams were per master thread. A worker
+// whose main thread ran kernels while loading and whose step thread ran them
+// while serving had two teams, 4 threads on a 2-core host, and libgomp then
+// cut its spin-wait between loops short (it throttles once it manages more
+// threads than there are CPUs): a decode step paid a futex sleep and wake-up
+// at each of its ~300 loops. With every kernel on this thread there is one
+// pool of num_threads threads, as in-process (headway-worker-step-bench).
 //
 // The CUDA backend keeps its device current per thread, so a model created
 // here also runs its steps here on the device it set.
@@ -29,9 +27,9 @@ namespace headway {
 
 class ComputeThread {
  public:
-  // Starts the thread. `num_threads` > 0 sets its OpenMP team size
-  // (cpu::SetNumThreads, which also makes OpenBLAS single-threaded);
-  // 0 leaves OpenMP's default of one thread per core.
+  // Starts the thread. `num_threads` > 0 gives it a pool of that many
+  // compute threads (cpu::SetNumThreads, which also makes OpenBLAS
+  // single-threaded); 0 leaves the default of one per core.
   explicit ComputeThread(int num_threads);
   // Waits for the task in progress, if any, then stops the thread.
   ~ComputeThread();

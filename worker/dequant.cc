@@ -1,7 +1,10 @@
 #include "worker/dequant.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+
+#include "kernels/threads.h"
 
 namespace headway {
 namespace {
@@ -15,37 +18,47 @@ constexpr int kQKK = 256;  // values per super-block of the K types
 using quant::LoadU16;
 using quant::ScaleMinK4;
 
+// f(i) for i in [0, n), split across the compute threads from
+// `min_for_threads` items on (cpu::ParallelFor).
+template <class F>
+void ForEach(uint64_t n, uint64_t min_for_threads, F&& f) {
+  cpu::ParallelFor(int64_t(n), int64_t(std::max<uint64_t>(1, min_for_threads / 2)),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i) f(uint64_t(i));
+                   });
+}
+
 // Each DequantizeBlocks* turns blocks [0, n_blocks) of `src` into `dst`.
 // Formulas follow ggml-quants.c dequantize_row_*.
 
 void DequantizeF32(const uint8_t* src, float* dst, uint64_t n) { std::memcpy(dst, src, n * 4); }
 
 void DequantizeF16(const uint8_t* src, float* dst, uint64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kMinBlocksForThreads * 32)
-  for (uint64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(LoadU16(src + 2 * i));
+  ForEach(n, kMinBlocksForThreads * 32, [&](uint64_t i) {
+    dst[i] = HalfToFloat(LoadU16(src + 2 * i));
+  });
 }
 
 void DequantizeBF16(const uint8_t* src, float* dst, uint64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kMinBlocksForThreads * 32)
-  for (uint64_t i = 0; i < n; ++i) dst[i] = BFloat16ToFloat(LoadU16(src + 2 * i));
+  ForEach(n, kMinBlocksForThreads * 32, [&](uint64_t i) {
+    dst[i] = BFloat16ToFloat(LoadU16(src + 2 * i));
+  });
 }
 
 // Q8_0: f16 d | i8 qs[32].
 void DequantizeQ8_0(const uint8_t* src, float* dst, uint64_t n_blocks) {
-#pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads)
-  for (uint64_t b = 0; b < n_blocks; ++b) {
+  ForEach(n_blocks, kMinBlocksForThreads, [&](uint64_t b) {
     const uint8_t* block = src + b * 34;
     const float d = HalfToFloat(LoadU16(block));
     const auto* qs = reinterpret_cast<const int8_t*>(block + 2);
     float* y = dst + b * kQK;
     for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(qs[j]) * d;
-  }
+  });
 }
 
 // Q4_0: f16 d | u8 qs[16].
 void DequantizeQ4_0(const uint8_t* src, float* dst, uint64_t n_blocks) {
-#pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads)
-  for (uint64_t b = 0; b < n_blocks; ++b) {
+  ForEach(n_blocks, kMinBlocksForThreads, [&](uint64_t b) {
     const uint8_t* block = src + b * 18;
     const float d = HalfToFloat(LoadU16(block));
     const uint8_t* qs = block + 2;
@@ -54,13 +67,12 @@ void DequantizeQ4_0(const uint8_t* src, float* dst, uint64_t n_blocks) {
       y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
       y[j + kQK / 2] = static_cast<float>((qs[j] >> 4) - 8) * d;
     }
-  }
+  });
 }
 
 // Q4_1: f16 d | f16 m | u8 qs[16].
 void DequantizeQ4_1(const uint8_t* src, float* dst, uint64_t n_blocks) {
-#pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads)
-  for (uint64_t b = 0; b < n_blocks; ++b) {
+  ForEach(n_blocks, kMinBlocksForThreads, [&](uint64_t b) {
     const uint8_t* block = src + b * 20;
     const float d = HalfToFloat(LoadU16(block));
     const float m = HalfToFloat(LoadU16(block + 2));
@@ -70,13 +82,12 @@ void DequantizeQ4_1(const uint8_t* src, float* dst, uint64_t n_blocks) {
       y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
       y[j + kQK / 2] = static_cast<float>(qs[j] >> 4) * d + m;
     }
-  }
+  });
 }
 
 // Q5_0: f16 d | u8 qh[4] | u8 qs[16]. Bit j of qh is the 5th bit of value j.
 void DequantizeQ5_0(const uint8_t* src, float* dst, uint64_t n_blocks) {
-#pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads)
-  for (uint64_t b = 0; b < n_blocks; ++b) {
+  ForEach(n_blocks, kMinBlocksForThreads, [&](uint64_t b) {
     const uint8_t* block = src + b * 22;
     const float d = HalfToFloat(LoadU16(block));
     uint32_t qh;
@@ -89,13 +100,12 @@ void DequantizeQ5_0(const uint8_t* src, float* dst, uint64_t n_blocks) {
       y[j] = static_cast<float>(((qs[j] & 0x0F) | xh0) - 16) * d;
       y[j + kQK / 2] = static_cast<float>(((qs[j] >> 4) | xh1) - 16) * d;
     }
-  }
+  });
 }
 
 // Q4_K: f16 d | f16 dmin | u8 scales[12] | u8 qs[128].
 void DequantizeQ4_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
-#pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads / 8)
-  for (uint64_t b = 0; b < n_blocks; ++b) {
+  ForEach(n_blocks, kMinBlocksForThreads / 8, [&](uint64_t b) {
     const uint8_t* block = src + b * 144;
     const float d = HalfToFloat(LoadU16(block));
     const float dmin = HalfToFloat(LoadU16(block + 2));
@@ -113,13 +123,12 @@ void DequantizeQ4_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
       for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
       for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
     }
-  }
+  });
 }
 
 // Q6_K: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d.
 void DequantizeQ6_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
-#pragma omp parallel for schedule(static) if (n_blocks >= kMinBlocksForThreads / 8)
-  for (uint64_t b = 0; b < n_blocks; ++b) {
+  ForEach(n_blocks, kMinBlocksForThreads / 8, [&](uint64_t b) {
     const uint8_t* block = src + b * 210;
     const uint8_t* ql = block;
     const uint8_t* qh = block + 128;
@@ -139,7 +148,7 @@ void DequantizeQ6_K(const uint8_t* src, float* dst, uint64_t n_blocks) {
         y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
       }
     }
-  }
+  });
 }
 
 // What the quantised kernels read, plus the plain float types.

@@ -7,6 +7,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/quant_matmul.h"
+#include "kernels/threads.h"
 #include "worker/dequant.h"
 
 namespace headway {
@@ -84,15 +85,16 @@ void EmbeddingLookup(const LinearWeight& table, int row_begin, const int32_t* id
     return;
   }
   const int dim = table.cols;
-#pragma omp parallel for schedule(static) if (int64_t(n) * dim >= (1 << 16))
-  for (int i = 0; i < n; ++i) {
-    float* row = out + size_t(i) * dim;
-    if (ids[i] >= row_begin && ids[i] < row_end) {
-      table.DequantizeRows(ids[i] - row_begin, ids[i] - row_begin + 1, row);
-    } else {
-      std::memset(row, 0, sizeof(float) * dim);
+  cpu::ParallelFor(n, std::max(1, (1 << 15) / std::max(dim, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* row = out + size_t(i) * dim;
+      if (ids[i] >= row_begin && ids[i] < row_end) {
+        table.DequantizeRows(ids[i] - row_begin, ids[i] - row_begin + 1, row);
+      } else {
+        std::memset(row, 0, sizeof(float) * dim);
+      }
     }
-  }
+  });
 }
 
 }  // namespace headway

@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
     threads = std::max(1, int(std::thread::hardware_concurrency()) / instance.tp_size);
   }
   // Every kernel of this worker, loading included, runs on this one thread:
-  // one OpenMP team (worker/compute_thread.h says why).
+  // one pool of compute threads (worker/compute_thread.h says why).
   ComputeThread compute(threads);
 #if HEADWAY_HAVE_CUDA
   // A missing GPU is reported before seconds of model loading, not after.

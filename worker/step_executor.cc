@@ -8,6 +8,7 @@
 
 #include "comm/status_proto.h"
 #include "kernels/sampling.h"
+#include "kernels/threads.h"
 
 namespace headway {
 namespace {
@@ -183,22 +184,23 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
   // Rows are independent and each is a few passes over the vocabulary (its
   // log-partition alone is vocab_size exps): 32 rows took ~7 ms on one
   // thread. Each row's result does not depend on which thread samples it.
-#pragma omp parallel for schedule(dynamic, 1) if (num_rows > 1)
-  for (int r = 0; r < num_rows; ++r) {
-    const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[size_t(r)]);
-    const SequenceState& state = staged.states[staged.sampled_seqs[size_t(r)]];
-    const proto::SamplingParams& p = step.sampling();
-    const bool picked = picks != nullptr && size_t(r) < picks->size() &&
-                        (*picks)[size_t(r)].token_id >= 0 && greedy_picks_[size_t(r)] >= 0;
-    if (picked) {
-      sampled[size_t(r)] = (*picks)[size_t(r)];
-      continue;
+  cpu::ParallelFor(num_rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[size_t(r)]);
+      const SequenceState& state = staged.states[staged.sampled_seqs[size_t(r)]];
+      const proto::SamplingParams& p = step.sampling();
+      const bool picked = picks != nullptr && size_t(r) < picks->size() &&
+                          (*picks)[size_t(r)].token_id >= 0 && greedy_picks_[size_t(r)] >= 0;
+      if (picked) {
+        sampled[size_t(r)] = (*picks)[size_t(r)];
+        continue;
+      }
+      const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
+      sampled[size_t(r)] =
+          cpu::Sample(logits_.data() + size_t(r) * vocab, vocab, ToSamplingConfig(p),
+                      SeededUniform(seed, step.num_generated()), p.num_logprobs());
     }
-    const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
-    sampled[size_t(r)] = cpu::Sample(logits_.data() + size_t(r) * vocab, vocab,
-                                     ToSamplingConfig(p), SeededUniform(seed, step.num_generated()),
-                                     p.num_logprobs());
-  }
+  });
   for (int r = 0; r < num_rows; ++r) {
     const SampleResult& s = sampled[size_t(r)];
     proto::SampledToken* t = result->add_tokens();

@@ -2,8 +2,8 @@
 //
 // Work is split into items of (token row, KV head): one item computes every
 // query head of the KV head's group, so the group shares each K/V row while it
-// is in L1. Items run under OpenMP with dynamic scheduling, because rows of a
-// prefill chunk see far more keys than decode rows.
+// is in L1. Items are dealt out to threads in strides (PagedAttention), because
+// later rows of a prefill chunk see more keys than earlier ones.
 #include "kernels/attention.h"
 
 #include <algorithm>
@@ -14,9 +14,13 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/threads.h"
 
 namespace headway::cpu {
 namespace {
+
+// Strides PagedAttention deals items out in.
+constexpr int64_t kLanes = 64;
 
 // The sequence of each token row, so an item finds its sequence in O(1).
 std::vector<int32_t> SeqOfRows(const BatchLayout& batch) {
@@ -190,22 +194,23 @@ void AppendKv(const float* k, const float* v, const BatchLayout& batch,
   const int hd = layout.head_dim;
   const std::vector<int32_t> seq_of_row = SeqOfRows(batch);
   const int64_t n_items = int64_t(n_tokens) * num_kv_heads;
-#pragma omp parallel for schedule(static) if (n_items >= 256)
-  for (int64_t item = 0; item < n_items; ++item) {
-    const int row = int(item / num_kv_heads);
-    const int h = int(item % num_kv_heads);
-    const int s = seq_of_row[row];
-    const int64_t pos = int64_t(batch.start_pos[s]) + (row - batch.query_start[s]);
-    const int64_t logical = pos / layout.block_size;
-    const int in_block = int(pos - logical * layout.block_size);
-    HW_CHECK(logical < table.max_blocks);
-    const int32_t block_id = table.Row(s, h)[logical];
-    HW_CHECK(block_id >= 0);
-    float* block = pool + size_t(block_id) * layout.BlockFloats();
-    const size_t src = (size_t(row) * num_kv_heads + h) * hd;
-    std::memcpy(block + layout.KOffset(in_block), k + src, sizeof(float) * hd);
-    std::memcpy(block + layout.VOffset(in_block), v + src, sizeof(float) * hd);
-  }
+  ParallelFor(n_items, 128, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int row = int(item / num_kv_heads);
+      const int h = int(item % num_kv_heads);
+      const int s = seq_of_row[row];
+      const int64_t pos = int64_t(batch.start_pos[s]) + (row - batch.query_start[s]);
+      const int64_t logical = pos / layout.block_size;
+      const int in_block = int(pos - logical * layout.block_size);
+      HW_CHECK(logical < table.max_blocks);
+      const int32_t block_id = table.Row(s, h)[logical];
+      HW_CHECK(block_id >= 0);
+      float* block = pool + size_t(block_id) * layout.BlockFloats();
+      const size_t src = (size_t(row) * num_kv_heads + h) * hd;
+      std::memcpy(block + layout.KOffset(in_block), k + src, sizeof(float) * hd);
+      std::memcpy(block + layout.VOffset(in_block), v + src, sizeof(float) * hd);
+    }
+  });
 }
 
 void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
@@ -218,27 +223,31 @@ void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
   const int hd = layout.head_dim;
   const std::vector<int32_t> seq_of_row = SeqOfRows(batch);
   const int64_t n_items = int64_t(n_tokens) * num_kv_heads;
-#pragma omp parallel
-  {
+  // Rows of a prefill chunk see more keys the later they are: item lane L
+  // computes items L, L + kLanes, ..., so that every lane gets early and
+  // late rows alike and the threads finish together.
+  const int64_t lanes = std::min<int64_t>(n_items, kLanes);
+  ParallelFor(lanes, 1, [&](int64_t lane_begin, int64_t lane_end) {
     GroupAccumulator acc(group, hd, layout.block_size);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < n_items; ++item) {
-      const int row = int(item / num_kv_heads);
-      const int h = int(item % num_kv_heads);
-      const int s = seq_of_row[row];
-      const int64_t pos = int64_t(batch.start_pos[s]) + (row - batch.query_start[s]);
-      const VisibleRanges ranges = RangesFor(specs[h], pos);
-      // Query heads [h * group, (h + 1) * group) are contiguous in q and out.
-      const size_t head_offset = (size_t(row) * num_heads + size_t(h) * group) * hd;
-      const int32_t* block_row = table.Row(s, h);
-      acc.Reset();
-      AddRange(acc, q + head_offset, scale, pool, block_row, table.max_blocks, layout, 0,
-               ranges.sink_end);
-      AddRange(acc, q + head_offset, scale, pool, block_row, table.max_blocks, layout,
-               ranges.window_begin, pos + 1);
-      acc.Write(out + head_offset);
+    for (int64_t lane = lane_begin; lane < lane_end; ++lane) {
+      for (int64_t item = lane; item < n_items; item += lanes) {
+        const int row = int(item / num_kv_heads);
+        const int h = int(item % num_kv_heads);
+        const int s = seq_of_row[row];
+        const int64_t pos = int64_t(batch.start_pos[s]) + (row - batch.query_start[s]);
+        const VisibleRanges ranges = RangesFor(specs[h], pos);
+        // Query heads [h * group, (h + 1) * group) are contiguous in q and out.
+        const size_t head_offset = (size_t(row) * num_heads + size_t(h) * group) * hd;
+        const int32_t* block_row = table.Row(s, h);
+        acc.Reset();
+        AddRange(acc, q + head_offset, scale, pool, block_row, table.max_blocks, layout, 0,
+                 ranges.sink_end);
+        AddRange(acc, q + head_offset, scale, pool, block_row, table.max_blocks, layout,
+                 ranges.window_begin, pos + 1);
+        acc.Write(out + head_offset);
+      }
     }
-  }
+  });
 }
 
 }  // namespace headway::cpu

@@ -1,45 +1,59 @@
 // Embedding, RMSNorm, RoPE, SwiGLU and residual add, CPU backend.
 #include "kernels/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/threads.h"
+
 namespace headway::cpu {
+namespace {
+
+// Rows per chunk of the row-wise kernels: 32K values, below which a row loop
+// runs on one thread (waking helpers costs more than such a loop).
+int64_t MinRowsPerChunk(int dim) { return std::max(1, (1 << 15) / std::max(dim, 1)); }
+
+void RmsNormRow(const float* row, const float* weight, int dim, float eps, float* o) {
+  // Double sum as in llama.cpp's ggml_float, so long rows lose no precision.
+  double sum_sq = 0.0;
+#pragma omp simd reduction(+ : sum_sq)
+  for (int d = 0; d < dim; ++d) sum_sq += double(row[d]) * row[d];
+  const float inv = float(1.0 / std::sqrt(sum_sq / dim + eps));
+#pragma omp simd
+  for (int d = 0; d < dim; ++d) o[d] = row[d] * inv * weight[d];
+}
+
+}  // namespace
 
 void Embedding(const float* table, const int32_t* ids, int n, int dim, float* out) {
-#pragma omp parallel for schedule(static) if (int64_t(n) * dim >= (1 << 16))
-  for (int i = 0; i < n; ++i) {
-    std::memcpy(out + size_t(i) * dim, table + size_t(ids[i]) * dim, sizeof(float) * dim);
-  }
+  ParallelFor(n, MinRowsPerChunk(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::memcpy(out + size_t(i) * dim, table + size_t(ids[i]) * dim, sizeof(float) * dim);
+    }
+  });
 }
 
 void EmbeddingShard(const float* table, int row_begin, int row_end, const int32_t* ids, int n,
                     int dim, float* out) {
-#pragma omp parallel for schedule(static) if (int64_t(n) * dim >= (1 << 16))
-  for (int i = 0; i < n; ++i) {
-    float* row = out + size_t(i) * dim;
-    if (ids[i] >= row_begin && ids[i] < row_end) {
-      std::memcpy(row, table + size_t(ids[i] - row_begin) * dim, sizeof(float) * dim);
-    } else {
-      std::memset(row, 0, sizeof(float) * dim);
+  ParallelFor(n, MinRowsPerChunk(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* row = out + size_t(i) * dim;
+      if (ids[i] >= row_begin && ids[i] < row_end) {
+        std::memcpy(row, table + size_t(ids[i] - row_begin) * dim, sizeof(float) * dim);
+      } else {
+        std::memset(row, 0, sizeof(float) * dim);
+      }
     }
-  }
+  });
 }
 
 void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps, float* out) {
-#pragma omp parallel for schedule(static) if (int64_t(n_rows) * dim >= (1 << 16))
-  for (int r = 0; r < n_rows; ++r) {
-    const float* row = x + size_t(r) * dim;
-    float* o = out + size_t(r) * dim;
-    // Double sum as in llama.cpp's ggml_float, so long rows lose no precision.
-    double sum_sq = 0.0;
-#pragma omp simd reduction(+ : sum_sq)
-    for (int d = 0; d < dim; ++d) sum_sq += double(row[d]) * row[d];
-    const float inv = float(1.0 / std::sqrt(sum_sq / dim + eps));
-#pragma omp simd
-    for (int d = 0; d < dim; ++d) o[d] = row[d] * inv * weight[d];
-  }
+  ParallelFor(n_rows, MinRowsPerChunk(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) RmsNormRow(x + size_t(r) * dim, weight, dim, eps,
+                                                     out + size_t(r) * dim);
+  });
 }
 
 void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
@@ -47,11 +61,10 @@ void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int hea
   const int half = head_dim / 2;
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(double(freq_base), -2.0 * i / head_dim);
-#pragma omp parallel if (int64_t(n_tokens) * n_heads * head_dim >= (1 << 16))
-  {
+  const int64_t row_values = int64_t(n_heads) * head_dim;
+  ParallelFor(n_tokens, MinRowsPerChunk(int(row_values)), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_t(half), sin_t(half);
-#pragma omp for schedule(static)
-    for (int t = 0; t < n_tokens; ++t) {
+    for (int64_t t = begin; t < end; ++t) {
       // Angles in double: positions reach 1e5 and more, where f32 angles drift.
       for (int i = 0; i < half; ++i) {
         const double theta = positions[t] * inv_freq[i];
@@ -76,7 +89,7 @@ void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int hea
         }
       }
     }
-  }
+  });
 }
 
 // The gated activations call a transcendental per element (tens of ns), so
@@ -85,20 +98,22 @@ void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int hea
 constexpr int64_t kMinTranscendentalsForThreads = int64_t{1} << 13;
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-#pragma omp parallel for schedule(static) if (n >= kMinTranscendentalsForThreads)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  ParallelFor(n, kMinTranscendentalsForThreads / 2, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
 }
 
 void GeluTanhGated(const float* gate, const float* up, int64_t n, float* out) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-#pragma omp parallel for schedule(static) if (n >= kMinTranscendentalsForThreads)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
-  }
+  ParallelFor(n, kMinTranscendentalsForThreads / 2, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float g = gate[i];
+      out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    }
+  });
 }
 
 void ScaleInPlace(float* out, float scale, int64_t n) {

@@ -1,20 +1,21 @@
-// Dense matrix products through OpenBLAS, one sgemm per thread of the
-// OpenMP team on a slice of output columns (kernels/threads.h explains why
-// OpenBLAS itself runs single-threaded).
+// Dense matrix products through OpenBLAS, one sgemm per chunk of output
+// columns on the compute threads (kernels/threads.h explains why OpenBLAS
+// itself runs single-threaded).
 #include "kernels/matmul.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstddef>
 
+#include "kernels/threads.h"
+
 namespace headway::cpu {
 namespace {
-// Column slices are multiples of this, so each thread's slice starts on a
-// cache-line boundary of y and w rows stay whole.
+// Column slices are multiples of this, so each slice starts on a cache-line
+// boundary of y and w rows stay whole.
 constexpr int kColumnAlign = 16;
-// Below this many multiply-adds one thread is faster than waking a team.
+// Below this many multiply-adds one thread is faster than waking helpers.
 constexpr long kParallelMinWork = 1L << 18;
 }  // namespace
 
@@ -27,20 +28,14 @@ void MatmulTransB(const float* x, const float* w, int m, int n, int k, float* y)
   // Row-major y[m, n] = x[m, k] * w[n, k]^T: w read transposed in place.
   // Always sgemm (never sgemv for one row): an element's summation order then
   // does not depend on m, so a row's result does not depend on its batch.
+  const int64_t num_slices = (n + kColumnAlign - 1) / kColumnAlign;
   const bool parallel = long(m) * n * k >= kParallelMinWork;
-#pragma omp parallel if (parallel)
-  {
-    const int num_threads = omp_get_num_threads();
-    const int t = omp_get_thread_num();
-    int chunk = (n + num_threads - 1) / num_threads;
-    chunk = (chunk + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
-    const int n0 = std::min(n, t * chunk);
-    const int n1 = std::min(n, n0 + chunk);
-    if (n1 > n0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n1 - n0, k, 1.0f, x, k,
-                  w + size_t(n0) * k, k, 0.0f, y + n0, n);
-    }
-  }
+  ParallelFor(num_slices, parallel ? 1 : num_slices, [&](int64_t begin, int64_t end) {
+    const int n0 = int(begin) * kColumnAlign;
+    const int n1 = std::min(n, int(end) * kColumnAlign);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n1 - n0, k, 1.0f, x, k,
+                w + size_t(n0) * k, k, 0.0f, y + n0, n);
+  });
 }
 
 }  // namespace headway::cpu

@@ -28,6 +28,7 @@
 #include "kernels/cpu/quant_blocks_avx2.h"
 #include "kernels/cpu/quant_matmul_paired.h"
 #include "kernels/quant_blocks.h"
+#include "kernels/threads.h"
 
 namespace headway::cpu {
 namespace {
@@ -401,12 +402,13 @@ void Run(Path path, const float* x, const uint8_t* w_quant, GgmlType w_type, int
                                 : simd         ? 0
                                                : size_t(k);
 
-#pragma omp parallel if (threads)
-  {
-    std::vector<float> scratch(scratch_floats);
-#pragma omp for schedule(static)
-    for (int g = 0; g < num_groups; ++g) {
-      const int i_begin = g * group, i_end = std::min(n, i_begin + group);
+  // A group's rows are dequantised into `scratch` and swept by one thread;
+  // the buffer stays with the thread from call to call.
+  ParallelFor(num_groups, threads ? 1 : num_groups, [&](int64_t g_begin, int64_t g_end) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      const int i_begin = int(g) * group, i_end = std::min(n, i_begin + group);
 #ifdef HEADWAY_QUANT_AVX2
       if (paired) {
         PairedGroup(path, w_type, x, w_quant, row_bytes, m, i_begin, i_end, n, k, y,
@@ -427,7 +429,7 @@ void Run(Path path, const float* x, const uint8_t* w_quant, GgmlType w_type, int
         RowPortable(x, scratch.data(), m, n, k, i, y);
       }
     }
-  }
+  });
 }
 
 Path DetectBestPath() {

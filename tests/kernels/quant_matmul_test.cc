@@ -18,7 +18,6 @@
 // The portable, AVX2 and AVX-512 paths share the summation order and must
 // agree bit for bit (EveryPathGivesThePortableBits).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "kernels/quant_matmul.h"
+#include "kernels/threads.h"
 #include "tests/kernels/quant_matmul_test_util.h"
 
 namespace headway {
@@ -163,12 +163,12 @@ TEST(QuantMatmulF32ActTest, ThreadCountInvariantBits) {
       std::vector<float> x(size_t(m) * k);
       for (float& v : x) v = normal(rng);
       std::vector<float> y1(size_t(m) * n), y2(size_t(m) * n);
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(1);
+      const int saved = cpu::NumThreads();
+      cpu::SetNumThreads(1);
       cpu::QuantMatmulTransBF32Act(x.data(), wq.data(), type, m, n, k, y1.data());
-      omp_set_num_threads(2);
+      cpu::SetNumThreads(2);
       cpu::QuantMatmulTransBF32Act(x.data(), wq.data(), type, m, n, k, y2.data());
-      omp_set_num_threads(saved);
+      cpu::SetNumThreads(saved);
       ExpectSameBits(y2, y1);
     }
   }

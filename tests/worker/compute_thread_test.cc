@@ -1,13 +1,13 @@
 #include "worker/compute_thread.h"
 
-#include <omp.h>
-
 #include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "kernels/threads.h"
 
 namespace headway {
 namespace {
@@ -27,10 +27,10 @@ TEST(ComputeThreadTest, CallRunsOnTheComputeThreadAndReturnsTheResult) {
   EXPECT_FALSE(compute.busy());
 }
 
-TEST(ComputeThreadTest, TheTeamSizeIsSetOnTheComputeThread) {
-  ComputeThread compute(2);
-  // OpenMP's nthreads-var is per thread: set on the compute thread only.
-  EXPECT_EQ(compute.Call([] { return omp_get_max_threads(); }), 2);
+TEST(ComputeThreadTest, ThePoolIsTheComputeThreads) {
+  ComputeThread compute(3);
+  // The pool is per thread: the compute thread's has 3 threads.
+  EXPECT_EQ(compute.Call([] { return cpu::NumThreads(); }), 3);
 }
 
 TEST(ComputeThreadTest, StartThenWaitSeesWhatTheTaskWrote) {
