@@ -10,6 +10,8 @@
 //     f32 scratch that stays in L2, then swept by 4-row x 3-column tiles of
 //     outputs (12 accumulators keep both FMA pipes busy), so the
 //     dequantisation cost is shared by all m rows.
+// On CPUs with AVX-512 the larger-m strategy keeps two weight rows per zmm
+// register (quant_matmul_paired.h) with each output's FMA sequence unchanged.
 // The portable path dequantises a weight row into a scratch row and runs the
 // same lanes with std::fma, so it agrees bit for bit with the AVX2 path.
 // Q4_K and Q6_K super-blocks have their sub-block scales unpacked once per
