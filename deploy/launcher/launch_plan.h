@@ -24,6 +24,9 @@ struct ProcessSpec {
   std::string host;               // where it must run
   bool local = true;              // host is this machine (IsLocalHost)
   std::vector<std::string> argv;  // argv[0] is the binary's path
+  int instance_id = -1;           // workers: the instance (Config::Instances order)
+  int tp_rank = -1;               // workers: the TP rank in it
+  int stdin_fd = -1;              // when >= 0, the child's stdin (ProcessGroup::Start)
 };
 
 // True for the names of this machine that a config uses: 127.0.0.1,
@@ -76,10 +79,58 @@ inline std::vector<ProcessSpec> PlanLaunch(const Config& config, const LaunchOpt
       worker.argv.insert(worker.argv.end(), common.begin(), common.end());
       worker.argv.insert(worker.argv.end(), {"--instance-id", std::to_string(id), "--tp-rank",
                                              std::to_string(rank)});
+      worker.instance_id = int(id);
+      worker.tp_rank = rank;
       plan.push_back(std::move(worker));
     }
   }
   return plan;
+}
+
+// The hosts that run workers, each once, in the order the plan first names
+// them: node rank r is hosts[r].
+inline std::vector<std::string> WorkerHosts(const std::vector<ProcessSpec>& plan) {
+  std::vector<std::string> hosts;
+  for (const ProcessSpec& spec : plan) {
+    if (spec.instance_id < 0) continue;
+    bool seen = false;
+    for (const std::string& h : hosts) seen = seen || h == spec.host;
+    if (!seen) hosts.push_back(spec.host);
+  }
+  return hosts;
+}
+
+// The plan's workers that run on `host`, in plan order.
+inline std::vector<ProcessSpec> WorkersOn(const std::vector<ProcessSpec>& plan,
+                                          const std::string& host) {
+  std::vector<ProcessSpec> workers;
+  for (const ProcessSpec& spec : plan) {
+    if (spec.instance_id >= 0 && spec.host == host) workers.push_back(spec);
+  }
+  return workers;
+}
+
+// One node agent per host that runs workers (WorkerHosts order), named
+// "node <host>": `headway-node --config C --host H` with the plan's
+// --model-dir and --bin-dir, and --exit-on-stdin-eof so that an agent the
+// launcher starts stops with it.
+inline std::vector<ProcessSpec> PlanNodes(const std::vector<ProcessSpec>& plan,
+                                          const LaunchOptions& options) {
+  std::vector<ProcessSpec> nodes;
+  for (const std::string& host : WorkerHosts(plan)) {
+    ProcessSpec node;
+    node.name = "node " + host;
+    node.host = host;
+    node.local = IsLocalHost(host);
+    node.argv = {options.bin_dir + "/headway-node", "--config", options.config_path, "--host", host};
+    if (!options.model_dir.empty()) {
+      node.argv.insert(node.argv.end(), {"--model-dir", options.model_dir});
+    }
+    node.argv.insert(node.argv.end(), {"--bin-dir", options.bin_dir});
+    if (node.local) node.argv.push_back("--exit-on-stdin-eof");
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
 }
 
 // The command line as a shell would read it: arguments with characters a

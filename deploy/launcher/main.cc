@@ -1,11 +1,15 @@
-// headway-launch: starts a deployment described by one YAML file on this
-// machine (the coordinator and every local worker), waits until the
-// coordinator's /health answers 200, and supervises the processes until
-// SIGINT/SIGTERM or until one of them exits.
+// headway-launch: starts a deployment described by one YAML file: the
+// coordinator, and one node agent (headway-node) per host that runs workers,
+// which starts that host's workers and restarts an instance whose worker
+// dies. Agents for this machine start here; for another host it prints the
+// command to run there. It waits until the coordinator's /health answers
+// 200 and supervises the coordinator and the agents until SIGINT/SIGTERM or
+// until one of them exits (a worker's death is its agent's business).
 //
 // Exit status: 0 after a requested stop; 1 when a process failed to start,
-// died, or the deployment was not ready in time; 2 for a bad command line,
-// config or missing model file.
+// the coordinator or an agent died, or the deployment was not ready in
+// time; 2 for a bad command line, config or missing model file.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +26,7 @@
 #include "deploy/launcher/health_probe.h"
 #include "deploy/launcher/launch_plan.h"
 #include "deploy/launcher/process_group.h"
+#include "deploy/launcher/signals.h"
 
 namespace {
 
@@ -31,26 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
-
-// Directory of this executable, where the build puts its sibling binaries.
-std::string OwnDirectory() {
-  std::error_code ec;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : self.parent_path().string();
-}
-
-// Waits up to `timeout` for one of the signals in `mask` (blocked, so they
-// queue); returns it, or nullopt on timeout.
-std::optional<int> WaitSignal(const sigset_t& mask, std::chrono::milliseconds timeout) {
-  timespec ts{static_cast<time_t>(timeout.count() / 1000),
-              static_cast<long>((timeout.count() % 1000) * 1000000)};
-  siginfo_t info;
-  int sig = sigtimedwait(&mask, &info, &ts);
-  if (sig < 0) return std::nullopt;  // EAGAIN (timeout) or EINTR
-  return sig;
-}
-
-bool IsStopSignal(std::optional<int> sig) { return sig && (*sig == SIGINT || *sig == SIGTERM); }
 
 int StopOnSignal(ProcessGroup& group, int sig) {
   std::fprintf(stderr, "headway: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -147,35 +132,46 @@ int main(int argc, char** argv) {
   options.model_dir = model_dir;
   if (app.count("--http-port") > 0) options.http_port = http_port;
   const std::vector<ProcessSpec> plan = PlanLaunch(config, options);
+  std::vector<ProcessSpec> processes = {plan[0]};  // the coordinator
+  for (ProcessSpec& node : PlanNodes(plan, options)) processes.push_back(std::move(node));
+  const int num_workers = int(plan.size()) - 1;
 
-  for (const ProcessSpec& spec : plan) {
-    if (spec.local && access(spec.argv[0].c_str(), X_OK) != 0) {
+  std::vector<std::string> binaries = {plan[0].argv[0]};
+  for (const ProcessSpec& spec : processes) {
+    if (spec.local && spec.instance_id < 0 && spec.name != "coordinator") {
+      binaries.push_back(spec.argv[0]);               // headway-node
+      binaries.push_back(bin_dir + "/headway-worker");  // which it starts
+      break;
+    }
+  }
+  for (const std::string& binary : binaries) {
+    if (access(binary.c_str(), X_OK) != 0) {
       std::fprintf(stderr, "headway-launch: %s not found or not executable (build it, or pass "
-                   "--bin-dir)\n", spec.argv[0].c_str());
+                   "--bin-dir)\n", binary.c_str());
       return kExitFailure;
     }
   }
 
   // The launcher takes its signals synchronously (sigtimedwait); children
-  // start with the mask the launcher was started with.
-  sigset_t wait_mask;
-  sigset_t original_mask;
-  sigemptyset(&wait_mask);
-  sigaddset(&wait_mask, SIGINT);
-  sigaddset(&wait_mask, SIGTERM);
-  sigaddset(&wait_mask, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &wait_mask, &original_mask);
+  // start with the mask the launcher was started with. Local agents read a
+  // pipe whose only writer is this process: when it exits, for whatever
+  // reason, they stop their workers.
+  const sigset_t original_mask = BlockSupervisorSignals();
+  int agent_stdin[2];
+  if (pipe2(agent_stdin, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "headway-launch: pipe failed\n");
+    return kExitFailure;
+  }
 
   const Clock::time_point start = Clock::now();
   ProcessGroup group(original_mask);
-  int num_workers = 0;
-  for (const ProcessSpec& spec : plan) {
-    if (spec.name != "coordinator") ++num_workers;
+  for (ProcessSpec& spec : processes) {
     if (!spec.local) {
-      std::fprintf(stderr, "headway: %s runs on host %s: start it there with\n  %s\n",
+      std::fprintf(stderr, "headway: %s: start the workers of host %s there with\n  %s\n",
                    spec.name.c_str(), spec.host.c_str(), ShellCommand(spec.argv).c_str());
       continue;
     }
+    if (spec.name != "coordinator") spec.stdin_fd = agent_stdin[0];
     Result<pid_t> pid = group.Start(spec);
     if (!pid.ok()) {
       std::fprintf(stderr, "headway-launch: %s\n", pid.status().message().c_str());
@@ -185,11 +181,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "headway: started %s (pid %d): %s\n", spec.name.c_str(),
                  static_cast<int>(*pid), ShellCommand(spec.argv).c_str());
   }
+  close(agent_stdin[0]);
 
   const std::string host = HealthHost(config);
   const Clock::time_point ready_deadline = start + std::chrono::seconds(ready_timeout_s);
   for (;;) {
-    std::optional<int> sig = WaitSignal(wait_mask, std::chrono::milliseconds(0));
+    std::optional<int> sig = WaitSignal(std::chrono::milliseconds(0));
     if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
     if (std::optional<ExitedChild> exited = group.ReapExited()) return StopOnExit(group, *exited);
     if (ProbeHealth(host, config.http_port, std::chrono::milliseconds(1000))) break;
@@ -199,7 +196,7 @@ int main(int argc, char** argv) {
       group.StopAll();
       return kExitFailure;
     }
-    sig = WaitSignal(wait_mask, std::chrono::milliseconds(200));
+    sig = WaitSignal(std::chrono::milliseconds(200));
     if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
   }
   const double ready_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -208,7 +205,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   for (;;) {
-    std::optional<int> sig = WaitSignal(wait_mask, std::chrono::milliseconds(1000));
+    std::optional<int> sig = WaitSignal(std::chrono::milliseconds(1000));
     if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
     if (std::optional<ExitedChild> exited = group.ReapExited()) return StopOnExit(group, *exited);
   }

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -35,6 +36,7 @@ Result<pid_t> ProcessGroup::Start(const ProcessSpec& spec) {
   for (const std::string& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
   const pid_t parent = getpid();
+  const int stdin_fd = spec.stdin_fd;
 
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
@@ -57,6 +59,7 @@ Result<pid_t> ProcessGroup::Start(const ProcessSpec& spec) {
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, &child_sigmask_, nullptr);
+    if (stdin_fd >= 0) dup2(stdin_fd, STDIN_FILENO);
     execv(argv[0], argv.data());
     int err = errno;
     ssize_t ignored = write(exec_pipe[1], &err, sizeof(err));
@@ -93,22 +96,45 @@ std::optional<ExitedChild> ProcessGroup::ReapExited() {
   return std::nullopt;
 }
 
-void ProcessGroup::StopAll(std::chrono::milliseconds grace) {
-  for (const Child& child : children_) kill(child.pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (!children_.empty() && std::chrono::steady_clock::now() < deadline) {
-    while (ReapExited()) {
-    }
-    if (!children_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+std::vector<ExitedChild> ProcessGroup::Stop(const std::vector<pid_t>& pids,
+                                            std::chrono::milliseconds grace) {
+  std::vector<Child> stopping;
   for (const Child& child : children_) {
+    if (std::find(pids.begin(), pids.end(), child.pid) != pids.end()) stopping.push_back(child);
+  }
+  for (const Child& child : stopping) kill(child.pid, SIGTERM);
+  std::vector<ExitedChild> exits;
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (true) {
+    for (size_t i = 0; i < stopping.size();) {
+      int status = 0;
+      const pid_t r = waitpid(stopping[i].pid, &status, WNOHANG);
+      if (r == stopping[i].pid || (r < 0 && errno == ECHILD)) {
+        exits.push_back({stopping[i].name, stopping[i].pid, r > 0 ? status : 0});
+        stopping.erase(stopping.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    if (stopping.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const Child& child : stopping) {
     kill(child.pid, SIGKILL);
     int status = 0;
     while (waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
     }
+    exits.push_back({child.name, child.pid, status});
   }
-  children_.clear();
+  for (const ExitedChild& e : exits) {
+    children_.erase(std::remove_if(children_.begin(), children_.end(),
+                                   [&](const Child& c) { return c.pid == e.pid; }),
+                    children_.end());
+  }
+  return exits;
 }
+
+void ProcessGroup::StopAll(std::chrono::milliseconds grace) { Stop(RunningPids(), grace); }
 
 std::vector<pid_t> ProcessGroup::RunningPids() const {
   std::vector<pid_t> pids;

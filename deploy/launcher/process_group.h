@@ -48,8 +48,13 @@ class ProcessGroup {
   // found (the others stay to be reaped by later calls), or nullopt.
   std::optional<ExitedChild> ReapExited();
 
-  // SIGTERM to every running child, wait up to `grace` for all to exit, then
-  // SIGKILL the rest and reap them. Returns once no child is left.
+  // SIGTERM to the children `pids` names (others are ignored), wait up to
+  // `grace` for them to exit, then SIGKILL the rest; reaps them all and
+  // returns their exits. Other children are left as they are.
+  std::vector<ExitedChild> Stop(const std::vector<pid_t>& pids,
+                                std::chrono::milliseconds grace = std::chrono::seconds(10));
+
+  // Stop(every running child, grace). Returns once no child is left.
   void StopAll(std::chrono::milliseconds grace = std::chrono::seconds(10));
 
   // Pids of the running children, in start order.

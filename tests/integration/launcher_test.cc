@@ -1,6 +1,7 @@
-// headway-launch: its plan (pure), then the real binary supervising stand-in
-// processes (shell scripts, with this test serving /health), then, when the
-// coordinator and worker binaries are built, a real deployment.
+// headway-launch: its plan (pure), then the real binary and the real node
+// agent (headway-node) supervising stand-in processes (shell scripts, with
+// this test serving /health), then, when the coordinator and worker binaries
+// are built, a real deployment whose worker is killed and comes back.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -82,6 +83,32 @@ TEST(LaunchPlanTest, OptionalFlagsOmitted) {
   EXPECT_EQ(plan[0].argv, (std::vector<std::string>{"bin/headway-coordinator", "--config",
                                                     "c.yaml"}));
   EXPECT_EQ(launcher::HealthHost(TwoInstanceConfig()), "127.0.0.1");  // 0.0.0.0 → loopback
+}
+
+TEST(LaunchPlanTest, OneNodeAgentPerHostWithWorkers) {
+  LaunchOptions options{"/etc/hw.yaml", "/opt/hw/bin", "/models", 8123};
+  const std::vector<ProcessSpec> plan = PlanLaunch(TwoInstanceConfig(), options);
+  // Hosts in the order the plan first names them; node rank r is hosts[r].
+  EXPECT_EQ(launcher::WorkerHosts(plan),
+            (std::vector<std::string>{"127.0.0.1", "10.0.0.2", "localhost"}));
+  const std::vector<ProcessSpec> on_first = launcher::WorkersOn(plan, "127.0.0.1");
+  ASSERT_EQ(on_first.size(), 2u);
+  EXPECT_EQ(on_first[0].name, "worker i0r0");
+  EXPECT_EQ(on_first[1].name, "worker i1r0");
+  EXPECT_EQ(on_first[1].instance_id, 1);
+  EXPECT_EQ(on_first[1].tp_rank, 0);
+
+  const std::vector<ProcessSpec> nodes = launcher::PlanNodes(plan, options);
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[0].name, "node 127.0.0.1");
+  EXPECT_TRUE(nodes[0].local);
+  EXPECT_EQ(nodes[0].argv,
+            (std::vector<std::string>{"/opt/hw/bin/headway-node", "--config", "/etc/hw.yaml",
+                                      "--host", "127.0.0.1", "--model-dir", "/models",
+                                      "--bin-dir", "/opt/hw/bin", "--exit-on-stdin-eof"}));
+  // A remote agent is started by hand (or ssh): it has no launcher pipe.
+  EXPECT_FALSE(nodes[1].local);
+  EXPECT_EQ(nodes[1].argv.back(), "/opt/hw/bin");
 }
 
 TEST(LaunchPlanTest, ShellCommandQuotes) {
@@ -177,12 +204,28 @@ class LauncherRun {
     return false;
   }
 
-  // Pid of the child the launcher reported as `name` ("worker i0r0").
+  // Pid of the child the launcher or its node agent last reported as `name`
+  // ("worker i0r0", "node 127.0.0.1").
   pid_t ChildPid(const std::string& name) {
-    std::smatch m;
-    std::string err = Err();
-    std::regex re("started " + name + " \\(pid ([0-9]+)\\)");
-    return std::regex_search(err, m, re) ? std::stoi(m[1]) : -1;
+    const std::string err = Err();
+    const std::regex re("started " + name + " \\(pid ([0-9]+)\\)");
+    pid_t last = -1;
+    for (auto it = std::sregex_iterator(err.begin(), err.end(), re); it != std::sregex_iterator();
+         ++it) {
+      last = std::stoi((*it)[1]);
+    }
+    return last;
+  }
+
+  // Waits until `name` was started with a pid other than `old`; that pid.
+  pid_t WaitForRestart(const std::string& name, pid_t old, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const pid_t pid = ChildPid(name);
+      if (pid > 0 && pid != old) return pid;
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
   }
 
   pid_t pid() const { return pid_; }
@@ -229,10 +272,12 @@ class LauncherTest : public ::testing::Test {
     return dir_ / "config.yaml";
   }
 
-  // Stand-ins for the real binaries: they record their arguments and idle
-  // (or run `worker_body`). /health is served by this test.
+  // Stand-ins for the coordinator and the workers: they record their
+  // arguments and idle (or run `worker_body`). /health is served by this
+  // test. The node agent is the real one.
   void WriteStandIns(const std::string& worker_body = "exec sleep 600") {
     fs::create_directory(dir_ / "bin");
+    fs::create_symlink(testing::BinaryPath("headway-node"), dir_ / "bin/headway-node");
     WriteFile(dir_ / "bin/headway-coordinator",
               "#!/bin/sh\necho \"$@\" > \"" + (dir_ / "coordinator.args").string() +
                   "\"\nexec sleep 600\n",
@@ -294,8 +339,8 @@ TEST_F(LauncherTest, ReadyThenStopsEverythingOnSigterm) {
   ASSERT_TRUE(run.WaitForStdout(
       "headway: ready at http://127.0.0.1:" + std::to_string(port) + " (2 workers) in", 30s))
       << run.Out() << run.Err();
-  std::vector<pid_t> children = {run.ChildPid("coordinator"), run.ChildPid("worker i0r0"),
-                                 run.ChildPid("worker i0r1")};
+  std::vector<pid_t> children = {run.ChildPid("coordinator"), run.ChildPid("node 127.0.0.1"),
+                                 run.ChildPid("worker i0r0"), run.ChildPid("worker i0r1")};
   for (pid_t pid : children) ASSERT_TRUE(pid > 0 && Alive(pid)) << run.Err();
 
   EXPECT_EQ(ReadFile(dir_ / "coordinator.args"),
@@ -313,33 +358,62 @@ TEST_F(LauncherTest, ReadyThenStopsEverythingOnSigterm) {
   for (pid_t pid : children) EXPECT_FALSE(Alive(pid)) << pid;
 }
 
-TEST_F(LauncherTest, ChildDeathStopsEverything) {
+TEST_F(LauncherTest, WorkerDeathRestartsItsInstanceAndTheRestKeepsRunning) {
+  WriteStandIns();
+  const int port = ServeHealth();
+  fs::path config = WriteConfig(port, 2, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
+  ASSERT_TRUE(run.WaitForStdout("(2 workers)", 30s)) << run.Out() << run.Err();
+  const pid_t coordinator = run.ChildPid("coordinator");
+  const pid_t rank0 = run.ChildPid("worker i0r0");
+  const pid_t rank1 = run.ChildPid("worker i0r1");
+  ASSERT_GT(rank1, 0);
+  kill(rank1, SIGKILL);
+  // Its agent stops rank 0 too (a TP group restarts together) and starts
+  // both again after the first backoff (1 s).
+  EXPECT_GT(run.WaitForRestart("worker i0r1", rank1, 10s), 0) << run.Err();
+  EXPECT_GT(run.WaitForRestart("worker i0r0", rank0, 10s), 0) << run.Err();
+  EXPECT_FALSE(Alive(rank0));
+  EXPECT_TRUE(Alive(coordinator));
+  EXPECT_FALSE(run.Wait(0ms).has_value()) << "the launcher keeps running";
+  EXPECT_NE(run.Err().find("killed by signal 9"), std::string::npos) << run.Err();
+
+  kill(run.pid(), SIGTERM);
+  std::optional<int> status = run.Wait(20s);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << run.Err();
+  EXPECT_FALSE(Alive(run.ChildPid("worker i0r0")));
+  EXPECT_FALSE(Alive(run.ChildPid("worker i0r1")));
+}
+
+TEST_F(LauncherTest, CoordinatorDeathStopsEverything) {
   WriteStandIns();
   const int port = ServeHealth();
   fs::path config = WriteConfig(port, 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
   ASSERT_TRUE(run.WaitForStdout("(1 worker)", 30s)) << run.Out() << run.Err();
-  pid_t coordinator = run.ChildPid("coordinator");
-  pid_t worker = run.ChildPid("worker i0r0");
-  ASSERT_GT(worker, 0);
-  kill(worker, SIGKILL);
+  const pid_t worker = run.ChildPid("worker i0r0");
+  kill(run.ChildPid("coordinator"), SIGKILL);
   std::optional<int> status = run.Wait(20s);
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status;
-  EXPECT_NE(run.Err().find("worker i0r0"), std::string::npos) << run.Err();
+  EXPECT_NE(run.Err().find("coordinator"), std::string::npos) << run.Err();
   EXPECT_NE(run.Err().find("killed by signal 9"), std::string::npos) << run.Err();
-  EXPECT_FALSE(Alive(coordinator));
+  EXPECT_FALSE(Alive(worker));
 }
 
-TEST_F(LauncherTest, ChildExitBeforeReadyIsReported) {
-  WriteStandIns("exit 3");
+TEST_F(LauncherTest, AWorkerRefusingItsConfigIsNotRestarted) {
+  // Exit status 2 is a worker's "bad config or command line": its agent
+  // gives up, and the launcher stops the deployment naming it.
+  WriteStandIns("exit 2");
   fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
   std::optional<int> status = run.Wait(20s);
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(WEXITSTATUS(*status), 1);
   EXPECT_NE(run.Err().find("worker i0r0"), std::string::npos) << run.Err();
-  EXPECT_NE(run.Err().find("exited with status 3"), std::string::npos) << run.Err();
+  EXPECT_NE(run.Err().find("exited with status 2"), std::string::npos) << run.Err();
+  EXPECT_NE(run.Err().find("node 127.0.0.1"), std::string::npos) << run.Err();
 }
 
 TEST_F(LauncherTest, NotReadyInTimeStops) {
@@ -383,6 +457,24 @@ TEST_F(LauncherTest, StartsRealDeploymentAndStops) {
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   pid_t worker_pid = run.ChildPid("worker i0r0");
+
+  // A killed worker comes back and the deployment answers again.
+  const auto killed_at = std::chrono::steady_clock::now();
+  kill(worker_pid, SIGKILL);
+  worker_pid = run.WaitForRestart("worker i0r0", worker_pid, 30s);
+  ASSERT_GT(worker_pid, 0) << run.Err();
+  bool served = false;
+  while (!served && std::chrono::steady_clock::now() < killed_at + 120s) {
+    httplib::Result r = client.Post(
+        "/v1/completions",
+        R"({"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})",
+        "application/json");
+    served = r && r->status == 200;
+    if (!served) std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(served) << run.Err();
+  std::printf("worker killed -> serving again in %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count());
 
   kill(run.pid(), SIGTERM);
   std::optional<int> status = run.Wait(30s);
