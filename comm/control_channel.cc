@@ -4,6 +4,11 @@
 
 #include <zmq.hpp>
 
+#include <cstring>
+#include <deque>
+#include <initializer_list>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace headway {
@@ -11,17 +16,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Waits until `socket` has a message or `deadline` passes. False on timeout.
-// EINTR counts as "nothing yet" so a signal does not turn into an error.
-bool WaitReadable(zmq::socket_t& socket, Clock::time_point deadline) {
+// Waits until one of `sockets` has something to read or `deadline` passes.
+// False on timeout. EINTR counts as "nothing yet" so a signal does not turn
+// into an error.
+bool WaitReadable(std::initializer_list<zmq::socket_t*> sockets, Clock::time_point deadline) {
+  std::vector<zmq::pollitem_t> items;
+  for (zmq::socket_t* s : sockets) items.push_back(zmq::pollitem_t{s->handle(), 0, ZMQ_POLLIN, 0});
   for (;;) {
     // Rounded up: truncating would turn the last partial millisecond into
     // poll(0) calls that spin until the deadline.
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() < 0) left = std::chrono::milliseconds(0);
-    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     try {
-      if (zmq::poll(&item, 1, left) > 0) return true;
+      if (zmq::poll(items.data(), items.size(), left) > 0) return true;
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) {
         spdlog::warn("control channel: poll failed: {}", e.what());
@@ -32,7 +39,8 @@ bool WaitReadable(zmq::socket_t& socket, Clock::time_point deadline) {
   }
 }
 
-// Reads every frame of one multipart message that is known to be ready.
+// Reads every frame of one multipart message without waiting; empty when
+// none is ready.
 std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
   std::vector<zmq::message_t> frames;
   do {
@@ -43,43 +51,53 @@ std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
   return frames;
 }
 
-// The receive loop of both ends: waits up to `timeout` for one message that
-// parses, dropping (and logging) malformed ones. A ROUTER (`routed`) sees
-// two frames, the sender's identity (returned in Inbound::peer) and the
-// payload; a DEALER sees the payload alone (peer left empty).
-std::optional<Inbound> ReceiveEnvelope(zmq::socket_t& socket, bool routed,
-                                       std::chrono::milliseconds timeout) {
+enum class ReadResult { kNone, kDropped, kMessage };
+
+// Reads one message if one is ready, without waiting. A ROUTER (`routed`)
+// sees two frames, the sender's identity (Inbound::peer) and the payload; a
+// DEALER sees the payload alone (peer left empty). kDropped: a malformed
+// message was read and logged. `src_fd` (may be null) receives the file
+// descriptor of the connection the payload came over (ZMQ_SRCFD), or -1.
+ReadResult ReadEnvelope(zmq::socket_t& socket, bool routed, Inbound* out, int* src_fd) {
   const size_t expected_frames = routed ? 2 : 1;
-  const Clock::time_point deadline = Clock::now() + timeout;
-  while (WaitReadable(socket, deadline)) {
-    std::vector<zmq::message_t> frames;
-    try {
-      frames = ReadMultipart(socket);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("control channel: receive failed: {}", e.what());
-      continue;
-    }
-    if (frames.size() != expected_frames) {
-      spdlog::warn("control channel: dropped a message of {} frames (expected {})",
-                   frames.size(), expected_frames);
-      continue;
-    }
-    Inbound inbound;
-    if (routed) inbound.peer = frames[0].to_string();
-    const zmq::message_t& payload = frames.back();
-    if (!inbound.envelope.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-      spdlog::warn("control channel: dropped an unparsable message from {}",
-                   routed ? inbound.peer : std::string("the coordinator"));
-      continue;
-    }
-    return inbound;
+  std::vector<zmq::message_t> frames;
+  try {
+    frames = ReadMultipart(socket);
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("control channel: receive failed: {}", e.what());
+    return ReadResult::kDropped;
   }
-  return std::nullopt;
+  if (frames.empty()) return ReadResult::kNone;
+  if (frames.size() != expected_frames) {
+    spdlog::warn("control channel: dropped a message of {} frames (expected {})", frames.size(),
+                 expected_frames);
+    return ReadResult::kDropped;
+  }
+  Inbound inbound;
+  if (routed) inbound.peer = frames[0].to_string();
+  zmq::message_t& payload = frames.back();
+  if (!inbound.envelope.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    spdlog::warn("control channel: dropped an unparsable message from {}",
+                 routed ? inbound.peer : std::string("the coordinator"));
+    return ReadResult::kDropped;
+  }
+  if (src_fd != nullptr) *src_fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
+  *out = std::move(inbound);
+  return ReadResult::kMessage;
 }
+
+// The monitor of the server's ROUTER (zmq_socket_monitor): an inproc PAIR
+// in the server's own context.
+constexpr const char* kMonitorEndpoint = "inproc://headway-control-monitor";
 
 class ZmqControlServer final : public ControlServer {
  public:
-  ZmqControlServer() : context_(1), socket_(context_, zmq::socket_type::router) {}
+  ZmqControlServer()
+      : context_(1),
+        socket_(context_, zmq::socket_type::router),
+        monitor_(context_, zmq::socket_type::pair) {}
+
+  ~ZmqControlServer() override { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
 
   Status Bind(const std::string& address) {
     try {
@@ -90,6 +108,12 @@ class ZmqControlServer final : public ControlServer {
       // rank's route. A restarted worker gets the identity once its dead
       // predecessor's connection has closed.
       socket_.set(zmq::sockopt::linger, 0);
+      if (zmq_socket_monitor(socket_.handle(), kMonitorEndpoint,
+                             ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+        throw zmq::error_t();
+      }
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(kMonitorEndpoint);
       socket_.bind(address);
     } catch (const zmq::error_t& e) {
       return Status::Unavailable("cannot bind control address `" + address + "`: " + e.what());
@@ -117,13 +141,100 @@ class ZmqControlServer final : public ControlServer {
   }
 
   std::optional<Inbound> Receive(std::chrono::milliseconds timeout) override {
-    return ReceiveEnvelope(socket_, /*routed=*/true, timeout);
+    const Clock::time_point deadline = Clock::now() + timeout;
+    for (;;) {
+      // The monitor first, before every message (the header says why).
+      ReadMonitor();
+      if (!disconnected_.empty()) {
+        Inbound gone;
+        gone.kind = Inbound::Kind::kDisconnected;
+        gone.peer = std::move(disconnected_.front());
+        disconnected_.pop_front();
+        return gone;
+      }
+      Inbound inbound;
+      int fd = -1;
+      switch (ReadEnvelope(socket_, /*routed=*/true, &inbound, &fd)) {
+        case ReadResult::kMessage:
+          NoteConnection(inbound.peer, fd);
+          return inbound;
+        case ReadResult::kDropped:
+          continue;
+        case ReadResult::kNone:
+          break;
+      }
+      if (!WaitReadable({&socket_, &monitor_}, deadline)) return std::nullopt;
+    }
   }
 
  private:
-  // Declared before the socket so that it is destroyed after it.
+  // Reads every monitor event that is ready. An event is two frames: 6 bytes
+  // (uint16 event id, uint32 value: the file descriptor for ACCEPTED and
+  // DISCONNECTED, host byte order) and the endpoint.
+  void ReadMonitor() {
+    for (;;) {
+      std::vector<zmq::message_t> frames;
+      try {
+        frames = ReadMultipart(monitor_);
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("control channel: monitor receive failed: {}", e.what());
+        return;
+      }
+      if (frames.empty()) return;
+      if (frames[0].size() < sizeof(uint16_t) + sizeof(uint32_t)) continue;
+      uint16_t event = 0;
+      uint32_t value = 0;
+      std::memcpy(&event, frames[0].data(), sizeof(event));
+      std::memcpy(&value, static_cast<const char*>(frames[0].data()) + sizeof(event), sizeof(value));
+      const int fd = static_cast<int>(value);
+      if (event == ZMQ_EVENT_DISCONNECTED) {
+        closed_fds_.insert(fd);
+        ConnectionEnded(fd);
+      } else if (event == ZMQ_EVENT_ACCEPTED) {
+        closed_fds_.erase(fd);
+        // A descriptor still mapped means its old connection's DISCONNECTED
+        // was lost (the monitor drops events when its queue is full): that
+        // connection has ended all the same.
+        ConnectionEnded(fd);
+      }
+    }
+  }
+
+  // `peer`'s message came over the connection with descriptor `fd`.
+  void NoteConnection(const std::string& peer, int fd) {
+    // A message read after its connection's end (it was queued before) says
+    // nothing about a connection that is still open.
+    if (fd < 0 || closed_fds_.count(fd) > 0) return;
+    auto p = fd_of_peer_.find(peer);
+    if (p != fd_of_peer_.end() && p->second == fd) return;
+    if (p != fd_of_peer_.end()) peer_of_fd_.erase(p->second);  // it moved to a new connection
+    auto f = peer_of_fd_.find(fd);
+    if (f != peer_of_fd_.end()) fd_of_peer_.erase(f->second);
+    fd_of_peer_[peer] = fd;
+    peer_of_fd_[fd] = peer;
+  }
+
+  // The connection with descriptor `fd` closed: its peer is disconnected.
+  void ConnectionEnded(int fd) {
+    auto f = peer_of_fd_.find(fd);
+    if (f == peer_of_fd_.end()) return;
+    std::string peer = std::move(f->second);
+    peer_of_fd_.erase(f);
+    fd_of_peer_.erase(peer);
+    spdlog::info("control peer `{}` disconnected", peer);
+    disconnected_.push_back(std::move(peer));
+  }
+
+  // Declared before the sockets so that it is destroyed after them.
   zmq::context_t context_;
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;
+  // The connection each peer's last message came over, both ways.
+  std::unordered_map<std::string, int> fd_of_peer_;
+  std::unordered_map<int, std::string> peer_of_fd_;
+  std::deque<std::string> disconnected_;  // reported by the next Receive calls
+  // Descriptors whose connection closed and that no new connection uses yet.
+  std::unordered_set<int> closed_fds_;
 };
 
 class ZmqControlClient final : public ControlClient {
@@ -159,9 +270,19 @@ class ZmqControlClient final : public ControlClient {
   }
 
   std::optional<proto::Envelope> Receive(std::chrono::milliseconds timeout) override {
-    std::optional<Inbound> inbound = ReceiveEnvelope(socket_, /*routed=*/false, timeout);
-    if (!inbound) return std::nullopt;
-    return std::move(inbound->envelope);
+    const Clock::time_point deadline = Clock::now() + timeout;
+    for (;;) {
+      Inbound inbound;
+      switch (ReadEnvelope(socket_, /*routed=*/false, &inbound, nullptr)) {
+        case ReadResult::kMessage:
+          return std::move(inbound.envelope);
+        case ReadResult::kDropped:
+          continue;
+        case ReadResult::kNone:
+          break;
+      }
+      if (!WaitReadable({&socket_}, deadline)) return std::nullopt;
+    }
   }
 
  private:

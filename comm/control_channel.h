@@ -2,6 +2,16 @@
 // connects a DEALER. A message is one frame holding a serialized
 // proto::Envelope (proto/control.proto). Peers are named by their DEALER
 // routing identity, "i<instance_id>r<tp_rank>" (see PeerName).
+//
+// The server also reports a peer's connection closing (its process died or
+// closed its socket) as soon as ZeroMQ sees it, through a socket monitor:
+// Debian's libzmq 4.3 has no ZMQ_ROUTER_NOTIFY (draft API), so the server
+// remembers the connection (file descriptor, ZMQ_SRCFD) each peer's
+// messages arrive on and maps the monitor's ZMQ_EVENT_DISCONNECTED on that
+// descriptor back to the peer. A descriptor the kernel reuses for a later
+// connection is told apart because the monitor's events are read before
+// every message: a connection's end is seen before any message of a later
+// connection on the same descriptor.
 #pragma once
 
 #include <chrono>
@@ -17,10 +27,16 @@ namespace headway {
 // Routing identity of a worker.
 std::string PeerName(int instance_id, int tp_rank);
 
-// A received message and who sent it.
+// What the server receives: a message and who sent it, or the news that a
+// peer's connection closed.
 struct Inbound {
+  enum class Kind {
+    kMessage,       // `envelope` came from `peer`
+    kDisconnected,  // the connection `peer`'s last message came over closed
+  };
+  Kind kind = Kind::kMessage;
   std::string peer;              // routing identity of the sender
-  proto::Envelope envelope;
+  proto::Envelope envelope;      // kMessage only
 };
 
 // Coordinator side. Not thread-safe: one thread sends and receives (the
@@ -36,8 +52,14 @@ class ControlServer {
   // (ROUTER_MANDATORY) or the send would block.
   virtual Status Send(const std::string& peer, const proto::Envelope& envelope) = 0;
 
-  // Waits up to `timeout` for one message. nullopt on timeout. Messages that
-  // do not parse are dropped and logged.
+  // Waits up to `timeout` for one message or disconnect. nullopt on
+  // timeout. Messages that do not parse are dropped and logged.
+  // kDisconnected names the routing identity of the last message that came
+  // over the closed connection, once per connection; a connection that
+  // never delivered a message (a peer refused for a duplicate identity, a
+  // port scanner) is not reported. ZeroMQ sees a peer process that dies
+  // within milliseconds (the kernel closes its sockets), a peer host that
+  // vanishes only when TCP gives up: heartbeats cover that case.
   virtual std::optional<Inbound> Receive(std::chrono::milliseconds timeout) = 0;
 };
 

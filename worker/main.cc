@@ -4,9 +4,14 @@
 //   headway-worker --config deploy/configs/local.yaml --instance-id 0 --tp-rank 0
 //                  [--model-dir DIR] [--threads N] [--control-address ADDR]
 //
-// Exit status: 0 after a Shutdown message or SIGTERM/SIGINT; 1 on any error
-// (bad flags or config, model load, registration refused or unanswered,
-// coordinator silent for heartbeat_timeout_ms, a bad fault-injection value).
+// Exit status: 0 after an orderly Shutdown message or SIGTERM/SIGINT; 2 when
+// starting again cannot help (bad flags, config or fault-injection value, a
+// model file that does not load or shard, a missing GPU): the node agent
+// does not restart it; 1 on any other failure (registration refused or
+// unanswered, TP group or KV transfer setup, coordinator silent for
+// heartbeat_timeout_ms, a Shutdown for a fault: the coordinator took this
+// worker's instance down, e.g. after it was stopped past the heartbeat
+// timeout).
 //
 // Environment (test-only fault injection; never set in a deployment):
 //   HEADWAY_FAULT_TRANSFER_STALL_MS=N  every KV transfer target stalls N ms
@@ -80,6 +85,12 @@ struct Flags {
 int Fail(const std::string& what, const headway::Status& status) {
   spdlog::error("{}: {}", what, status.ToString());
   return 1;
+}
+
+// A failure that a restart would repeat (see the exit statuses above).
+int FailToStart(const std::string& what, const headway::Status& status) {
+  spdlog::error("{}: {}", what, status.ToString());
+  return 2;
 }
 
 constexpr const char* kStallEnv = "HEADWAY_FAULT_TRANSFER_STALL_MS";
@@ -188,7 +199,7 @@ int main(int argc, char** argv) {
   }
 
   Result<std::chrono::milliseconds> inject_stall = ParseStallEnv(std::getenv(kStallEnv));
-  if (!inject_stall.ok()) return Fail("environment", inject_stall.status());
+  if (!inject_stall.ok()) return FailToStart("environment", inject_stall.status());
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -198,25 +209,25 @@ int main(int argc, char** argv) {
   StartExitWatchdog();
 
   Result<Config> config = LoadConfigFile(flags.config_path);
-  if (!config.ok()) return Fail("config " + flags.config_path, config.status());
+  if (!config.ok()) return FailToStart("config " + flags.config_path, config.status());
   if (flags.model_dir.empty()) {
     flags.model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
   }
   ResolveModelPath(*config, flags.model_dir);
   if (!flags.control_address.empty()) {
     config->control_address = flags.control_address;
-    if (Status s = ValidateConfig(*config); !s.ok()) return Fail("--control-address", s);
+    if (Status s = ValidateConfig(*config); !s.ok()) return FailToStart("--control-address", s);
   }
 
   const std::vector<const InstanceConfig*> instances = config->Instances();
   if (flags.instance_id < 0 || flags.instance_id >= int(instances.size())) {
-    return Fail("flags", Status::InvalidArgument(
+    return FailToStart("flags", Status::InvalidArgument(
                              "--instance-id " + std::to_string(flags.instance_id) +
                              " out of [0, " + std::to_string(instances.size()) + ")"));
   }
   const InstanceConfig& instance = *instances[flags.instance_id];
   if (flags.tp_rank < 0 || flags.tp_rank >= instance.tp_size) {
-    return Fail("flags", Status::InvalidArgument(
+    return FailToStart("flags", Status::InvalidArgument(
                              "--tp-rank " + std::to_string(flags.tp_rank) + " out of [0, " +
                              std::to_string(instance.tp_size) + ")"));
   }
@@ -231,7 +242,7 @@ int main(int argc, char** argv) {
   // A missing GPU is reported before seconds of model loading, not after.
   if (const int device = instance.CudaDevice(flags.tp_rank); device >= 0) {
     Result<cuda::DeviceInfo> gpu = cuda::SetDevice(device);
-    if (!gpu.ok()) return Fail("config " + flags.config_path, gpu.status());
+    if (!gpu.ok()) return FailToStart("config " + flags.config_path, gpu.status());
     spdlog::info("worker i{}r{}: cuda:{} is {} ({} SMs, {} MiB free of {} MiB)", flags.instance_id,
                  flags.tp_rank, device, gpu->name, gpu->num_sms, gpu->free_bytes >> 20,
                  gpu->total_bytes >> 20);
@@ -247,18 +258,18 @@ int main(int argc, char** argv) {
   StartupCheck failed_check = StartupCheck::kSupported;
   Result<StartupModel> model_file = OpenAndCheckModel(*config, check_options, &failed_check);
   if (!model_file.ok()) {
-    return Fail(failed_check == StartupCheck::kHeadPattern ? "config " + flags.config_path
-                                                           : std::string("model"),
-                model_file.status());
+    return FailToStart(failed_check == StartupCheck::kHeadPattern ? "config " + flags.config_path
+                                                                  : std::string("model"),
+                       model_file.status());
   }
   ModelSpec* const spec = &model_file->spec;
   spdlog::info("worker i{}r{}: attention: {}", flags.instance_id, flags.tp_rank,
                DescribeSlotSpecs(*spec));
-  if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return Fail("model", s);
+  if (Status s = ValidateTpSize(*spec, instance.tp_size); !s.ok()) return FailToStart("model", s);
   const TpShard shard = ShardForRank(*spec, instance.tp_size, flags.tp_rank);
   Result<std::unique_ptr<ModelWeights>> weights =
       compute.Call([&] { return ModelWeights::Load(*model_file->file, *spec, shard); });
-  if (!weights.ok()) return Fail("model", weights.status());
+  if (!weights.ok()) return FailToStart("model", weights.status());
   model_file->file.reset();  // weights are dequantised copies; drop the mapping
 
   Result<std::unique_ptr<ControlClient>> client =

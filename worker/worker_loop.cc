@@ -222,8 +222,12 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
           last_sent = Clock::now();
         }
       } else if (in->has_shutdown()) {
-        spdlog::info("coordinator asked to shut down: {}", in->shutdown().reason());
         if (options.on_shutdown) options.on_shutdown();
+        if (in->shutdown().fault()) {
+          return Status::Aborted("the coordinator removed this worker: " +
+                                 in->shutdown().reason());
+        }
+        spdlog::info("coordinator asked to shut down: {}", in->shutdown().reason());
         return Status::Ok();
       }
       // Heartbeats only refresh last_received; anything else is ignored.

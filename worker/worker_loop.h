@@ -48,7 +48,9 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 // each TransferPlan is queued for the transfer thread (see kv_sender) and
 // answered with its TransferResult once done, in plan order; a Heartbeat
 // goes out whenever nothing was sent for heartbeat_interval_ms.
-// Returns OK on a Shutdown message or when `stop` is set; Unavailable when
+// Returns OK on an orderly Shutdown message or when `stop` is set; Aborted
+// on a Shutdown for a fault (Shutdown.fault: the coordinator took the
+// instance down); Unavailable when
 // the coordinator stayed silent for heartbeat_timeout_ms (a dead
 // coordinator must not leave workers behind) or a send fails; Unavailable
 // after a step failed fatally (StepResult.fatal: a TP collective broke), once

@@ -48,6 +48,8 @@ struct Engine::Impl {
 
   // ---- messages -------------------------------------------------------
   void Handle(const Inbound& in);
+  // The connection of worker `peer` closed: a registered rank is gone.
+  void OnDisconnected(const std::string& peer);
   void OnRegister(const std::string& peer, const proto::RegisterRequest& request);
   void OnStepResult(Instance& inst, int rank, const proto::StepResult& result);
   // ---- steps ----------------------------------------------------------
@@ -67,9 +69,18 @@ struct Engine::Impl {
   void EndRequest(Instance& inst, uint64_t id, Status status);
   // Ends request `id` with `why` wherever it is; no-op once it has ended.
   void Cancel(uint64_t id, Status why);
-  // Fails every request of the instance and forgets its ranks; the instance
-  // is ready again once all its ranks register anew.
+  // Forgets the instance's ranks (it is ready again once all of them
+  // register anew) and ends or moves each of its requests: a prefill job
+  // falls back to a decode instance; a request that has produced no token
+  // yet moves to another ready instance of the pool's role (Readmit); the
+  // rest fail with Unavailable naming the instance and `why`.
   void MarkDown(Instance& inst, const std::string& why);
+  // Adds `seq`'s request, whose instance `from` went down before it
+  // produced a token, to the least loaded ready instance of `from`'s role
+  // as a new sequence with the same id, prompt, sampling, stop conditions
+  // and arrival time. False (and nothing changes) when no such instance is
+  // ready or its scheduler refuses the sequence.
+  bool Readmit(const Instance& from, const Sequence& seq);
 
   const Config config;
   const ModelSpec spec;
@@ -118,6 +129,10 @@ void Engine::Impl::CollectMessages() {
 }
 
 void Engine::Impl::Handle(const Inbound& in) {
+  if (in.kind == Inbound::Kind::kDisconnected) {
+    OnDisconnected(in.peer);
+    return;
+  }
   const proto::Envelope& env = in.envelope;
   if (env.has_register_request()) {
     OnRegister(in.peer, env.register_request());
@@ -135,7 +150,12 @@ void Engine::Impl::Handle(const Inbound& in) {
     return;
   }
   if (!inst.ranks[size_t(peer->rank)].registered) {
-    spdlog::debug("control: message from unregistered peer `{}` ignored", in.peer);
+    // A worker that believes it is registered, but whose instance went down
+    // meanwhile (it was silent past the timeout, or a rank of its group
+    // died): its TP group is gone, so it must exit and start afresh.
+    spdlog::warn("control: message from unregistered worker `{}`; telling it to exit", in.peer);
+    registry.StopPeer(in.peer, "worker `" + in.peer + "` is not registered (its instance " +
+                                   std::to_string(inst.id) + " went down); restart it");
     return;
   }
   registry.Heard(inst, peer->rank);
@@ -145,6 +165,14 @@ void Engine::Impl::Handle(const Inbound& in) {
     Apply(disaggregation.OnTransferResult(env.transfer_result()));
   }
   // Heartbeats only refresh last_heard.
+}
+
+void Engine::Impl::OnDisconnected(const std::string& peer) {
+  std::optional<InstanceRegistry::Peer> p = registry.FindPeer(peer);
+  if (!p || !p->instance->ranks[size_t(p->rank)].registered) return;  // not serving
+  const std::string why = "worker `" + peer + "` disconnected";
+  registry.StopRanks(*p->instance, why);
+  MarkDown(*p->instance, why);
 }
 
 void Engine::Impl::OnRegister(const std::string& peer, const proto::RegisterRequest& request) {
@@ -249,13 +277,15 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   Instance* prefill = prefill_first ? LeastLoaded(registry, PoolRole::kPrefill) : nullptr;
   Instance* target =
       prefill != nullptr ? prefill : LeastLoaded(registry, pd ? PoolRole::kDecode : PoolRole::kMixed);
+  // Without a ready prefill instance, the decode instance prefills the
+  // whole prompt itself.
   if (target == nullptr) {
     int num_ready = 0;
     for (const Instance& inst : registry.instances()) num_ready += inst.ready();
     return fail(Status::Unavailable(
         "no instance is ready to serve (" + std::to_string(num_ready) + " of " +
         std::to_string(registry.instances().size()) + " instances have all their workers registered" +
-        (pd ? ", and both a prefill and a decode instance are needed)" : ")")));
+        (pd ? "; a decode instance is needed)" : ")")));
   }
   const Clock::time_point arrival = Clock::now();
   Status added = prefill != nullptr ? disaggregation.Begin(id, request, *prefill, arrival)
@@ -334,17 +364,59 @@ void Engine::Impl::CheckTimers(Clock::time_point now) {
 void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
   spdlog::error("instance {} is down: {}", inst.id, why);
   // Requests still prefilling or transferring from a lost prefill instance
-  // fall back to a decode instance, which prefills them itself; every other
-  // request of the instance fails.
-  std::vector<uint64_t> failed;
+  // fall back to a decode instance, which prefills them itself (the
+  // disaggregation coordinator's). The sequences of the others leave the
+  // instance's scheduler before it goes: those without a token move, in
+  // arrival order; the rest fail.
+  const std::string down = "instance " + std::to_string(inst.id) + " is down: " + why;
+  std::vector<std::unique_ptr<Sequence>> unstarted;
+  std::vector<std::pair<uint64_t, Status>> failed;
   for (uint64_t id : requests.OnInstance(inst.id)) {
-    if (!disaggregation.HasJob(id)) failed.push_back(id);
+    if (disaggregation.HasJob(id)) continue;
+    std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
+    if (seq != nullptr && seq->kind() == SequenceKind::kGenerate && seq->num_output_tokens() == 0) {
+      unstarted.push_back(std::move(seq));
+    } else {
+      const bool streamed = seq != nullptr && seq->num_output_tokens() > 0;
+      failed.emplace_back(
+          id, Status::Unavailable(streamed ? down + " (the request had produced tokens)" : down));
+    }
   }
-  registry.Reset(inst);
+  std::sort(unstarted.begin(), unstarted.end(), [](const auto& a, const auto& b) {
+    return std::pair(a->arrival_time(), a->seq_id()) < std::pair(b->arrival_time(), b->seq_id());
+  });
+  registry.Reset(inst);  // its blocks go with its scheduler
   Apply(disaggregation.OnInstanceDown(inst.id));
-  const Status status =
-      Status::Unavailable("instance " + std::to_string(inst.id) + " is down: " + why);
-  for (uint64_t id : failed) EndRequest(inst, id, status);
+  size_t num_moved = 0;
+  for (const std::unique_ptr<Sequence>& seq : unstarted) {
+    if (Readmit(inst, *seq)) {
+      ++num_moved;
+    } else {
+      failed.emplace_back(seq->seq_id(),
+                          Status::Unavailable(down + " (no other " + PoolRoleName(inst.role) +
+                                              " instance could take the request)"));
+    }
+  }
+  if (num_moved > 0 || !failed.empty()) {
+    spdlog::warn("instance {} is down: {} of its requests moved to other instances, {} failed",
+                 inst.id, num_moved, failed.size());
+  }
+  for (auto& [id, status] : failed) EndRequest(inst, id, std::move(status));
+}
+
+bool Engine::Impl::Readmit(const Instance& from, const Sequence& seq) {
+  Instance* to = LeastLoaded(registry, from.role);
+  if (to == nullptr) return false;
+  Status added = to->scheduler->Add(std::make_unique<Sequence>(
+      seq.seq_id(), seq.prompt_ids(), seq.sampling(), seq.stop(), seq.arrival_time()));
+  if (!added.ok()) {
+    spdlog::warn("request {}: instance {} cannot take it: {}", seq.seq_id(), to->id,
+                 added.message());
+    return false;
+  }
+  requests.MovedTo(seq.seq_id(), to->id);
+  metrics->OnRequestMoved();
+  return true;
 }
 
 void Engine::Impl::Shutdown(const std::string& reason) {
@@ -434,12 +506,6 @@ std::vector<InstanceHealth> Engine::Health() const {
 }
 
 const ServingMetrics& Engine::metrics() const { return *impl_->metrics; }
-
-bool Engine::AllReady() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::all_of(health_.begin(), health_.end(),
-                     [](const InstanceHealth& h) { return h.ready; });
-}
 
 void Engine::TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled) {
   std::lock_guard<std::mutex> lock(mu_);

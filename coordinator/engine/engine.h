@@ -16,11 +16,21 @@
 // pool and the workers drop it with the next step's released_seq_ids.
 //
 // Liveness: any message from a worker counts as a sign of life. A
-// registered worker silent for heartbeat_timeout_ms is down: its instance is
-// marked down (not ready), every request on it ends with a 503 (except
-// requests still prefilling or transferring on a prefill instance: a decode
-// instance prefills those itself) and its blocks return to the pools; the
-// instance is ready again once all its ranks have registered anew.
+// registered worker is down when its control connection closes (ZeroMQ
+// reports it within milliseconds of the process dying: ControlServer's
+// kDisconnected) or when it stays silent for heartbeat_timeout_ms (a hung
+// process, a lost host). Its instance is then marked down (not ready), its
+// other ranks are told to exit (Shutdown.fault) and its blocks go with its
+// scheduler. Its requests:
+//   * still prefilling or transferring on a prefill instance: a decode
+//     instance prefills them itself;
+//   * without an output token yet (waiting, prefilling, or running with its
+//     first token not back): they move to the least loaded ready instance
+//     of the same role, same request id and arrival time (TTFT counts from
+//     the client's arrival);
+//   * with output tokens, or with no other ready instance of the role:
+//     they end with Unavailable (503) naming the instance.
+// The instance is ready again once all its ranks have registered anew.
 //
 // The engine composes one class per concern: the InstanceRegistry
 // (registration, rendezvous, liveness), the Scheduler of each instance
@@ -81,9 +91,6 @@ class Engine {
   // Snapshot of every instance of the config, in Config::Instances order.
   // Thread-safe; refreshed by the engine thread every loop iteration.
   std::vector<InstanceHealth> Health() const;
-
-  // True when every instance of the config is ready. Thread-safe.
-  bool AllReady() const;
 
   // The serving metrics (thread-safe; GET /metrics renders them).
   const ServingMetrics& metrics() const;

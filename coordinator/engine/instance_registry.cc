@@ -17,6 +17,16 @@ uint64_t UnixMillis() {
 
 }  // namespace
 
+bool CanServe(const std::vector<InstanceHealth>& health) {
+  const bool disaggregated = std::any_of(health.begin(), health.end(), [](const InstanceHealth& h) {
+    return h.role == PoolRole::kPrefill;
+  });
+  const PoolRole needed = disaggregated ? PoolRole::kDecode : PoolRole::kMixed;
+  return std::any_of(health.begin(), health.end(), [needed](const InstanceHealth& h) {
+    return h.ready && h.role == needed;
+  });
+}
+
 InstanceRegistry::InstanceRegistry(const Config& config, const ModelSpec& spec,
                                    ControlServer* server, ServingMetrics* metrics)
     : config_(config), spec_(spec), server_(server), metrics_(metrics) {
@@ -149,16 +159,25 @@ void InstanceRegistry::Reset(Instance& inst) {
 }
 
 void InstanceRegistry::StopRanks(Instance& inst, const std::string& reason) {
-  SendShutdown(inst, "instance " + std::to_string(inst.id) + " is down: " + reason);
+  SendShutdown(inst, "instance " + std::to_string(inst.id) + " is down: " + reason,
+               /*fault=*/true);
+}
+
+void InstanceRegistry::StopPeer(const std::string& peer, const std::string& reason) {
+  proto::Envelope env;
+  env.mutable_shutdown()->set_reason(reason);
+  env.mutable_shutdown()->set_fault(true);
+  Reply(peer, env);
 }
 
 void InstanceRegistry::ShutdownAll(const std::string& reason) {
-  for (Instance& inst : instances_) SendShutdown(inst, reason);
+  for (Instance& inst : instances_) SendShutdown(inst, reason, /*fault=*/false);
 }
 
-void InstanceRegistry::SendShutdown(Instance& inst, const std::string& reason) {
+void InstanceRegistry::SendShutdown(Instance& inst, const std::string& reason, bool fault) {
   proto::Envelope env;
   env.mutable_shutdown()->set_reason(reason);
+  env.mutable_shutdown()->set_fault(fault);
   for (int r = 0; r < inst.tp_size; ++r) {
     if (inst.ranks[size_t(r)].registered) Send(inst, r, env);
   }
@@ -180,6 +199,7 @@ std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
     InstanceHealth h;
     h.instance_id = inst.id;
     h.tp_size = inst.tp_size;
+    h.role = inst.role;
     h.ready = inst.ready();
     if (inst.ready()) {
       h.num_waiting = inst.scheduler->num_waiting();

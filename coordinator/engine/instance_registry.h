@@ -62,11 +62,19 @@ struct RankHealth {
 struct InstanceHealth {
   int instance_id = 0;
   int tp_size = 1;
+  PoolRole role = PoolRole::kMixed;
   bool ready = false;
   size_t num_waiting = 0;
   size_t num_running = 0;
   std::vector<RankHealth> ranks;
 };
+
+// True when a request can be served by the instances of `health` (one
+// entry per instance of the deployment): a ready mixed instance in a
+// colocated deployment; a ready decode instance in a disaggregated one
+// (with no prefill instance ready, the decode instance prefills prompts
+// itself). This is GET /ready.
+bool CanServe(const std::vector<InstanceHealth>& health);
 
 class InstanceRegistry {
  public:
@@ -119,10 +127,15 @@ class InstanceRegistry {
   // Forgets the instance's scheduler, step in flight, store and ranks: it is
   // down until all its ranks register again.
   void Reset(Instance& instance);
-  // Tells the instance's registered ranks to exit: their TP group is broken
-  // ("instance N is down: <reason>").
+  // Tells the instance's registered ranks to exit with a failure status
+  // (Shutdown.fault): their TP group is broken ("instance N is down:
+  // <reason>").
   void StopRanks(Instance& instance, const std::string& reason);
-  // Tells every registered rank to exit with `reason` (the coordinator stops).
+  // Tells worker `peer` to exit with a failure status (Shutdown.fault)
+  // whether or not it is registered.
+  void StopPeer(const std::string& peer, const std::string& reason);
+  // Tells every registered rank to exit cleanly with `reason` (the
+  // coordinator stops).
   void ShutdownAll(const std::string& reason);
 
   // Sends to one rank; a failure is logged (the liveness check notices a
@@ -134,7 +147,7 @@ class InstanceRegistry {
 
  private:
   void Reply(const std::string& peer, const proto::Envelope& envelope);
-  void SendShutdown(Instance& instance, const std::string& reason);
+  void SendShutdown(Instance& instance, const std::string& reason, bool fault);
 
   const Config& config_;
   const ModelSpec& spec_;

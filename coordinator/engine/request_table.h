@@ -84,6 +84,12 @@ class RequestTable {
   // REQUIRES: Contains(id).
   void JoinedDecode(uint64_t id, int instance_id, Clock::time_point now);
 
+  // Request `id`'s instance went down before the request produced a token;
+  // its sequence now runs on instance `instance_id`. Its clocks (arrival,
+  // queue time already recorded) are kept, so its TTFT counts from the
+  // client's arrival. REQUIRES: Contains(id).
+  void MovedTo(uint64_t id, int instance_id) { requests_.at(id).instance = instance_id; }
+
   // `seq`, the sequence of a held request on instance `instance_id`, was
   // sampled `sampled` (a token id in the vocabulary): appends the token to
   // `seq` at Clock::now(), records TTFT or the inter-token latency, and

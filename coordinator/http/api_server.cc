@@ -5,6 +5,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "coordinator/http/chat_request.h"
@@ -118,6 +119,15 @@ void ApiServer::AddRoutes() {
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     auto [status, body] = HandleHealth();
     Reply(res, status, body);
+  });
+  server_->Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+    auto [status, body] = HandleReady();
+    Reply(res, status, body);
+  });
+  // Liveness: answering at all is the proof (the HTTP threads run); the
+  // engine thread's death ends the process.
+  server_->Get("/live", [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, json{{"status", "live"}});
   });
   // Prometheus scrapes stay open without the API key, as on vLLM.
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -348,10 +358,11 @@ std::pair<int, json> ApiServer::HandleDetokenize(const std::string& body) const 
 
 std::pair<int, json> ApiServer::HandleHealth() const {
   std::vector<InstanceHealth> health = engine_->Health();
-  bool all_ready = !health.empty();
+  const bool can_serve = CanServe(health);
+  const bool all_ready = std::all_of(health.begin(), health.end(),
+                                     [](const InstanceHealth& h) { return h.ready; });
   json instances = json::array();
   for (const InstanceHealth& h : health) {
-    all_ready = all_ready && h.ready;
     json ranks = json::array();
     for (const RankHealth& r : h.ranks) {
       ranks.push_back({{"tp_rank", r.tp_rank},
@@ -360,14 +371,20 @@ std::pair<int, json> ApiServer::HandleHealth() const {
                        {"total_blocks", r.total_blocks}});
     }
     instances.push_back({{"instance_id", h.instance_id},
+                         {"role", PoolRoleName(h.role)},
                          {"tp_size", h.tp_size},
                          {"ready", h.ready},
                          {"num_waiting", h.num_waiting},
                          {"num_running", h.num_running},
                          {"ranks", ranks}});
   }
-  json body = {{"status", all_ready ? "ok" : "unavailable"}, {"instances", instances}};
-  return {all_ready ? 200 : 503, body};
+  const char* status = !can_serve ? "unavailable" : all_ready ? "ok" : "degraded";
+  return {can_serve ? 200 : 503, json{{"status", status}, {"instances", instances}}};
+}
+
+std::pair<int, json> ApiServer::HandleReady() const {
+  const bool ready = CanServe(engine_->Health());
+  return {ready ? 200 : 503, json{{"status", ready ? "ready" : "unavailable"}}};
 }
 
 json ApiServer::HandleModels() const {

@@ -82,7 +82,18 @@ class ApiServer {
 
   // Non-streaming handlers: HTTP status and JSON body. Public so tests can
   // drive them without sockets.
+  //
+  // GET /health: 200 when requests can be served (CanServe: a ready mixed
+  // instance, or a ready decode instance when the deployment has prefill
+  // pools), else 503. Body: "status" "ok" (every instance ready),
+  // "degraded" (serving, some instance down or not yet registered) or
+  // "unavailable", and per instance its role, readiness, queue and per-rank
+  // free/total KV blocks.
   std::pair<int, nlohmann::json> HandleHealth() const;
+  // GET /ready: /health's status code with {"status": "ready"|"unavailable"};
+  // the Kubernetes readiness probe. (GET /live answers 200 whenever the
+  // HTTP server runs: the liveness probe.)
+  std::pair<int, nlohmann::json> HandleReady() const;
   nlohmann::json HandleModels() const;
   std::pair<int, nlohmann::json> HandleTokenize(const std::string& body) const;
   std::pair<int, nlohmann::json> HandleDetokenize(const std::string& body) const;

@@ -116,7 +116,7 @@ Status ServingMetrics::Register() {
   for (int id = 0; id < num_instances_; ++id) HW_RETURN_IF_ERROR(ResolveInstanceSeries(f, id));
   HW_ASSIGN_OR_RETURN(rejected_unknown_instance_,
                       f.rejected->WithLabels({model_name_, kUnknownInstance}));
-  return RegisterTransferSeries();
+  return RegisterDeploymentSeries();
 }
 
 Status ServingMetrics::AddLatencyFamilies(InstanceFamilies* f) {
@@ -239,7 +239,7 @@ Result<Histogram*> ServingMetrics::AddDeploymentHistogram(const std::string& nam
   return family->WithLabels({model_name_});
 }
 
-Status ServingMetrics::RegisterTransferSeries() {
+Status ServingMetrics::RegisterDeploymentSeries() {
   HW_ASSIGN_OR_RETURN(kv_transfer_bytes_,
                       AddDeploymentCounter("headway:kv_transfer_bytes_total",
                                            "KV bytes moved from prefill to decode instances."));
@@ -269,6 +269,10 @@ Status ServingMetrics::RegisterTransferSeries() {
                                              "Seconds from a disaggregated request joining its "
                                              "decode instance to its first token.",
                                              TtftBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(requests_moved_,
+                      AddDeploymentCounter("headway:requests_moved_total",
+                                           "Requests moved to another instance of their pool "
+                                           "when theirs went down before their first token."));
   return Status::Ok();
 }
 
@@ -356,6 +360,8 @@ void ServingMetrics::OnKvTransferSent(double seconds) {
 }
 
 void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
+
+void ServingMetrics::OnRequestMoved() { (void)requests_moved_->Increment(); }
 
 void ServingMetrics::OnPdPrefill(double seconds) { (void)pd_prefill_seconds_->Observe(seconds); }
 

@@ -25,6 +25,9 @@
 //     headway:kv_transfer_seconds            histogram: a transfer, plan sent -> last result
 //     headway:kv_transfer_send_seconds       histogram: one prefill rank's send, its own clock
 //     headway:pd_prefill_seconds, headway:pd_first_decode_seconds  histograms: TTFT's parts
+//   deployment-wide, failover (label model_name only)
+//     headway:requests_moved_total           requests moved to another instance of their pool
+//                                            when theirs went down before their first token
 //
 // Every other series has the labels model_name (the served model name) and
 // instance (the instance id of Config::Instances(), as a decimal string).
@@ -126,6 +129,9 @@ class ServingMetrics {
   // instance to the first token (headway:pd_first_decode_seconds).
   void OnPdPrefill(double seconds);
   void OnPdFirstDecode(double seconds);
+  // A request's instance went down before the request produced a token; it
+  // moved to another instance of its pool (headway:requests_moved_total).
+  void OnRequestMoved();
 
   // The instance's scheduler now runs `num_running` sequences and holds
   // `num_waiting` in its queue. Call after each schedule.
@@ -185,7 +191,7 @@ class ServingMetrics {
   Status AddUsageFamilies(InstanceFamilies* f);    // queue and KV usage gauges
   Status AddCounterFamilies(InstanceFamilies* f);  // tokens, preemptions, finishes, rejections
   Status ResolveInstanceSeries(const InstanceFamilies& f, int instance_id);
-  Status RegisterTransferSeries();
+  Status RegisterDeploymentSeries();
   // A family labelled model_name only, and its one series.
   Result<Counter*> AddDeploymentCounter(const std::string& name, const std::string& help);
   Result<Histogram*> AddDeploymentHistogram(const std::string& name, const std::string& help,
@@ -207,6 +213,7 @@ class ServingMetrics {
   Histogram* kv_transfer_send_seconds_ = nullptr;
   Histogram* pd_prefill_seconds_ = nullptr;
   Histogram* pd_first_decode_seconds_ = nullptr;
+  Counter* requests_moved_ = nullptr;
 
   class CountersOf;  // InstanceCounters feeding one instance's series
   std::vector<std::unique_ptr<CountersOf>> counters_;  // [num_instances]

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
 #include <exception>
 
 namespace headway::launcher {
@@ -13,7 +15,9 @@ bool ProbeHealth(const std::string& host, int port, std::chrono::milliseconds ti
     client.set_read_timeout(timeout);
     client.set_write_timeout(timeout);
     httplib::Result result = client.Get("/health");
-    return result && result->status == 200;
+    if (!result || result->status != 200) return false;
+    nlohmann::json body = nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+    return body.is_object() && body.value("status", "") == "ok";
   } catch (const std::exception&) {
     return false;  // the probe only answers yes or no; the caller retries
   }

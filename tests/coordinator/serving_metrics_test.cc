@@ -77,6 +77,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:kv_transfer_send_seconds", "histogram"},
       {"headway:pd_prefill_seconds", "histogram"},
       {"headway:pd_first_decode_seconds", "histogram"},
+      {"headway:requests_moved_total", "counter"},
   };
   ASSERT_EQ(e.families.size(), expected.size());
   for (const auto& [name, type] : expected) {
@@ -86,8 +87,9 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
     EXPECT_FALSE(f->samples.empty()) << name;
     for (const testing::PromSample& s : f->samples) {
       EXPECT_EQ(s.labels.at("model_name"), kModel);
-      // KV transfer series are deployment-wide: no instance label.
-      if (name.rfind("headway:kv_transfer", 0) != 0 && name.rfind("headway:pd_", 0) != 0) {
+      // KV transfer and failover series are deployment-wide: no instance label.
+      if (name.rfind("headway:kv_transfer", 0) != 0 && name.rfind("headway:pd_", 0) != 0 &&
+          name != "headway:requests_moved_total") {
         const std::string& inst = s.labels.at("instance");
         EXPECT_TRUE(inst == "0" || inst == "1" || inst == "unknown") << inst;
       }

@@ -96,7 +96,7 @@ class DisaggregationFaultTest : public ::testing::Test {
 
   // Starts coordinator, prefill worker (stalling each transfer `stall_ms`
   // after half its blocks; 0 = no fault) and decode worker, and waits until
-  // /health answers 200.
+  // every instance is ready.
   void StartDeployment(int stall_ms, int transfer_timeout_ms, int heartbeat_timeout_ms = 0) {
     dir_ = MakeTempDir("headway-pd-fault");
     http_port_ = FreePort();
@@ -116,7 +116,7 @@ class DisaggregationFaultTest : public ::testing::Test {
                                  "--instance-id", std::to_string(kDecodeInstance), "--tp-rank",
                                  "0"},
         dir_ + "/decode.log");
-    ASSERT_TRUE(WaitFor([&] { return HttpGet(http_port_, "/health", 5).status == 200; },
+    ASSERT_TRUE(WaitFor([&] { return EveryInstanceReady(HttpGet(http_port_, "/health", 5)); },
                         std::chrono::seconds(120)))
         << coordinator_->Log();
   }
@@ -222,6 +222,11 @@ TEST_F(DisaggregationFaultTest, PrefillKilledMidTransferFallsBackAndRecovers) {
   std::printf("answered %.2f s after the kill (local prefill on the decode instance)\n", seconds);
   EXPECT_EQ(Metric("headway:kv_transfer_fallbacks_total"), 1);
   EXPECT_TRUE(decode_->Running()) << decode_->Log();
+  // The decode instance serves alone: ready, yet not every instance is.
+  HttpReply degraded = HttpGet(http_port_, "/health", 5);
+  EXPECT_EQ(degraded.status, 200) << degraded.body;
+  EXPECT_EQ(degraded.json.value("status", ""), "degraded") << degraded.body;
+  EXPECT_EQ(HttpGet(http_port_, "/ready", 5).status, 200);
   EXPECT_TRUE(WaitFor([&] { return FreeBlocks(kDecodeInstance) == decode_free; },
                       std::chrono::seconds(10)))
       << "decode free " << FreeBlocks(kDecodeInstance) << " != " << decode_free;

@@ -123,7 +123,7 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
     const auto deadline = Clock::now() + std::chrono::seconds(60);
     while (Clock::now() < deadline && coordinator.Running() && prefill.Running() &&
            decode.Running()) {
-      if (HttpGet(host_a, http_port, "/health", 5).status == 200) {
+      if (EveryInstanceReady(HttpGet(host_a, http_port, "/health", 5))) {
         healthy = true;
         break;
       }

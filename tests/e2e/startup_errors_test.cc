@@ -72,6 +72,8 @@ TEST_F(StartupErrorTest, TruncatedModelStopsCoordinatorAndWorkerWithAClearMessag
                            "0", "--tp-rank", "0"},
                           dir_ + "/worker.log");
   ExpectFailedExit(worker);
+  // 2: a restart would fail the same way, so the node agent does not retry.
+  EXPECT_EQ(WEXITSTATUS(worker.status), 2) << worker.log;
   EXPECT_NE(worker.log.find("truncated"), std::string::npos) << worker.log;
 }
 

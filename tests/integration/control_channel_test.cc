@@ -3,16 +3,23 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 namespace headway {
 namespace {
 
 using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 
 // A TCP port that was free a moment ago (bind port 0, read it back).
 int FreeTcpPort() {
@@ -159,6 +166,145 @@ TEST(ControlChannelTest, DropsMalformedMessages) {
   ASSERT_TRUE(inbound.has_value());
   EXPECT_EQ(inbound->peer, "raw");
   EXPECT_EQ(inbound->envelope.register_request().instance_id(), 1u);
+}
+
+// Receives until a kDisconnected arrives or `timeout` passes; messages seen
+// on the way are appended to *messages (may be null).
+std::optional<Inbound> NextDisconnect(ControlServer& server, milliseconds timeout,
+                                      std::vector<Inbound>* messages = nullptr) {
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    std::optional<Inbound> in = server.Receive(milliseconds(20));
+    if (!in) continue;
+    if (in->kind == Inbound::Kind::kDisconnected) return in;
+    if (messages != nullptr) messages->push_back(std::move(*in));
+  }
+  return std::nullopt;
+}
+
+TEST(ControlChannelDisconnectTest, ReportsAPeerThatClosesItsConnection) {
+  const std::string address = FreeAddress();
+  auto server = ControlServer::Bind(address);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = ControlClient::Connect(address, PeerName(2, 1));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Send(Register(2, 1)).ok());
+  std::optional<Inbound> in = (*server)->Receive(milliseconds(5000));
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->kind, Inbound::Kind::kMessage);
+
+  const Clock::time_point closed = Clock::now();
+  client->reset();
+  std::optional<Inbound> gone = NextDisconnect(**server, milliseconds(5000));
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->peer, "i2r1");
+  EXPECT_LT(Clock::now() - closed, milliseconds(1000));
+  // Once per connection.
+  EXPECT_FALSE(NextDisconnect(**server, milliseconds(200)).has_value());
+}
+
+// SIGKILL of a worker process: the kernel closes its socket and the server
+// reports the peer at once, long before any heartbeat timeout.
+TEST(ControlChannelDisconnectTest, ReportsAKilledPeerProcess) {
+  const std::string address = FreeAddress();
+  // Forked before this test creates any ZeroMQ context; the child connects
+  // (ZeroMQ retries until the server binds) and sends every 50 ms.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto c = ControlClient::Connect(address, PeerName(0, 0));
+    if (!c.ok()) _exit(3);
+    proto::Envelope hb;
+    hb.mutable_heartbeat()->set_sent_unix_ms(1);
+    for (;;) {
+      (void)(*c)->Send(hb);
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
+  auto server = ControlServer::Bind(address);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::optional<Inbound> in = (*server)->Receive(milliseconds(10000));
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(in->peer, "i0r0");
+
+  const Clock::time_point killed = Clock::now();
+  kill(child, SIGKILL);
+  std::optional<Inbound> gone = NextDisconnect(**server, milliseconds(5000));
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->peer, "i0r0");
+  const auto ms = std::chrono::duration_cast<milliseconds>(Clock::now() - killed).count();
+  EXPECT_LT(ms, 1000);
+  std::printf("disconnect of a killed peer reported after %lld ms\n", static_cast<long long>(ms));
+}
+
+TEST(ControlChannelDisconnectTest, NamesOnlyThePeerThatLeft) {
+  const std::string address = FreeAddress();
+  auto server = ControlServer::Bind(address);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto a = ControlClient::Connect(address, PeerName(0, 0));
+  auto b = ControlClient::Connect(address, PeerName(1, 0));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Send(Register(0, 0)).ok());
+  ASSERT_TRUE((*b)->Send(Register(1, 0)).ok());
+  std::set<std::string> heard;
+  for (int i = 0; i < 2; ++i) {
+    std::optional<Inbound> in = (*server)->Receive(milliseconds(5000));
+    ASSERT_TRUE(in.has_value());
+    heard.insert(in->peer);
+  }
+  EXPECT_EQ(heard, (std::set<std::string>{"i0r0", "i1r0"}));
+  // A connection that never delivered a message is not reported.
+  zmq::context_t context(1);
+  zmq::socket_t silent(context, zmq::socket_type::dealer);
+  silent.set(zmq::sockopt::linger, 0);
+  silent.connect(address);
+
+  a->reset();
+  std::vector<Inbound> messages;
+  std::optional<Inbound> gone = NextDisconnect(**server, milliseconds(5000), &messages);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->peer, "i0r0");
+  silent.close();
+  ASSERT_TRUE((*b)->Send(Register(1, 0)).ok());
+  EXPECT_FALSE(NextDisconnect(**server, milliseconds(500), &messages).has_value());
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].peer, "i1r0");
+}
+
+// The kernel hands a closed connection's descriptor to the next one: the
+// old peer's disconnect must not be charged to the new peer, and the new
+// peer's own disconnect is reported under its name.
+TEST(ControlChannelDisconnectTest, ReusedDescriptorKeepsPeersApart) {
+  const std::string address = FreeAddress();
+  auto server = ControlServer::Bind(address);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<std::string> messages, gone;
+  auto take = [&](milliseconds wait) {
+    while (std::optional<Inbound> in = (*server)->Receive(wait)) {
+      (in->kind == Inbound::Kind::kMessage ? messages : gone).push_back(in->peer);
+    }
+  };
+  std::unique_ptr<ControlClient> previous;
+  for (int round = 0; round < 5; ++round) {
+    // This peer connects and sends right as the previous one leaves.
+    previous.reset();
+    auto next = ControlClient::Connect(address, PeerName(0, round));
+    ASSERT_TRUE(next.ok());
+    ASSERT_TRUE((*next)->Send(Register(0, round)).ok());
+    previous = std::move(*next);
+    take(milliseconds(300));
+  }
+  previous.reset();
+  take(milliseconds(1500));
+  EXPECT_EQ(messages, (std::vector<std::string>{"i0r0", "i0r1", "i0r2", "i0r3", "i0r4"}));
+  EXPECT_EQ(gone, (std::vector<std::string>{"i0r0", "i0r1", "i0r2", "i0r3", "i0r4"}));
 }
 
 }  // namespace

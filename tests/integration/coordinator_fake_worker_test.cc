@@ -4,7 +4,9 @@
 // consistent (appended at the end of each row, never a block owned by two
 // sequences, rows covering every computed position). Covers the API:
 // completions and chat, streaming (SSE framing, [DONE], include_usage),
-// logprobs, the API key, /tokenize and /detokenize, and aborted streams.
+// logprobs, the API key, /tokenize and /detokenize, aborted streams, and
+// an instance whose worker disconnects (its requests move or fail, /health,
+// /ready and /live).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <arpa/inet.h>
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -30,6 +33,7 @@
 #include "coordinator/http/sse.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "tests/support/process.h"
+#include "tests/support/prometheus_parser.h"
 #include "tests/support/test_env.h"
 
 namespace headway {
@@ -47,10 +51,14 @@ constexpr int kHeartbeatTimeoutMs = 1000;
 struct FakeWorkerOptions {
   std::string address;
   ModelSpec spec;
+  int instance_id = 0;
   int32_t token_id = 0;           // answered for every sampled sequence
   int silent_after_plans = -1;    // >= 0: stop all traffic after this many plans
   int step_delay_ms = 0;          // simulated compute time per step
 };
+
+// A fake worker's death: destroying it closes its control connection, as
+// the kernel does for a killed process.
 
 class FakeWorker {
  public:
@@ -64,6 +72,7 @@ class FakeWorker {
 
   bool registered() const { return registered_; }
   bool got_shutdown() const { return got_shutdown_; }
+  bool silent() const { return silent_; }
   int num_plans() const { return num_plans_; }
   void GoSilent() { silent_ = true; }
   std::vector<std::string> errors() const {
@@ -87,12 +96,12 @@ class FakeWorker {
   }
 
   void Run() {
-    auto client = ControlClient::Connect(options_.address, PeerName(0, 0));
+    auto client = ControlClient::Connect(options_.address, PeerName(options_.instance_id, 0));
     if (!client.ok()) return Error(client.status().ToString());
     const ModelSpec& spec = options_.spec;
     proto::Envelope reg;
     proto::RegisterRequest* r = reg.mutable_register_request();
-    r->set_instance_id(0);
+    r->set_instance_id(uint32_t(options_.instance_id));
     r->set_tp_rank(0);
     r->set_tp_size(1);
     r->set_model_name(spec.name);
@@ -253,12 +262,14 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     std::ofstream(config) << "model:\n  path: " << model_path_ << "\n  served_name: smollm2\n"
                           << "coordinator:\n  http_host: 127.0.0.1\n  http_port: 1\n"
                           << "  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: "
-                          << kHeartbeatTimeoutMs << "\n"
+                          << heartbeat_timeout_ms_ << "\n"
                           << "cache:\n  block_size: " << kBlockSize << "\n  kv_memory_mb: 64\n"
                           << "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 64\n"
                           << "  max_model_len: " << kMaxModelLen << "\n"
-                          << "pools:\n  - name: main\n    role: mixed\n    instances:\n"
-                          << "      - tp_size: 1\n        device: cpu\n";
+                          << "pools:\n  - name: main\n    role: mixed\n    instances:\n";
+    for (int i = 0; i < num_instances_; ++i) {
+      std::ofstream(config, std::ios::app) << "      - tp_size: 1\n        device: cpu\n";
+    }
     coordinator_ = std::make_unique<testing::ChildProcess>(
         Args(config),
         dir_ + "/coordinator.log");
@@ -281,7 +292,7 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
 
   void StartWorker(int silent_after_plans = -1, int step_delay_ms = 0) {
     worker_ = std::make_unique<FakeWorker>(
-        FakeWorkerOptions{control_address_, spec_, token_a_, silent_after_plans, step_delay_ms});
+        FakeWorkerOptions{control_address_, spec_, 0, token_a_, silent_after_plans, step_delay_ms});
   }
 
   // Waits for /health == `status`.
@@ -379,6 +390,15 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     return FreeBlocks() == expected;
   }
 
+  // Waits until FreeBlocks(instance) == `expected`.
+  bool WaitFreeBlocksOf(int instance, int expected, milliseconds timeout = milliseconds(5000)) const {
+    auto deadline = Clock::now() + timeout;
+    while (FreeBlocks(instance) != expected && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return FreeBlocks(instance) == expected;
+  }
+
   static Reply ToReply(const httplib::Result& r) {
     Reply reply;
     if (!r) return reply;
@@ -387,11 +407,11 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     return reply;
   }
 
-  // Free blocks of instance 0 rank 0 from /health; -1 if unreadable.
-  int FreeBlocks() const {
+  // Free blocks of the instance's rank 0 from /health; -1 if unreadable.
+  int FreeBlocks(int instance = 0) const {
     Reply r = Get("/health");
     try {
-      return r.body.at("instances").at(0).at("ranks").at(0).at("free_blocks").get<int>();
+      return r.body.at("instances").at(instance).at("ranks").at(0).at("free_blocks").get<int>();
     } catch (...) {
       return -1;
     }
@@ -418,11 +438,16 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
   std::unique_ptr<testing::ChildProcess> coordinator_;
   std::unique_ptr<FakeWorker> worker_;
   std::vector<std::string> extra_args_;  // more coordinator flags, set before SetUp
+  int num_instances_ = 1;                 // mixed instances of the config, set before SetUp
+  int heartbeat_timeout_ms_ = kHeartbeatTimeoutMs;  // set before SetUp
 };
 
 TEST_F(CoordinatorFakeWorkerTest, CompletionsRunAndBlocksComeBack) {
-  // Not ready before a worker registers.
+  // Not ready before a worker registers, yet alive.
   ASSERT_TRUE(WaitHealth(503));
+  EXPECT_EQ(Get("/ready").status, 503);
+  EXPECT_EQ(Get("/ready").body["status"], "unavailable");
+  EXPECT_EQ(Get("/live").status, 200);
   Reply health = Get("/health");
   EXPECT_EQ(health.body["status"], "unavailable");
   StartWorker();
@@ -759,6 +784,133 @@ TEST_F(CoordinatorFakeWorkerTest, AbortedStreamsFreeTheirBlocks) {
   // The server still serves.
   Reply r = Post(R"({"prompt": "Hi", "max_tokens": 2})");
   EXPECT_EQ(r.status, 200) << r.body.dump();
+}
+
+// Two mixed instances; heartbeats far slower than the test, so that only the
+// closed control connection can tell the coordinator a worker is gone.
+class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
+ protected:
+  void SetUp() override {
+    num_instances_ = 2;
+    heartbeat_timeout_ms_ = 60000;
+    CoordinatorFakeWorkerTest::SetUp();
+  }
+
+  std::unique_ptr<FakeWorker> Worker(int instance_id, int silent_after_plans = -1) const {
+    FakeWorkerOptions options{control_address_, spec_, instance_id, token_a_, silent_after_plans};
+    return std::make_unique<FakeWorker>(std::move(options));
+  }
+
+  bool WaitHealthStatus(const std::string& status, milliseconds timeout = milliseconds(30000)) {
+    auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      const json body = Get("/health").body;
+      if (body.is_object() && body.value("status", "") == status) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+
+  double Metric(const std::string& name) const {
+    httplib::Client client("127.0.0.1", http_port_);
+    httplib::Result r = client.Get("/metrics");
+    if (!r) return -1;
+    Result<testing::PromExposition> m = testing::ParsePrometheusText(r->body);
+    if (!m.ok()) return -1;
+    std::vector<const testing::PromSample*> samples = m->Samples(name);
+    return samples.empty() ? -1 : samples[0]->value;
+  }
+};
+
+// Instance 0's worker holds a step (one request has streamed two tokens, two
+// more wait behind it) and dies. Its connection's end, not the heartbeat
+// timeout, takes the instance down: the waiting requests move to instance 1
+// and complete there; the one that had produced tokens fails with a 503
+// that says so. The instance serves again once a new worker registers.
+TEST_F(CoordinatorFailoverTest, UnstartedRequestsMoveAndStartedOnesFailWhenAWorkerDies) {
+  std::unique_ptr<FakeWorker> first = Worker(0, /*silent_after_plans=*/2);
+  ASSERT_TRUE(WaitHealthStatus("degraded")) << Get("/health").body.dump();
+  EXPECT_EQ(Get("/ready").status, 200);  // one ready mixed instance serves
+
+  auto post = [this](const std::string& prompt) {
+    return std::async(std::launch::async, [this, prompt] {
+      return Post(json{{"prompt", prompt}, {"max_tokens", 6}, {"ignore_eos", true}}.dump());
+    });
+  };
+  std::future<Reply> started = post("Tell me a story");
+  auto deadline = Clock::now() + milliseconds(10000);
+  while (!first->silent() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(first->silent()) << "the first step never reached the worker";
+  std::future<Reply> waiting1 = post("Once upon a time");
+  std::future<Reply> waiting2 = post("In a galaxy far away");
+  // Both wait in instance 0's queue behind its unanswered step.
+  deadline = Clock::now() + milliseconds(10000);
+  auto num_waiting = [this] {
+    const json body = Get("/health").body;
+    return body.is_object() ? body["instances"][0].value("num_waiting", 0) : -1;
+  };
+  while (num_waiting() < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(num_waiting(), 2) << Get("/health").body.dump();
+
+  std::unique_ptr<FakeWorker> second = Worker(1);
+  ASSERT_TRUE(WaitHealthStatus("ok"));
+  const int free_at_start = FreeBlocks(1);
+
+  const Clock::time_point died = Clock::now();
+  first.reset();
+  Reply failed = started.get();
+  const auto failed_after = Clock::now() - died;
+  ExpectError(failed, 503, "had produced tokens");
+  EXPECT_NE(failed.body["error"].value("message", "").find("instance 0 is down"), std::string::npos)
+      << failed.body.dump();
+  EXPECT_LT(failed_after, milliseconds(3000)) << "noticed by the connection's end, not heartbeats";
+  for (std::future<Reply>* f : {&waiting1, &waiting2}) {
+    Reply r = f->get();
+    EXPECT_EQ(r.status, 200) << r.body.dump();
+    EXPECT_EQ(r.body["choices"][0]["text"], "aaaaaa") << r.body.dump();
+  }
+  EXPECT_EQ(Metric("headway:requests_moved_total"), 2);
+
+  // Serving, not whole: /health and /ready answer 200, /health says which
+  // instance is missing.
+  Reply health = Get("/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body["status"], "degraded");
+  EXPECT_EQ(health.body["instances"][0]["ready"], false);
+  EXPECT_EQ(health.body["instances"][0]["role"], "mixed");
+  EXPECT_EQ(health.body["instances"][1]["ready"], true);
+  EXPECT_EQ(Get("/ready").status, 200);
+  EXPECT_TRUE(WaitFreeBlocksOf(1, free_at_start));
+
+  // A new worker for instance 0 registers and takes requests again.
+  std::unique_ptr<FakeWorker> replacement = Worker(0);
+  ASSERT_TRUE(WaitHealthStatus("ok"));
+  EXPECT_EQ(FreeBlocks(0), kNumBlocks);
+  std::vector<std::future<Reply>> more;
+  for (int i = 0; i < 4; ++i) more.push_back(post("again " + std::to_string(i)));
+  for (std::future<Reply>& f : more) EXPECT_EQ(f.get().status, 200);
+  EXPECT_GT(replacement->num_plans(), 0) << "the replacement never got a step";
+  EXPECT_TRUE(second->errors().empty()) << second->errors().front();
+  EXPECT_TRUE(replacement->errors().empty()) << replacement->errors().front();
+}
+
+// With no other instance of the pool ready, a request that had not started
+// fails at once, naming the instance and why nothing could take it.
+TEST_F(CoordinatorFailoverTest, WithoutAnotherInstanceUnstartedRequestsFail) {
+  std::unique_ptr<FakeWorker> only = Worker(0, /*silent_after_plans=*/0);
+  ASSERT_TRUE(WaitHealthStatus("degraded"));
+  std::future<Reply> reply = std::async(std::launch::async, [this] {
+    return Post(R"({"prompt": "Hi", "max_tokens": 4})");
+  });
+  auto deadline = Clock::now() + milliseconds(10000);
+  while (!only->silent() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(only->silent());
+  only.reset();
+  Reply r = reply.get();
+  ExpectError(r, 503, "no other mixed instance could take the request");
+  EXPECT_TRUE(WaitHealth(503));
+  EXPECT_EQ(Get("/health").body["status"], "unavailable");
+  EXPECT_EQ(Get("/live").status, 200);
 }
 
 }  // namespace

@@ -59,6 +59,11 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
   return y.str();
 }
 
+bool EveryInstanceReady(const HttpReply& health) {
+  return health.status == 200 && health.json.is_object() &&
+         health.json.value("status", "") == "ok";
+}
+
 std::unique_ptr<Deployment> Deployment::Start(const DeploymentOptions& options,
                                               std::string* error, int timeout_s) {
   std::unique_ptr<Deployment> d(new Deployment());
@@ -76,7 +81,7 @@ std::unique_ptr<Deployment> Deployment::Start(const DeploymentOptions& options,
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!d->launcher_->Running()) break;
-    if (d->Get("/health").status == 200) return d;
+    if (EveryInstanceReady(d->Get("/health"))) return d;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (error) *error = "deployment did not become healthy; launcher log:\n" + d->Log();

@@ -60,10 +60,16 @@ HttpReply HttpGet(const std::string& host, int port, const std::string& path,
 HttpReply HttpPost(const std::string& host, int port, const std::string& path,
                    const std::string& body, int timeout_s = 300);
 
+// True when `health` (a GET /health reply) says every instance of the
+// deployment is ready: 200 with status "ok" (200 alone also means
+// "degraded": serving while some instance is missing).
+bool EveryInstanceReady(const HttpReply& health);
+
 class Deployment {
  public:
   // Writes a config for `options` into a temp dir, starts headway-launch on
-  // it and waits (up to `timeout_s`) for /health to answer 200. On failure
+  // it and waits (up to `timeout_s`) until every instance is ready
+  // (EveryInstanceReady). On failure
   // returns nullptr and puts the launcher's log in *error.
   static std::unique_ptr<Deployment> Start(const DeploymentOptions& options,
                                            std::string* error, int timeout_s = 120);
