@@ -71,14 +71,15 @@ struct Engine::Impl {
   void Cancel(uint64_t id, Status why);
   // Forgets the instance's ranks (it is ready again once all of them
   // register anew) and ends or moves each of its requests: a prefill job
-  // falls back to a decode instance; a request that has produced no token
-  // yet moves to another ready instance of the pool's role (Readmit); the
-  // rest fail with Unavailable naming the instance and `why`.
+  // falls back to a decode instance; a request whose client has been sent
+  // nothing yet moves to another ready instance of the pool's role
+  // (Readmit); the rest fail with Unavailable naming the instance and `why`.
   void MarkDown(Instance& inst, const std::string& why);
-  // Adds `seq`'s request, whose instance `from` went down before it
-  // produced a token, to the least loaded ready instance of `from`'s role
-  // as a new sequence with the same id, prompt, sampling, stop conditions
-  // and arrival time. False (and nothing changes) when no such instance is
+  // Adds `seq`'s request, whose instance `from` went down before its client
+  // was sent any output, to the least loaded ready instance of `from`'s
+  // role as a new sequence with the same id, prompt, sampling (seed
+  // included), stop conditions and arrival time: it starts again from its
+  // prompt. False (and nothing changes) when no such instance is
   // ready or its scheduler refuses the sequence.
   bool Readmit(const Instance& from, const Sequence& seq);
 
@@ -366,29 +367,30 @@ void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
   // Requests still prefilling or transferring from a lost prefill instance
   // fall back to a decode instance, which prefills them itself (the
   // disaggregation coordinator's). The sequences of the others leave the
-  // instance's scheduler before it goes: those without a token move, in
-  // arrival order; the rest fail.
+  // instance's scheduler before it goes: those whose client has been sent
+  // nothing (no token yet, or not streaming) move, in arrival order; the
+  // rest fail.
   const std::string down = "instance " + std::to_string(inst.id) + " is down: " + why;
-  std::vector<std::unique_ptr<Sequence>> unstarted;
+  std::vector<std::unique_ptr<Sequence>> unsent;
   std::vector<std::pair<uint64_t, Status>> failed;
   for (uint64_t id : requests.OnInstance(inst.id)) {
     if (disaggregation.HasJob(id)) continue;
     std::unique_ptr<Sequence> seq = inst.scheduler ? inst.scheduler->Remove(id) : nullptr;
-    if (seq != nullptr && seq->kind() == SequenceKind::kGenerate && seq->num_output_tokens() == 0) {
-      unstarted.push_back(std::move(seq));
+    const bool sent = seq != nullptr && seq->num_output_tokens() > 0 && requests.Streams(id);
+    if (seq != nullptr && seq->kind() == SequenceKind::kGenerate && !sent) {
+      unsent.push_back(std::move(seq));
     } else {
-      const bool streamed = seq != nullptr && seq->num_output_tokens() > 0;
       failed.emplace_back(
-          id, Status::Unavailable(streamed ? down + " (the request had produced tokens)" : down));
+          id, Status::Unavailable(sent ? down + " (the request had streamed tokens)" : down));
     }
   }
-  std::sort(unstarted.begin(), unstarted.end(), [](const auto& a, const auto& b) {
+  std::sort(unsent.begin(), unsent.end(), [](const auto& a, const auto& b) {
     return std::pair(a->arrival_time(), a->seq_id()) < std::pair(b->arrival_time(), b->seq_id());
   });
   registry.Reset(inst);  // its blocks go with its scheduler
   Apply(disaggregation.OnInstanceDown(inst.id));
   size_t num_moved = 0;
-  for (const std::unique_ptr<Sequence>& seq : unstarted) {
+  for (const std::unique_ptr<Sequence>& seq : unsent) {
     if (Readmit(inst, *seq)) {
       ++num_moved;
     } else {

@@ -24,12 +24,12 @@
 // scheduler. Its requests:
 //   * still prefilling or transferring on a prefill instance: a decode
 //     instance prefills them itself;
-//   * without an output token yet (waiting, prefilling, or running with its
-//     first token not back): they move to the least loaded ready instance
-//     of the same role, same request id and arrival time (TTFT counts from
-//     the client's arrival);
-//   * with output tokens, or with no other ready instance of the role:
-//     they end with Unavailable (503) naming the instance.
+//   * whose client has been sent nothing yet (no output token, or not
+//     streaming): they start again from their prompt on the least loaded
+//     ready instance of the same role, same request id, seed and arrival
+//     time (TTFT counts from the client's arrival);
+//   * that have streamed tokens, or with no other ready instance of the
+//     role: they end with Unavailable (503) naming the instance.
 // The instance is ready again once all its ranks have registered anew.
 //
 // The engine composes one class per concern: the InstanceRegistry

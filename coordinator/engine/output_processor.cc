@@ -77,6 +77,10 @@ OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, StopConditions stop
       logprobs_(logprobs),
       stream_(std::move(stream)) {}
 
+std::unique_ptr<OutputProcessor> OutputProcessor::Restarted() const {
+  return std::make_unique<OutputProcessor>(*tokenizer_, checker_.conditions(), logprobs_, stream_);
+}
+
 bool OutputProcessor::OnToken(const Sequence& seq, GeneratedToken token) {
   const int32_t token_id = token.token_id;
   std::string piece;

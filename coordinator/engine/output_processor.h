@@ -97,6 +97,10 @@ class OutputProcessor {
   // Text of the answer not yet pushed to the stream (after a stop-string
   // cut or the decoder's flush), for OutputStream::Close.
   std::string Unstreamed() const;
+  // A processor for the same request that has seen no token yet (same
+  // tokenizer, stop conditions, logprobs switch and stream): the request
+  // starts again from its prompt.
+  std::unique_ptr<OutputProcessor> Restarted() const;
 
   const StopChecker& stop() const { return checker_; }
   const std::string& text() const { return checker_.text(); }

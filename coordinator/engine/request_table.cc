@@ -90,7 +90,8 @@ bool RequestTable::OnSampled(int instance_id, Sequence& seq, const proto::Sample
   const Clock::time_point now = Clock::now();
   ActiveRequest& rs = requests_.at(seq.seq_id());
   seq.AppendToken(sampled.token_id(), now);
-  if (seq.num_output_tokens() == 1) {
+  if (!rs.first_token) {
+    rs.first_token = true;
     metrics_->OnFirstToken(instance_id, Seconds(now - seq.arrival_time()));
     if (rs.joined_decode) metrics_->OnPdFirstDecode(Seconds(now - *rs.joined_decode));
   } else {
@@ -98,6 +99,12 @@ bool RequestTable::OnSampled(int instance_id, Sequence& seq, const proto::Sample
   }
   rs.last_token_time = now;
   return rs.output->OnToken(seq, TokenOf(sampled, rs.output->logprobs()));
+}
+
+void RequestTable::MovedTo(uint64_t id, int instance_id) {
+  ActiveRequest& rs = requests_.at(id);
+  rs.instance = instance_id;
+  if (rs.first_token) rs.output = rs.output->Restarted();
 }
 
 void RequestTable::End(uint64_t id, int instance_id, std::unique_ptr<Sequence> seq,

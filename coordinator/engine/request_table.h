@@ -84,11 +84,17 @@ class RequestTable {
   // REQUIRES: Contains(id).
   void JoinedDecode(uint64_t id, int instance_id, Clock::time_point now);
 
-  // Request `id`'s instance went down before the request produced a token;
-  // its sequence now runs on instance `instance_id`. Its clocks (arrival,
-  // queue time already recorded) are kept, so its TTFT counts from the
-  // client's arrival. REQUIRES: Contains(id).
-  void MovedTo(uint64_t id, int instance_id) { requests_.at(id).instance = instance_id; }
+  // Request `id`'s instance went down before the client was sent any of
+  // its output; a new sequence from its prompt now runs on instance
+  // `instance_id`. Tokens it had produced (a request that does not stream)
+  // are dropped: its output starts again (OutputProcessor::Restarted). Its
+  // clocks are kept: its TTFT counts from the client's arrival and is
+  // recorded once; a token after the move is an inter-token latency from
+  // the last one before it. REQUIRES: Contains(id).
+  void MovedTo(uint64_t id, int instance_id);
+  // True when request `id` streams its output (it has an OutputStream).
+  // REQUIRES: Contains(id).
+  bool Streams(uint64_t id) const { return requests_.at(id).output->stream() != nullptr; }
 
   // `seq`, the sequence of a held request on instance `instance_id`, was
   // sampled `sampled` (a token id in the vocabulary): appends the token to
@@ -126,6 +132,7 @@ class RequestTable {
     std::promise<CompletionOutcome> promise;
     std::unique_ptr<OutputProcessor> output;
     bool scheduled = false;                          // queue time recorded
+    bool first_token = false;                        // TTFT recorded
     Clock::time_point last_token_time;               // for inter-token latency
     std::optional<Clock::time_point> joined_decode;  // disaggregated: when it reached decode
   };

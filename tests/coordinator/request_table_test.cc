@@ -225,5 +225,29 @@ TEST_F(RequestTableTest, QueueTimeIsRecordedOnceAtTheFirstSchedule) {
   EXPECT_EQ(Metric("headway:request_queue_time_seconds_count", Inst(0)), 1);
 }
 
+// A request moved to another instance after producing a token it never
+// sent: its text starts again, and its first token counts once (on the
+// instance that produced it), the next one as an inter-token latency.
+TEST_F(RequestTableTest, AMovedRequestStartsItsOutputAgainAndCountsOneFirstToken) {
+  std::future<CompletionOutcome> f = Add(1, 0, Stop(2));
+  EXPECT_FALSE(table_->Streams(1));
+  std::unique_ptr<Sequence> first = Seq(1, Stop(2));
+  EXPECT_FALSE(table_->OnSampled(0, *first, Sampled('q')));
+
+  table_->MovedTo(1, 1);
+  EXPECT_EQ(table_->InstanceOf(1), 1);
+  std::unique_ptr<Sequence> again = Seq(1, Stop(2));
+  EXPECT_FALSE(table_->OnSampled(1, *again, Sampled('a')));
+  EXPECT_TRUE(table_->OnSampled(1, *again, Sampled('b')));
+  table_->End(1, 1, std::move(again), Status::Ok());
+  table_->AnswerEnded();
+  const CompletionOutcome out = f.get();
+  EXPECT_EQ(out.text, "ab");  // not "qab"
+  EXPECT_EQ(out.num_output_tokens, 2);
+  EXPECT_EQ(Metric("headway:time_to_first_token_seconds_count", Inst(0)), 1);
+  EXPECT_EQ(Metric("headway:time_to_first_token_seconds_count", Inst(1)), 0);
+  EXPECT_EQ(Metric("headway:inter_token_latency_seconds_count", Inst(1)), 2);
+}
+
 }  // namespace
 }  // namespace headway

@@ -796,8 +796,10 @@ class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
     CoordinatorFakeWorkerTest::SetUp();
   }
 
-  std::unique_ptr<FakeWorker> Worker(int instance_id, int silent_after_plans = -1) const {
-    FakeWorkerOptions options{control_address_, spec_, instance_id, token_a_, silent_after_plans};
+  std::unique_ptr<FakeWorker> Worker(int instance_id, int silent_after_plans = -1,
+                                     int step_delay_ms = 0) const {
+    FakeWorkerOptions options{control_address_, spec_,           instance_id,
+                              token_a_,         silent_after_plans, step_delay_ms};
     return std::make_unique<FakeWorker>(std::move(options));
   }
 
@@ -811,6 +813,7 @@ class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
     return false;
   }
 
+  // The sum of the series `name` (e.g. over instances); -1 when absent.
   double Metric(const std::string& name) const {
     httplib::Client client("127.0.0.1", http_port_);
     httplib::Result r = client.Get("/metrics");
@@ -818,17 +821,22 @@ class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
     Result<testing::PromExposition> m = testing::ParsePrometheusText(r->body);
     if (!m.ok()) return -1;
     std::vector<const testing::PromSample*> samples = m->Samples(name);
-    return samples.empty() ? -1 : samples[0]->value;
+    if (samples.empty()) return -1;
+    double sum = 0;  // over instances
+    for (const testing::PromSample* sample : samples) sum += sample->value;
+    return sum;
   }
 };
 
-// Instance 0's worker holds a step (one request has streamed two tokens, two
-// more wait behind it) and dies. Its connection's end, not the heartbeat
-// timeout, takes the instance down: the waiting requests move to instance 1
-// and complete there; the one that had produced tokens fails with a 503
-// that says so. The instance serves again once a new worker registers.
-TEST_F(CoordinatorFailoverTest, UnstartedRequestsMoveAndStartedOnesFailWhenAWorkerDies) {
-  std::unique_ptr<FakeWorker> first = Worker(0, /*silent_after_plans=*/2);
+// Instance 0's worker holds its third step and dies. By then a streaming
+// request has streamed two tokens, a non-streaming one has produced a
+// token, and two more wait behind them. The closed connection, not the
+// heartbeat timeout, takes the instance down: the three whose clients have
+// been sent nothing start again on instance 1 and complete there; the
+// streaming one fails with a 503 that says so. The instance serves again
+// once a new worker registers.
+TEST_F(CoordinatorFailoverTest, RequestsNotYetSentMoveAndStreamingOnesFailWhenAWorkerDies) {
+  std::unique_ptr<FakeWorker> first = Worker(0, /*silent_after_plans=*/2, /*step_delay_ms=*/300);
   ASSERT_TRUE(WaitHealthStatus("degraded")) << Get("/health").body.dump();
   EXPECT_EQ(Get("/ready").status, 200);  // one ready mixed instance serves
 
@@ -837,10 +845,16 @@ TEST_F(CoordinatorFailoverTest, UnstartedRequestsMoveAndStartedOnesFailWhenAWork
       return Post(json{{"prompt", prompt}, {"max_tokens", 6}, {"ignore_eos", true}}.dump());
     });
   };
-  std::future<Reply> started = post("Tell me a story");
+  std::future<StreamReply> streaming = std::async(std::launch::async, [this] {
+    return PostStream("/v1/completions", json{{"prompt", "Tell me a story"}, {"max_tokens", 6},
+                                              {"ignore_eos", true}, {"stream", true}});
+  });
+  // Joins the second step, while the first (300 ms) runs.
+  std::this_thread::sleep_for(milliseconds(100));
+  std::future<Reply> produced = post("A story about the sea");
   auto deadline = Clock::now() + milliseconds(10000);
   while (!first->silent() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_TRUE(first->silent()) << "the first step never reached the worker";
+  ASSERT_TRUE(first->silent()) << "the third step never reached the worker";
   std::future<Reply> waiting1 = post("Once upon a time");
   std::future<Reply> waiting2 = post("In a galaxy far away");
   // Both wait in instance 0's queue behind its unanswered step.
@@ -858,18 +872,27 @@ TEST_F(CoordinatorFailoverTest, UnstartedRequestsMoveAndStartedOnesFailWhenAWork
 
   const Clock::time_point died = Clock::now();
   first.reset();
-  Reply failed = started.get();
+  StreamReply failed = streaming.get();
   const auto failed_after = Clock::now() - died;
-  ExpectError(failed, 503, "had produced tokens");
-  EXPECT_NE(failed.body["error"].value("message", "").find("instance 0 is down"), std::string::npos)
-      << failed.body.dump();
+  EXPECT_EQ(failed.status, 200);  // the stream had begun
+  ASSERT_GE(failed.events.size(), 3u) << failed.body;
+  EXPECT_EQ(failed.events[0]["choices"][0]["text"], "a") << failed.body;
+  const json& last = failed.events.back() == json("[DONE]") ? failed.events[failed.events.size() - 2]
+                                                             : failed.events.back();
+  EXPECT_NE(last["error"].value("message", "").find("instance 0 is down"), std::string::npos)
+      << failed.body;
+  EXPECT_NE(last["error"].value("message", "").find("had streamed tokens"), std::string::npos)
+      << failed.body;
   EXPECT_LT(failed_after, milliseconds(3000)) << "noticed by the connection's end, not heartbeats";
-  for (std::future<Reply>* f : {&waiting1, &waiting2}) {
+  for (std::future<Reply>* f : {&produced, &waiting1, &waiting2}) {
     Reply r = f->get();
     EXPECT_EQ(r.status, 200) << r.body.dump();
     EXPECT_EQ(r.body["choices"][0]["text"], "aaaaaa") << r.body.dump();
+    EXPECT_EQ(r.body["usage"]["completion_tokens"], 6) << r.body.dump();
   }
-  EXPECT_EQ(Metric("headway:requests_moved_total"), 2);
+  EXPECT_EQ(Metric("headway:requests_moved_total"), 3);
+  // Each request's first token counts once.
+  EXPECT_EQ(Metric("headway:time_to_first_token_seconds_count"), 4);
 
   // Serving, not whole: /health and /ready answer 200, /health says which
   // instance is missing.
