@@ -79,7 +79,8 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(CheckKeys(node, path,
                                {"http_host", "http_port", "control_address",
-                                "heartbeat_interval_ms", "heartbeat_timeout_ms"}));
+                                "heartbeat_interval_ms", "heartbeat_timeout_ms",
+                                "drain_timeout_ms"}));
   if (node["http_host"]) {
     HW_RETURN_IF_ERROR(ReadString(node["http_host"], "coordinator.http_host", config.http_host));
   }
@@ -98,6 +99,10 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   if (node["heartbeat_timeout_ms"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_timeout_ms"], "coordinator.heartbeat_timeout_ms",
                                config.heartbeat_timeout_ms));
+  }
+  if (node["drain_timeout_ms"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["drain_timeout_ms"], "coordinator.drain_timeout_ms",
+                               config.drain_timeout_ms));
   }
   return Status::Ok();
 }
@@ -401,6 +406,7 @@ Status ValidateConfig(const Config& config) {
                     "greater than coordinator.heartbeat_interval_ms = " +
                         std::to_string(config.heartbeat_interval_ms));
   }
+  HW_RETURN_IF_ERROR(CheckAtLeast("coordinator.drain_timeout_ms", config.drain_timeout_ms, 1));
   const int block_size = config.block_size;
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     return BadValue("cache.block_size", std::to_string(block_size),

@@ -9,6 +9,9 @@
 //     http_host: 127.0.0.1
 //     http_port: 8000
 //     control_address: tcp://127.0.0.1:5557
+//     heartbeat_interval_ms: 1000
+//     heartbeat_timeout_ms: 10000
+//     drain_timeout_ms: 25000      # a draining instance's requests get this long
 //   cache:
 //     block_size: 16
 //     kv_memory_mb: 256            # per CPU worker
@@ -96,6 +99,11 @@ struct Config {
   std::string control_address = "tcp://127.0.0.1:5557";  // coordinator ROUTER bind address
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;     // a worker silent this long is down
+  // A draining instance (admin endpoint, or SIGTERM to its worker) takes no
+  // new request and leaves once its requests have ended; those still there
+  // after this long move to another instance or fail, as if it went down.
+  // Kubernetes' default terminationGracePeriodSeconds is 30 s.
+  int drain_timeout_ms = 25000;
   // cache
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per CPU worker, MiB

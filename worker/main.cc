@@ -4,6 +4,11 @@
 //   headway-worker --config deploy/configs/local.yaml --instance-id 0 --tp-rank 0
 //                  [--model-dir DIR] [--threads N] [--control-address ADDR]
 //
+// Signals: SIGTERM once registered drains: the worker asks the coordinator
+// to drain its instance (no new request; the running ones finish, at most
+// coordinator.drain_timeout_ms) and exits when released. SIGINT, a second
+// SIGTERM, or SIGTERM before registering stop at once.
+//
 // Exit status: 0 after an orderly Shutdown message or SIGTERM/SIGINT; 2 when
 // starting again cannot help (bad flags, config or fault-injection value, a
 // model file that does not load or shard, a missing GPU): the node agent
@@ -53,7 +58,18 @@ namespace {
 // Set by SIGTERM/SIGINT; the only state a signal handler may touch.
 std::atomic<bool> g_stop{false};
 
+// Set once the worker serves: from then on SIGTERM drains (g_drain) rather
+// than stops, so that a node agent or Kubernetes stopping this worker does
+// not fail its requests; a second SIGTERM, or SIGINT, stops at once.
+std::atomic<bool> g_serving{false};
+std::atomic<bool> g_drain{false};
+
 void OnSignal(int) { g_stop.store(true); }
+
+void OnTerm(int) {
+  if (g_serving.load() && !g_drain.exchange(true)) return;
+  g_stop.store(true);
+}
 
 // Once a stop is requested, the worker has this long to exit cleanly. A rank
 // blocked in rendezvous, or in a collective with a stalled peer, would
@@ -201,7 +217,7 @@ int main(int argc, char** argv) {
   Result<std::chrono::milliseconds> inject_stall = ParseStallEnv(std::getenv(kStallEnv));
   if (!inject_stall.ok()) return FailToStart("environment", inject_stall.status());
 
-  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGTERM, OnTerm);
   std::signal(SIGINT, OnSignal);
   // A TP peer that dies turns Gloo's next write into EPIPE (an error the step
   // reports), not a SIGPIPE that would kill this rank too.
@@ -347,6 +363,8 @@ int main(int argc, char** argv) {
   loop_options.heartbeat_interval_ms = config->heartbeat_interval_ms;
   loop_options.heartbeat_timeout_ms = config->heartbeat_timeout_ms;
   loop_options.stop = &g_stop;
+  loop_options.drain = &g_drain;
+  loop_options.drain_timeout_ms = config->drain_timeout_ms;
   loop_options.on_shutdown = [] { g_stop.store(true); };
   loop_options.kv_sender = kv_sender.get();
   if (Status s = Register(**client, request, loop_options); !s.ok()) {
@@ -359,6 +377,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("worker i{}r{}: registered with {}", flags.instance_id, flags.tp_rank,
                config->control_address);
+  g_serving.store(true);
   if (Status s = ServeSteps(**client, executor, compute, loop_options); !s.ok()) {
     return Fail("worker i" + std::to_string(flags.instance_id) + "r" +
                     std::to_string(flags.tp_rank) + " exiting",

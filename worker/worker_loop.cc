@@ -167,7 +167,22 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
   // While a transfer is pending the loop turns over at least this often,
   // so its result goes out within about this long of being ready.
   const std::chrono::milliseconds transfer_poll(std::min(1, options.poll_interval_ms));
+  std::optional<Clock::time_point> drain_sent;
   while (!Stopped(options)) {
+    if (options.drain != nullptr && options.drain->load() && !drain_sent) {
+      proto::Envelope out;
+      out.mutable_drain_request()->set_reason("the worker is stopping (SIGTERM)");
+      HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending DrainRequest"));
+      spdlog::info("asked the coordinator to drain this instance (at most {} ms)",
+                   options.drain_timeout_ms);
+      drain_sent = last_sent = Clock::now();
+    }
+    if (drain_sent &&
+        MsSince(*drain_sent) > options.drain_timeout_ms + options.heartbeat_timeout_ms) {
+      spdlog::warn("the coordinator did not release this worker {} ms after its DrainRequest; "
+                   "leaving", MsSince(*drain_sent));
+      return Status::Ok();
+    }
     const bool transfer_pending = transfers != nullptr && transfers->pending();
     // While a step runs, wait on the compute thread (so its result goes out
     // the moment it is ready) and only peek at the socket; while a transfer
@@ -232,6 +247,10 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
       }
       // Heartbeats only refresh last_received; anything else is ignored.
     } else if (MsSince(last_received) > options.heartbeat_timeout_ms) {
+      if (drain_sent) {
+        spdlog::warn("coordinator silent for {} ms while draining; leaving", MsSince(last_received));
+        return Status::Ok();
+      }
       return Status::Unavailable("coordinator silent for " +
                                  std::to_string(MsSince(last_received)) + " ms (timeout " +
                                  std::to_string(options.heartbeat_timeout_ms) + " ms)");

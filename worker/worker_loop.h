@@ -19,8 +19,14 @@ struct WorkerLoopOptions {
   int heartbeat_timeout_ms = 10000;  // give up after this long without hearing the coordinator
   int register_timeout_ms = 30000;   // wait this long for the RegisterResponse
   int poll_interval_ms = 50;         // how often the stop flag is looked at
-  // Set (e.g. by a SIGTERM handler) to stop cleanly; may be nullptr.
+  // Set (e.g. by a SIGINT handler) to stop cleanly; may be nullptr.
   const std::atomic<bool>* stop = nullptr;
+  // Set (e.g. by a SIGTERM handler) to leave gracefully: ServeSteps sends
+  // the coordinator one DrainRequest and serves on until its orderly
+  // Shutdown, which comes once the instance's requests have ended (at most
+  // drain_timeout_ms). May be nullptr.
+  const std::atomic<bool>* drain = nullptr;
+  int drain_timeout_ms = 25000;  // the coordinator's; this side waits a heartbeat timeout more
   // Called when the coordinator sends Shutdown, before ServeSteps waits for a
   // running step to end (which a stalled TP peer can delay until the
   // collective timeout); may be empty.
@@ -48,7 +54,10 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
 // each TransferPlan is queued for the transfer thread (see kv_sender) and
 // answered with its TransferResult once done, in plan order; a Heartbeat
 // goes out whenever nothing was sent for heartbeat_interval_ms.
-// Returns OK on an orderly Shutdown message or when `stop` is set; Aborted
+// Returns OK on an orderly Shutdown message or when `stop` is set, and after
+// a drain when the coordinator neither released this worker within
+// drain_timeout_ms + heartbeat_timeout_ms nor was heard for
+// heartbeat_timeout_ms (it was asked to leave: leaving is no failure); Aborted
 // on a Shutdown for a fault (Shutdown.fault: the coordinator took the
 // instance down); Unavailable when
 // the coordinator stayed silent for heartbeat_timeout_ms (a dead

@@ -50,6 +50,13 @@ struct Engine::Impl {
   void Handle(const Inbound& in);
   // The connection of worker `peer` closed: a registered rank is gone.
   void OnDisconnected(const std::string& peer);
+  // Starts draining `inst` (no-op unless it is ready and not draining yet):
+  // it takes no new request; CheckDrains lets it go.
+  void Drain(Instance& inst, const std::string& why, Clock::time_point now);
+  // Releases each draining instance whose requests have all ended (orderly
+  // Shutdown to its ranks, then Reset), and takes down those past their
+  // drain deadline (MarkDown: their requests move or fail).
+  void CheckDrains(Clock::time_point now);
   void OnRegister(const std::string& peer, const proto::RegisterRequest& request);
   void OnStepResult(Instance& inst, int rank, const proto::StepResult& result);
   // ---- steps ----------------------------------------------------------
@@ -164,6 +171,8 @@ void Engine::Impl::Handle(const Inbound& in) {
     OnStepResult(inst, peer->rank, env.step_result());
   } else if (env.has_transfer_result()) {
     Apply(disaggregation.OnTransferResult(env.transfer_result()));
+  } else if (env.has_drain_request()) {
+    Drain(inst, "worker `" + in.peer + "` asked: " + env.drain_request().reason(), Clock::now());
   }
   // Heartbeats only refresh last_heard.
 }
@@ -282,10 +291,15 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   // whole prompt itself.
   if (target == nullptr) {
     int num_ready = 0;
-    for (const Instance& inst : registry.instances()) num_ready += inst.ready();
+    int num_draining = 0;
+    for (const Instance& inst : registry.instances()) {
+      num_ready += inst.ready();
+      num_draining += inst.draining();
+    }
     return fail(Status::Unavailable(
         "no instance is ready to serve (" + std::to_string(num_ready) + " of " +
         std::to_string(registry.instances().size()) + " instances have all their workers registered" +
+        (num_draining > 0 ? ", " + std::to_string(num_draining) + " draining" : "") +
         (pd ? "; a decode instance is needed)" : ")")));
   }
   const Clock::time_point arrival = Clock::now();
@@ -360,6 +374,32 @@ void Engine::Impl::CheckTimers(Clock::time_point now) {
     MarkDown(*inst, why);
   }
   Apply(disaggregation.CheckDeadlines(now));
+  CheckDrains(now);
+}
+
+void Engine::Impl::Drain(Instance& inst, const std::string& why, Clock::time_point now) {
+  if (!inst.ready() || inst.draining()) return;
+  inst.drain_deadline = now + std::chrono::milliseconds(config.drain_timeout_ms);
+  spdlog::info("instance {} is draining ({} requests, at most {} ms): {}", inst.id,
+               requests.OnInstance(inst.id).size(), config.drain_timeout_ms, why);
+}
+
+void Engine::Impl::CheckDrains(Clock::time_point now) {
+  for (Instance& inst : registry.instances()) {
+    if (!inst.draining()) continue;
+    if (requests.OnInstance(inst.id).empty() && !inst.in_flight) {
+      spdlog::info("instance {} drained; its workers may leave", inst.id);
+      registry.ReleaseRanks(inst, "instance " + std::to_string(inst.id) + " drained");
+      registry.Reset(inst);
+      metrics->OnInstanceDrained();
+    } else if (now >= *inst.drain_deadline) {
+      const std::string why = "its drain did not end within drain_timeout_ms = " +
+                              std::to_string(config.drain_timeout_ms);
+      registry.ReleaseRanks(inst, "instance " + std::to_string(inst.id) + ": " + why);
+      MarkDown(inst, why);
+      metrics->OnInstanceDrained();
+    }
+  }
 }
 
 void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
@@ -430,6 +470,7 @@ std::vector<InstanceHealth> Engine::Impl::Snapshot() {
   std::vector<InstanceHealth> health = registry.Snapshot();
   for (const InstanceHealth& h : health) {
     metrics->SetQueueState(h.instance_id, int64_t(h.num_running), int64_t(h.num_waiting));
+    metrics->SetInstanceState(h.instance_id, h.state);
     for (const RankHealth& r : h.ranks) {
       metrics->SetKvUsage(h.instance_id, r.tp_rank, r.total_blocks - r.free_blocks,
                           r.total_blocks);
@@ -509,10 +550,30 @@ std::vector<InstanceHealth> Engine::Health() const {
 
 const ServingMetrics& Engine::metrics() const { return *impl_->metrics; }
 
-void Engine::TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled) {
+void Engine::TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled,
+                           std::vector<std::pair<int, std::string>>* drains) {
   std::lock_guard<std::mutex> lock(mu_);
   submitted->swap(submitted_);
   cancelled->swap(cancelled_);
+  drains->swap(drains_);
+}
+
+Status Engine::Drain(int instance_id, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (instance_id < 0 || size_t(instance_id) >= health_.size()) {
+    return Status::NotFound("no instance " + std::to_string(instance_id) + " (the config has " +
+                            std::to_string(health_.size()) + ")");
+  }
+  InstanceState& state = health_[size_t(instance_id)].state;
+  if (state != InstanceState::kReady) {
+    return Status::FailedPrecondition("instance " + std::to_string(instance_id) + " is " +
+                                      InstanceStateName(state) + ", not ready: nothing to drain");
+  }
+  drains_.emplace_back(instance_id, why);
+  // What the engine thread will publish: a second call is refused and
+  // /health says so from now on.
+  state = InstanceState::kDraining;
+  return Status::Ok();
 }
 
 void Engine::PublishHealth(std::vector<InstanceHealth> health) {
@@ -526,7 +587,9 @@ void Engine::Run() {
     impl.CollectMessages();
     std::vector<Pending> submitted;
     std::vector<uint64_t> cancelled;
-    TakeSubmitted(&submitted, &cancelled);
+    std::vector<std::pair<int, std::string>> drains;
+    TakeSubmitted(&submitted, &cancelled, &drains);
+    for (auto& [id, why] : drains) impl.Drain(impl.registry.at(id), why, Clock::now());
     for (Pending& p : submitted) impl.Admit(p.id, std::move(p.request), std::move(p.promise));
     for (uint64_t id : cancelled) impl.Cancel(id, Status::Cancelled("the request was cancelled"));
     const Clock::time_point now = Clock::now();

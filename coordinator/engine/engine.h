@@ -88,6 +88,16 @@ class Engine {
   // or finished ids are ignored. Thread-safe.
   void Cancel(uint64_t request_id);
 
+  // Starts draining instance `instance_id`: it takes no new request, its
+  // requests run to their end (at most drain_timeout_ms; those left then
+  // move or fail as if it went down), then its workers get an orderly
+  // Shutdown and the instance is down until they register again (a node
+  // agent starts them again: a rolling restart). Thread-safe; the engine
+  // thread acts within one loop iteration. Errors: NotFound for an id the
+  // config does not have; FailedPrecondition when the last health snapshot
+  // shows the instance not ready or already draining. `why` is logged.
+  Status Drain(int instance_id, const std::string& why);
+
   // Snapshot of every instance of the config, in Config::Instances order.
   // Thread-safe; refreshed by the engine thread every loop iteration.
   std::vector<InstanceHealth> Health() const;
@@ -104,7 +114,8 @@ class Engine {
   };
   void Run();
   // Hands the engine thread what HTTP threads submitted and cancelled.
-  void TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled);
+  void TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled,
+                     std::vector<std::pair<int, std::string>>* drains);
   void PublishHealth(std::vector<InstanceHealth> health);
 
   std::unique_ptr<Impl> impl_;
@@ -116,6 +127,7 @@ class Engine {
   mutable std::mutex mu_;  // guards the fields below
   std::vector<Pending> submitted_;          // guarded by mu_
   std::vector<uint64_t> cancelled_;         // guarded by mu_
+  std::vector<std::pair<int, std::string>> drains_;  // guarded by mu_
   std::vector<InstanceHealth> health_;      // guarded by mu_
   bool accepting_ = true;                   // guarded by mu_
   std::string stop_reason_;                 // guarded by mu_

@@ -23,7 +23,7 @@ bool CanServe(const std::vector<InstanceHealth>& health) {
   });
   const PoolRole needed = disaggregated ? PoolRole::kDecode : PoolRole::kMixed;
   return std::any_of(health.begin(), health.end(), [needed](const InstanceHealth& h) {
-    return h.ready && h.role == needed;
+    return h.state == InstanceState::kReady && h.role == needed;
   });
 }
 
@@ -155,6 +155,7 @@ void InstanceRegistry::Reset(Instance& inst) {
   inst.scheduler.reset();
   inst.in_flight.reset();
   inst.store.clear();  // a restarted group must not read the old addresses
+  inst.drain_deadline.reset();
   for (RankState& r : inst.ranks) r.registered = false;
 }
 
@@ -168,6 +169,10 @@ void InstanceRegistry::StopPeer(const std::string& peer, const std::string& reas
   env.mutable_shutdown()->set_reason(reason);
   env.mutable_shutdown()->set_fault(true);
   Reply(peer, env);
+}
+
+void InstanceRegistry::ReleaseRanks(Instance& inst, const std::string& reason) {
+  SendShutdown(inst, reason, /*fault=*/false);
 }
 
 void InstanceRegistry::ShutdownAll(const std::string& reason) {
@@ -201,6 +206,12 @@ std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
     h.tp_size = inst.tp_size;
     h.role = inst.role;
     h.ready = inst.ready();
+    const bool any_registered = std::any_of(inst.ranks.begin(), inst.ranks.end(),
+                                            [](const RankState& r) { return r.registered; });
+    h.state = inst.draining() ? InstanceState::kDraining
+              : inst.ready()  ? InstanceState::kReady
+              : any_registered ? InstanceState::kJoining
+                               : InstanceState::kDown;
     if (inst.ready()) {
       h.num_waiting = inst.scheduler->num_waiting();
       h.num_running = inst.scheduler->num_running();

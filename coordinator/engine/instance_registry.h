@@ -47,7 +47,15 @@ struct Instance {
   // Rendezvous store of this instance's ranks (proto StoreSet/StoreGet).
   std::map<std::string, std::string> store;
 
+  // Set while draining (Engine: the admin endpoint or a worker's
+  // DrainRequest): the instance takes no new request and leaves once its
+  // requests have ended, or at this time at the latest. Cleared by Reset.
+  std::optional<Clock::time_point> drain_deadline;
+
   bool ready() const { return scheduler != nullptr; }
+  bool draining() const { return drain_deadline.has_value(); }
+  // Ready and not draining: new requests may go here.
+  bool accepting() const { return ready() && !draining(); }
   // Sequences waiting and running. REQUIRES: ready().
   size_t load() const { return scheduler->num_waiting() + scheduler->num_running(); }
 };
@@ -63,17 +71,18 @@ struct InstanceHealth {
   int instance_id = 0;
   int tp_size = 1;
   PoolRole role = PoolRole::kMixed;
-  bool ready = false;
+  bool ready = false;  // all ranks registered (draining or not)
+  InstanceState state = InstanceState::kDown;
   size_t num_waiting = 0;
   size_t num_running = 0;
   std::vector<RankHealth> ranks;
 };
 
-// True when a request can be served by the instances of `health` (one
-// entry per instance of the deployment): a ready mixed instance in a
-// colocated deployment; a ready decode instance in a disaggregated one
-// (with no prefill instance ready, the decode instance prefills prompts
-// itself). This is GET /ready.
+// True when a new request can be served by the instances of `health` (one
+// entry per instance of the deployment): a ready mixed instance that is not
+// draining in a colocated deployment; such a decode instance in a
+// disaggregated one (with no prefill instance ready, the decode instance
+// prefills prompts itself). This is GET /ready.
 bool CanServe(const std::vector<InstanceHealth>& health);
 
 class InstanceRegistry {
@@ -134,6 +143,8 @@ class InstanceRegistry {
   // Tells worker `peer` to exit with a failure status (Shutdown.fault)
   // whether or not it is registered.
   void StopPeer(const std::string& peer, const std::string& reason);
+  // Tells the instance's registered ranks to exit cleanly (a drain ended).
+  void ReleaseRanks(Instance& instance, const std::string& reason);
   // Tells every registered rank to exit cleanly with `reason` (the
   // coordinator stops).
   void ShutdownAll(const std::string& reason);

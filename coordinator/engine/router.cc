@@ -12,7 +12,7 @@ bool Disaggregated(const InstanceRegistry& registry) {
 Instance* LeastLoaded(InstanceRegistry& registry, PoolRole role) {
   Instance* best = nullptr;
   for (Instance& inst : registry.instances()) {
-    if (!inst.ready() || inst.role != role) continue;
+    if (!inst.accepting() || inst.role != role) continue;
     if (best == nullptr || inst.load() < best->load()) best = &inst;
   }
   return best;
@@ -23,7 +23,7 @@ Instance* DecodeInstanceFor(InstanceRegistry& registry, const TokenIds& prompt,
   Instance* best = nullptr;
   int64_t best_hit = -1;
   for (Instance& inst : registry.instances()) {
-    if (!inst.ready() || inst.role != PoolRole::kDecode) continue;
+    if (!inst.accepting() || inst.role != PoolRole::kDecode) continue;
     const int64_t hit = inst.scheduler->kv().MatchPrefix(prompt, num_positions).num_positions;
     if (best == nullptr || hit > best_hit || (hit == best_hit && inst.load() < best->load())) {
       best = &inst;

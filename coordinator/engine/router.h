@@ -13,13 +13,13 @@ namespace headway {
 // requests are prefilled on one instance and decoded on another.
 bool Disaggregated(const InstanceRegistry& registry);
 
-// The ready instance of pool role `role` with the fewest waiting + running
-// sequences (the first of equals); nullptr if none is ready.
+// The accepting instance (ready, not draining) of pool role `role` with the
+// fewest waiting + running sequences (the first of equals); nullptr if none.
 Instance* LeastLoaded(InstanceRegistry& registry, PoolRole role);
 
-// The ready decode instance whose prefix cache holds the most of `prompt`'s
-// first `num_positions` positions, the least loaded of equals; nullptr if
-// none is ready.
+// The accepting decode instance whose prefix cache holds the most of
+// `prompt`'s first `num_positions` positions, the least loaded of equals;
+// nullptr if none.
 Instance* DecodeInstanceFor(InstanceRegistry& registry, const TokenIds& prompt,
                             int64_t num_positions);
 

@@ -84,7 +84,8 @@ void ApiServer::ConfigureConnections() {
 
 void ApiServer::RequireApiKey() {
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/v1/", 0) != 0 || Authorized(req.get_header_value("Authorization"))) {
+    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
+    if (!guarded || Authorized(req.get_header_value("Authorization"))) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     ApiError e{401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)",
@@ -120,6 +121,11 @@ void ApiServer::AddRoutes() {
     auto [status, body] = HandleHealth();
     Reply(res, status, body);
   });
+  server_->Post(R"(/admin/instances/(\d{1,9})/drain)",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  auto [status, body] = HandleDrain(std::stoi(req.matches[1].str()));
+                  Reply(res, status, body);
+                });
   server_->Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
     auto [status, body] = HandleReady();
     Reply(res, status, body);
@@ -359,8 +365,9 @@ std::pair<int, json> ApiServer::HandleDetokenize(const std::string& body) const 
 std::pair<int, json> ApiServer::HandleHealth() const {
   std::vector<InstanceHealth> health = engine_->Health();
   const bool can_serve = CanServe(health);
-  const bool all_ready = std::all_of(health.begin(), health.end(),
-                                     [](const InstanceHealth& h) { return h.ready; });
+  const bool all_ready = std::all_of(health.begin(), health.end(), [](const InstanceHealth& h) {
+    return h.state == InstanceState::kReady;
+  });
   json instances = json::array();
   for (const InstanceHealth& h : health) {
     json ranks = json::array();
@@ -374,12 +381,21 @@ std::pair<int, json> ApiServer::HandleHealth() const {
                          {"role", PoolRoleName(h.role)},
                          {"tp_size", h.tp_size},
                          {"ready", h.ready},
+                         {"state", InstanceStateName(h.state)},
                          {"num_waiting", h.num_waiting},
                          {"num_running", h.num_running},
                          {"ranks", ranks}});
   }
   const char* status = !can_serve ? "unavailable" : all_ready ? "ok" : "degraded";
   return {can_serve ? 200 : 503, json{{"status", status}, {"instances", instances}}};
+}
+
+std::pair<int, json> ApiServer::HandleDrain(int instance_id) {
+  Status s = engine_->Drain(instance_id, "POST /admin/instances/" + std::to_string(instance_id) +
+                                             "/drain");
+  if (s.code() == StatusCode::kNotFound) return Error(ApiError::NotFound(s.message()));
+  if (!s.ok()) return Error(ApiError{409, s.message(), "invalid_request_error", "", ""});
+  return {202, json{{"instance_id", instance_id}, {"state", "draining"}}};
 }
 
 std::pair<int, json> ApiServer::HandleReady() const {

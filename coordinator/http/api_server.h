@@ -86,14 +86,19 @@ class ApiServer {
   // GET /health: 200 when requests can be served (CanServe: a ready mixed
   // instance, or a ready decode instance when the deployment has prefill
   // pools), else 503. Body: "status" "ok" (every instance ready),
-  // "degraded" (serving, some instance down or not yet registered) or
-  // "unavailable", and per instance its role, readiness, queue and per-rank
-  // free/total KV blocks.
+  // "degraded" (serving, some instance down, joining or draining) or
+  // "unavailable", and per instance its role, state (InstanceStateName),
+  // "ready" (all ranks registered), queue and per-rank free/total KV blocks.
   std::pair<int, nlohmann::json> HandleHealth() const;
   // GET /ready: /health's status code with {"status": "ready"|"unavailable"};
   // the Kubernetes readiness probe. (GET /live answers 200 whenever the
   // HTTP server runs: the liveness probe.)
   std::pair<int, nlohmann::json> HandleReady() const;
+  // POST /admin/instances/{id}/drain (behind the API key when one is set):
+  // Engine::Drain. 202 {"instance_id", "state": "draining"}; 404 for an id
+  // the config does not have; 409 when the instance is not ready or
+  // already draining.
+  std::pair<int, nlohmann::json> HandleDrain(int instance_id);
   nlohmann::json HandleModels() const;
   std::pair<int, nlohmann::json> HandleTokenize(const std::string& body) const;
   std::pair<int, nlohmann::json> HandleDetokenize(const std::string& body) const;

@@ -4,6 +4,20 @@
 #include <cmath>
 
 namespace headway {
+
+const char* InstanceStateName(InstanceState state) {
+  switch (state) {
+    case InstanceState::kDown:
+      return "down";
+    case InstanceState::kJoining:
+      return "joining";
+    case InstanceState::kReady:
+      return "ready";
+    case InstanceState::kDraining:
+      return "draining";
+  }
+  return "down";
+}
 namespace {
 
 // A duration argument is valid when it is a finite, non-negative number.
@@ -98,6 +112,7 @@ struct ServingMetrics::InstanceFamilies {
   GaugeFamily* waiting = nullptr;
   GaugeFamily* kv_usage = nullptr;
   GaugeFamily* rank_usage = nullptr;  // + tp_rank
+  GaugeFamily* state = nullptr;       // + state
   CounterFamily* prefix_queries = nullptr;
   CounterFamily* prefix_hits = nullptr;
   CounterFamily* prompt_tokens = nullptr;
@@ -158,6 +173,11 @@ Status ServingMetrics::AddUsageFamilies(InstanceFamilies* f) {
                       r.AddGauge("headway:kv_cache_rank_usage_perc",
                                  "Fraction of KV blocks in use on one TP rank (1 = full).",
                                  {"model_name", "instance", "tp_rank"}));
+  HW_ASSIGN_OR_RETURN(f->state,
+                      r.AddGauge("headway:instance_state",
+                                 "1 for the instance's state (down, joining, ready, draining), "
+                                 "else 0.",
+                                 {"model_name", "instance", "state"}));
   return Status::Ok();
 }
 
@@ -217,6 +237,12 @@ Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) 
   HW_ASSIGN_OR_RETURN(s.success_length, f.success->WithLabels({model_name_, values[1], "length"}));
   HW_ASSIGN_OR_RETURN(s.success_abort, f.success->WithLabels({model_name_, values[1], "abort"}));
   HW_ASSIGN_OR_RETURN(s.rejected, f.rejected->WithLabels(values));
+  for (int i = 0; i < kNumInstanceStates; ++i) {
+    HW_ASSIGN_OR_RETURN(Gauge * g, f.state->WithLabels({model_name_, values[1],
+                                                        InstanceStateName(InstanceState(i))}));
+    s.state.push_back(g);
+  }
+  s.state[size_t(InstanceState::kDown)]->Set(1);
   for (int rank = 0; rank < instance_tp_sizes_[static_cast<size_t>(id)]; ++rank) {
     HW_ASSIGN_OR_RETURN(Gauge * g,
                         f.rank_usage->WithLabels({model_name_, values[1], std::to_string(rank)}));
@@ -272,7 +298,11 @@ Status ServingMetrics::RegisterDeploymentSeries() {
   HW_ASSIGN_OR_RETURN(requests_moved_,
                       AddDeploymentCounter("headway:requests_moved_total",
                                            "Requests moved to another instance of their pool "
-                                           "when theirs went down before their first token."));
+                                           "when theirs went down before their client was sent "
+                                           "any output."));
+  HW_ASSIGN_OR_RETURN(instance_drains_,
+                      AddDeploymentCounter("headway:instance_drains_total",
+                                           "Drains that ended: the instance let its workers go."));
   return Status::Ok();
 }
 
@@ -362,6 +392,14 @@ void ServingMetrics::OnKvTransferSent(double seconds) {
 void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
 
 void ServingMetrics::OnRequestMoved() { (void)requests_moved_->Increment(); }
+
+void ServingMetrics::OnInstanceDrained() { (void)instance_drains_->Increment(); }
+
+void ServingMetrics::SetInstanceState(int instance_id, InstanceState state) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  for (int i = 0; i < kNumInstanceStates; ++i) s->state[size_t(i)]->Set(i == int(state) ? 1 : 0);
+}
 
 void ServingMetrics::OnPdPrefill(double seconds) { (void)pd_prefill_seconds_->Observe(seconds); }
 

@@ -11,6 +11,8 @@
 //     headway:num_requests_running, headway:num_requests_waiting
 //     headway:kv_cache_usage_perc            0..1, the fullest TP rank of the instance
 //     headway:kv_cache_rank_usage_perc       0..1, per TP rank (extra label tp_rank)
+//     headway:instance_state                 1 for the instance's state, else 0 (extra
+//                                            label state: down | joining | ready | draining)
 //   counters (tokens unless said otherwise)
 //     headway:prefix_cache_queries_total, headway:prefix_cache_hits_total
 //     headway:prompt_tokens_total, headway:generation_tokens_total
@@ -27,7 +29,10 @@
 //     headway:pd_prefill_seconds, headway:pd_first_decode_seconds  histograms: TTFT's parts
 //   deployment-wide, failover (label model_name only)
 //     headway:requests_moved_total           requests moved to another instance of their pool
-//                                            when theirs went down before their first token
+//                                            when theirs went down before their client was
+//                                            sent any output
+//     headway:instance_drains_total          drains that ended (the instance let its
+//                                            workers go, its requests done or moved)
 //
 // Every other series has the labels model_name (the served model name) and
 // instance (the instance id of Config::Instances(), as a decimal string).
@@ -53,6 +58,14 @@
 #include "coordinator/scheduling/sequence.h"
 
 namespace headway {
+
+// Where an instance is in its life, as /health and headway:instance_state
+// report it: no rank registered (down), some (joining), all and admitting
+// (ready), all and taking no new request (draining).
+enum class InstanceState { kDown, kJoining, kReady, kDraining };
+inline constexpr int kNumInstanceStates = 4;
+// "down", "joining", "ready", "draining".
+const char* InstanceStateName(InstanceState state);
 
 // Bucket upper bounds in seconds, copied from vLLM's PrometheusStatLogger.
 const std::vector<double>& TtftBucketsSeconds();            // 22 bounds, 0.001 .. 2560
@@ -132,6 +145,12 @@ class ServingMetrics {
   // A request's instance went down before the request produced a token; it
   // moved to another instance of its pool (headway:requests_moved_total).
   void OnRequestMoved();
+  // A drain ended (headway:instance_drains_total).
+  void OnInstanceDrained();
+
+  // The instance is now in `state` (headway:instance_state). Call after
+  // each change; cheap enough for every engine iteration.
+  void SetInstanceState(int instance_id, InstanceState state);
 
   // The instance's scheduler now runs `num_running` sequences and holds
   // `num_waiting` in its queue. Call after each schedule.
@@ -168,6 +187,7 @@ class ServingMetrics {
     Gauge* running = nullptr;
     Gauge* waiting = nullptr;
     Gauge* kv_usage = nullptr;
+    std::vector<Gauge*> state;  // [kNumInstanceStates], by InstanceState
     Counter* prefix_queries = nullptr;
     Counter* prefix_hits = nullptr;
     Counter* prompt_tokens = nullptr;
@@ -214,6 +234,7 @@ class ServingMetrics {
   Histogram* pd_prefill_seconds_ = nullptr;
   Histogram* pd_first_decode_seconds_ = nullptr;
   Counter* requests_moved_ = nullptr;
+  Counter* instance_drains_ = nullptr;
 
   class CountersOf;  // InstanceCounters feeding one instance's series
   std::vector<std::unique_ptr<CountersOf>> counters_;  // [num_instances]

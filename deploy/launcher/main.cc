@@ -37,16 +37,20 @@ using Clock = std::chrono::steady_clock;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
+// The whole deployment stops at once: SIGINT, which node agents pass on to
+// their workers as a stop, not the SIGTERM that drains (deploy/node/main.cc).
+void StopEverything(ProcessGroup& group) { group.StopAll(std::chrono::seconds(10), SIGINT); }
+
 int StopOnSignal(ProcessGroup& group, int sig) {
   std::fprintf(stderr, "headway: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  group.StopAll();
+  StopEverything(group);
   return 0;
 }
 
 int StopOnExit(ProcessGroup& group, const ExitedChild& exited) {
   std::fprintf(stderr, "headway: %s (pid %d) %s; stopping the deployment\n", exited.name.c_str(),
                static_cast<int>(exited.pid), DescribeWaitStatus(exited.wait_status).c_str());
-  group.StopAll();
+  StopEverything(group);
   return kExitFailure;
 }
 
@@ -175,7 +179,7 @@ int main(int argc, char** argv) {
     Result<pid_t> pid = group.Start(spec);
     if (!pid.ok()) {
       std::fprintf(stderr, "headway-launch: %s\n", pid.status().message().c_str());
-      group.StopAll();
+      StopEverything(group);
       return kExitFailure;
     }
     std::fprintf(stderr, "headway: started %s (pid %d): %s\n", spec.name.c_str(),
@@ -193,7 +197,7 @@ int main(int argc, char** argv) {
     if (Clock::now() >= ready_deadline) {
       std::fprintf(stderr, "headway: http://%s:%d/health did not answer 200 within %d s; "
                    "stopping\n", host.c_str(), config.http_port, ready_timeout_s);
-      group.StopAll();
+      StopEverything(group);
       return kExitFailure;
     }
     sig = WaitSignal(std::chrono::milliseconds(200));

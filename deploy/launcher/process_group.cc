@@ -97,12 +97,12 @@ std::optional<ExitedChild> ProcessGroup::ReapExited() {
 }
 
 std::vector<ExitedChild> ProcessGroup::Stop(const std::vector<pid_t>& pids,
-                                            std::chrono::milliseconds grace) {
+                                            std::chrono::milliseconds grace, int signal) {
   std::vector<Child> stopping;
   for (const Child& child : children_) {
     if (std::find(pids.begin(), pids.end(), child.pid) != pids.end()) stopping.push_back(child);
   }
-  for (const Child& child : stopping) kill(child.pid, SIGTERM);
+  for (const Child& child : stopping) kill(child.pid, signal);
   std::vector<ExitedChild> exits;
   const auto deadline = std::chrono::steady_clock::now() + grace;
   while (true) {
@@ -134,7 +134,9 @@ std::vector<ExitedChild> ProcessGroup::Stop(const std::vector<pid_t>& pids,
   return exits;
 }
 
-void ProcessGroup::StopAll(std::chrono::milliseconds grace) { Stop(RunningPids(), grace); }
+void ProcessGroup::StopAll(std::chrono::milliseconds grace, int signal) {
+  Stop(RunningPids(), grace, signal);
+}
 
 std::vector<pid_t> ProcessGroup::RunningPids() const {
   std::vector<pid_t> pids;

@@ -1,11 +1,11 @@
 // Child processes of the launcher: start, notice exits, stop.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
 #include <optional>
-#include <signal.h>
 #include <string>
 #include <vector>
 
@@ -48,14 +48,15 @@ class ProcessGroup {
   // found (the others stay to be reaped by later calls), or nullopt.
   std::optional<ExitedChild> ReapExited();
 
-  // SIGTERM to the children `pids` names (others are ignored), wait up to
+  // `signal` to the children `pids` names (others are ignored), wait up to
   // `grace` for them to exit, then SIGKILL the rest; reaps them all and
   // returns their exits. Other children are left as they are.
   std::vector<ExitedChild> Stop(const std::vector<pid_t>& pids,
-                                std::chrono::milliseconds grace = std::chrono::seconds(10));
+                                std::chrono::milliseconds grace = std::chrono::seconds(10),
+                                int signal = SIGTERM);
 
-  // Stop(every running child, grace). Returns once no child is left.
-  void StopAll(std::chrono::milliseconds grace = std::chrono::seconds(10));
+  // Stop(every running child, grace, signal). Returns once no child is left.
+  void StopAll(std::chrono::milliseconds grace = std::chrono::seconds(10), int signal = SIGTERM);
 
   // Pids of the running children, in start order.
   std::vector<pid_t> RunningPids() const;

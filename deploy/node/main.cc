@@ -10,7 +10,12 @@
 //
 // Node rank R is the R-th host that runs workers, in the order the plan
 // first names them (instances in config order, ranks ascending).
-// SIGTERM or SIGINT stops the workers and exits 0. With --exit-on-stdin-eof
+// SIGTERM drains: each worker asks the coordinator to drain its instance
+// (no new request, the running ones finish within drain_timeout_ms) and
+// exits when released; the agent then exits 0 (Kubernetes, systemd and
+// rolling restarts stop it this way). SIGINT stops the workers at once. A
+// worker that exits 0 was released by a drain (POST
+// /admin/instances/N/drain): its instance starts again at once. With --exit-on-stdin-eof
 // (headway-launch passes it, keeping a pipe open) the agent also stops when
 // its stdin closes, so it never outlives its launcher.
 //
@@ -44,7 +49,9 @@ constexpr std::chrono::milliseconds kPollInterval(100);
 // The supervisor's processes: children of this agent.
 class GroupRunner final : public node::ProcessRunner {
  public:
-  explicit GroupRunner(const sigset_t& child_mask) : group_(child_mask) {}
+  // `drain_grace`: how long a draining worker may take before SIGKILL.
+  GroupRunner(const sigset_t& child_mask, std::chrono::milliseconds drain_grace)
+      : group_(child_mask), drain_grace_(drain_grace) {}
   Result<pid_t> Start(const launcher::ProcessSpec& spec) override {
     Result<pid_t> pid = group_.Start(spec);
     if (pid.ok()) {
@@ -54,10 +61,18 @@ class GroupRunner final : public node::ProcessRunner {
     return pid;
   }
   std::optional<launcher::ExitedChild> ReapExited() override { return group_.ReapExited(); }
-  void Stop(const std::vector<pid_t>& pids) override { group_.Stop(pids); }
+  // A worker drains on SIGTERM and stops at once on SIGINT (worker/main.cc).
+  void Stop(const std::vector<pid_t>& pids, Mode mode) override {
+    if (mode == Mode::kDrain) {
+      group_.Stop(pids, drain_grace_, SIGTERM);
+    } else {
+      group_.Stop(pids, std::chrono::seconds(10), SIGINT);
+    }
+  }
 
  private:
   launcher::ProcessGroup group_;
+  const std::chrono::milliseconds drain_grace_;
 };
 
 // True once stdin is at end of file (its writer closed it).
@@ -136,7 +151,12 @@ int main(int argc, char** argv) {
   for (launcher::ProcessSpec& spec : workers) spec.local = true;  // this agent runs them here
 
   const sigset_t child_mask = launcher::BlockSupervisorSignals();
-  GroupRunner runner(child_mask);
+  // A worker drains for at most drain_timeout_ms, then gives up on a
+  // silent coordinator after heartbeat_timeout_ms more.
+  GroupRunner runner(child_mask,
+                     std::chrono::milliseconds(config->drain_timeout_ms +
+                                               config->heartbeat_timeout_ms) +
+                         std::chrono::seconds(5));
   node::NodeSupervisor supervisor(std::move(workers), &runner, node::RestartPolicy{});
   if (Status s = supervisor.Start(node::Clock::now()); !s.ok()) {
     std::fprintf(stderr, "headway-node: %s\n", s.message().c_str());
@@ -145,14 +165,17 @@ int main(int argc, char** argv) {
   for (;;) {
     const std::optional<int> sig = launcher::WaitSignal(kPollInterval);
     if (launcher::IsStopSignal(sig)) {
-      std::fprintf(stderr, "headway-node: %s received, stopping the workers\n",
-                   *sig == SIGINT ? "SIGINT" : "SIGTERM");
-      supervisor.StopAll();
+      const bool drain = *sig == SIGTERM;
+      std::fprintf(stderr, "headway-node: %s received, %s\n", drain ? "SIGTERM" : "SIGINT",
+                   drain ? "draining the workers' instances, then stopping"
+                         : "stopping the workers");
+      supervisor.StopAll(drain ? node::ProcessRunner::Mode::kDrain
+                               : node::ProcessRunner::Mode::kNow);
       return 0;
     }
     if (exit_on_stdin_eof && StdinClosed()) {
       std::fprintf(stderr, "headway-node: stdin closed (the launcher is gone), stopping\n");
-      supervisor.StopAll();
+      supervisor.StopAll(node::ProcessRunner::Mode::kNow);
       return 0;
     }
     std::vector<std::string> log;
@@ -160,7 +183,7 @@ int main(int argc, char** argv) {
     for (const std::string& line : log) std::fprintf(stderr, "headway-node: %s\n", line.c_str());
     if (!polled.ok()) {
       std::fprintf(stderr, "headway-node: %s; stopping\n", polled.message().c_str());
-      supervisor.StopAll();
+      supervisor.StopAll(node::ProcessRunner::Mode::kNow);
       return kExitFailure;
     }
   }

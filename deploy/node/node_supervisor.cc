@@ -45,7 +45,7 @@ Status NodeSupervisor::StartInstance(Instance& inst, Clock::time_point now) {
   for (size_t r = 0; r < inst.ranks.size(); ++r) {
     Result<pid_t> pid = runner_->Start(inst.ranks[r]);
     if (!pid.ok()) {
-      runner_->Stop(RunningPids(inst));
+      runner_->Stop(RunningPids(inst), ProcessRunner::Mode::kNow);
       std::fill(inst.pids.begin(), inst.pids.end(), 0);
       return pid.status();
     }
@@ -60,7 +60,7 @@ Status NodeSupervisor::StartInstance(Instance& inst, Clock::time_point now) {
 Status NodeSupervisor::Start(Clock::time_point now) {
   for (auto& [id, inst] : instances_) {
     if (Status s = StartInstance(inst, now); !s.ok()) {
-      StopAll();
+      StopAll(ProcessRunner::Mode::kNow);
       return s;
     }
   }
@@ -69,7 +69,7 @@ Status NodeSupervisor::Start(Clock::time_point now) {
 
 void NodeSupervisor::Failed(Instance& inst, Clock::time_point now,
                             std::vector<std::string>* log) {
-  runner_->Stop(RunningPids(inst));
+  runner_->Stop(RunningPids(inst), ProcessRunner::Mode::kNow);
   std::fill(inst.pids.begin(), inst.pids.end(), 0);
   if (inst.starts > 0 && now - inst.started_at >= policy_.healthy_after) {
     inst.consecutive_failures = 0;
@@ -96,13 +96,17 @@ Status NodeSupervisor::Poll(Clock::time_point now, std::vector<std::string>* log
       log->push_back(exited->name + " (pid " + std::to_string(exited->pid) + ") " +
                      launcher::DescribeWaitStatus(exited->wait_status));
       if (WIFEXITED(exited->wait_status) && WEXITSTATUS(exited->wait_status) == kWorkerUsageExit) {
-        runner_->Stop(RunningPids(inst));
+        runner_->Stop(RunningPids(inst), ProcessRunner::Mode::kNow);
         std::fill(inst.pids.begin(), inst.pids.end(), 0);
         return Status::FailedPrecondition(
             exited->name + " refused its configuration or command line (exit status " +
             std::to_string(kWorkerUsageExit) + "); restarting it cannot help");
       }
-      Failed(inst, now, log);
+      if (WIFEXITED(exited->wait_status) && WEXITSTATUS(exited->wait_status) == 0) {
+        Released(inst, now, log);
+      } else {
+        Failed(inst, now, log);
+      }
       break;
     }
   }
@@ -119,7 +123,17 @@ Status NodeSupervisor::Poll(Clock::time_point now, std::vector<std::string>* log
   return Status::Ok();
 }
 
-void NodeSupervisor::StopAll() {
+void NodeSupervisor::Released(Instance& inst, Clock::time_point now,
+                              std::vector<std::string>* log) {
+  // Its other ranks were released too and are on their way out.
+  runner_->Stop(RunningPids(inst), ProcessRunner::Mode::kNow);
+  std::fill(inst.pids.begin(), inst.pids.end(), 0);
+  inst.restart_at = now;
+  log->push_back("instance " + std::to_string(inst.ranks[0].instance_id) +
+                 " was released by the coordinator (drained); starting it again");
+}
+
+void NodeSupervisor::StopAll(ProcessRunner::Mode mode) {
   stopped_ = true;
   std::vector<pid_t> pids;
   for (auto& [id, inst] : instances_) {
@@ -127,7 +141,7 @@ void NodeSupervisor::StopAll() {
     std::fill(inst.pids.begin(), inst.pids.end(), 0);
     inst.restart_at.reset();
   }
-  if (!pids.empty()) runner_->Stop(pids);
+  if (!pids.empty()) runner_->Stop(pids, mode);
 }
 
 std::vector<NodeSupervisor::InstanceStatus> NodeSupervisor::Instances() const {

@@ -29,8 +29,13 @@ class ProcessRunner {
   virtual Result<pid_t> Start(const launcher::ProcessSpec& spec) = 0;
   // One child that has exited, without blocking; nullopt if none.
   virtual std::optional<launcher::ExitedChild> ReapExited() = 0;
-  // SIGTERM, a grace period, SIGKILL; returns once all of `pids` are reaped.
-  virtual void Stop(const std::vector<pid_t>& pids) = 0;
+  // Stops `pids` (a signal, a grace period, SIGKILL) and returns once all
+  // are reaped. kNow: the workers exit at once (their instance is broken or
+  // the node goes away with its launcher); kDrain: each worker asks the
+  // coordinator to drain its instance and exits when released (SIGTERM),
+  // so the grace period covers the drain.
+  enum class Mode { kNow, kDrain };
+  virtual void Stop(const std::vector<pid_t>& pids, Mode mode) = 0;
 };
 
 struct RestartPolicy {
@@ -60,16 +65,18 @@ class NodeSupervisor {
 
   // Reaps the workers that exited and starts the instances whose restart is
   // due; call it after SIGCHLD and at least every 100 ms. A worker that
-  // exits, whatever its status, takes its instance's other ranks on this
-  // node down with it (a TP group cannot go on without a rank), and the
+  // exits takes its instance's other ranks on this node down with it (a TP
+  // group cannot go on without a rank). Exit status 0 means the coordinator
+  // released the instance (a drain ended: a rolling restart): it starts
+  // again at once, no failure counted. Any other end is a failure: the
   // instance starts again after its backoff; a restart that fails to start
   // counts as one more failure. Appends a line per event to *log.
   // Error (FailedPrecondition, naming the worker): a worker exited with
   // kWorkerUsageExit; nothing of that instance is restarted.
   Status Poll(Clock::time_point now, std::vector<std::string>* log);
 
-  // Stops every worker; nothing restarts afterwards.
-  void StopAll();
+  // Stops every worker (ProcessRunner::Mode); nothing restarts afterwards.
+  void StopAll(ProcessRunner::Mode mode);
 
   // Per instance on this node, in instance order: for status and tests.
   struct InstanceStatus {
@@ -96,6 +103,8 @@ class NodeSupervisor {
   Status StartInstance(Instance& inst, Clock::time_point now);
   // Stops the still running ranks of `inst` and schedules its restart.
   void Failed(Instance& inst, Clock::time_point now, std::vector<std::string>* log);
+  // A rank exited 0: the same, restarting at once with no failure counted.
+  void Released(Instance& inst, Clock::time_point now, std::vector<std::string>* log);
   std::vector<pid_t> RunningPids(const Instance& inst) const;
 
   ProcessRunner* const runner_;

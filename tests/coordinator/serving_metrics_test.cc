@@ -62,6 +62,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:num_requests_waiting", "gauge"},
       {"headway:kv_cache_usage_perc", "gauge"},
       {"headway:kv_cache_rank_usage_perc", "gauge"},
+      {"headway:instance_state", "gauge"},
       {"headway:prefix_cache_queries_total", "counter"},
       {"headway:prefix_cache_hits_total", "counter"},
       {"headway:prompt_tokens_total", "counter"},
@@ -78,6 +79,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:pd_prefill_seconds", "histogram"},
       {"headway:pd_first_decode_seconds", "histogram"},
       {"headway:requests_moved_total", "counter"},
+      {"headway:instance_drains_total", "counter"},
   };
   ASSERT_EQ(e.families.size(), expected.size());
   for (const auto& [name, type] : expected) {
@@ -89,11 +91,13 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       EXPECT_EQ(s.labels.at("model_name"), kModel);
       // KV transfer and failover series are deployment-wide: no instance label.
       if (name.rfind("headway:kv_transfer", 0) != 0 && name.rfind("headway:pd_", 0) != 0 &&
-          name != "headway:requests_moved_total") {
+          name != "headway:requests_moved_total" && name != "headway:instance_drains_total") {
         const std::string& inst = s.labels.at("instance");
         EXPECT_TRUE(inst == "0" || inst == "1" || inst == "unknown") << inst;
       }
-      EXPECT_EQ(s.value, 0.0) << s.name;
+      // Every instance starts down: no worker has registered.
+      const bool down = name == "headway:instance_state" && s.labels.at("state") == "down";
+      EXPECT_EQ(s.value, down ? 1.0 : 0.0) << s.name;
     }
   }
   for (int id : {0, 1}) {
@@ -344,6 +348,9 @@ TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   m->OnKvBlocksRecycled(0, 12);
   m->SetQueueState(0, 1, 2);
   m->SetKvUsage(1, 1, 3, 8);
+  m->SetInstanceState(0, InstanceState::kReady);
+  m->SetInstanceState(1, InstanceState::kDraining);
+  m->OnInstanceDrained();
   const std::string text = m->RenderPrometheus();
 
   std::string golden = ReadFile(testing::TestDataPath("prometheus/headway_rendered.txt"));

@@ -38,11 +38,12 @@ class FakeRunner final : public ProcessRunner {
     exits.pop_front();
     return e;
   }
-  void Stop(const std::vector<pid_t>& pids) override {
+  void Stop(const std::vector<pid_t>& pids, Mode mode) override {
     for (pid_t pid : pids) {
       EXPECT_TRUE(running.count(pid)) << "stopping pid " << pid << " that does not run";
       running.erase(pid);
       stopped.insert(pid);
+      modes[pid] = mode;
     }
   }
 
@@ -60,6 +61,7 @@ class FakeRunner final : public ProcessRunner {
   std::map<pid_t, std::string> running;
   std::vector<std::string> started;
   std::set<pid_t> stopped;
+  std::map<pid_t, Mode> modes;  // how each stopped pid was stopped
   std::deque<ExitedChild> exits;
 };
 
@@ -75,6 +77,7 @@ ProcessSpec Worker(int instance, int rank) {
 constexpr int kKilled = SIGKILL;        // a wait status: killed by signal 9
 constexpr int kExit1 = 1 << 8;          // exited with status 1
 constexpr int kExit2 = 2 << 8;          // exited with status 2
+constexpr int kExit0 = 0;               // exited with status 0 (released by a drain)
 
 class NodeSupervisorTest : public ::testing::Test {
  protected:
@@ -198,10 +201,31 @@ TEST_F(NodeSupervisorTest, StopAllStopsForGood) {
   ASSERT_TRUE(supervisor_.Start(t0_).ok());
   runner_.Exit(Status(1).pids[0], kKilled);
   Poll(t0_);
-  supervisor_.StopAll();
+  const std::vector<pid_t> instance0 = Status(0).pids;
+  supervisor_.StopAll(ProcessRunner::Mode::kDrain);
   EXPECT_TRUE(runner_.running.empty());
+  for (pid_t pid : instance0) EXPECT_EQ(runner_.modes[pid], ProcessRunner::Mode::kDrain);
   Poll(t0_ + 60s);
   EXPECT_TRUE(runner_.running.empty()) << "nothing restarts after StopAll";
+}
+
+// A rank that exits 0 was released by a drain (a rolling restart): its
+// instance starts again at once and no failure is counted; a broken
+// instance's other ranks are stopped at once, not drained.
+TEST_F(NodeSupervisorTest, AReleasedInstanceStartsAgainAtOnce) {
+  ASSERT_TRUE(supervisor_.Start(t0_).ok());
+  const pid_t other_rank = Status(0).pids[1];
+  runner_.Exit(Status(0).pids[0], kExit0);
+  Poll(t0_);
+  EXPECT_TRUE(Status(0).running);
+  EXPECT_EQ(Status(0).starts, 2);
+  EXPECT_EQ(Status(0).consecutive_failures, 0);
+  EXPECT_EQ(runner_.modes[other_rank], ProcessRunner::Mode::kNow);
+
+  runner_.Exit(Status(0).pids[1], kExit1);  // a failure afterwards waits its backoff
+  Poll(t0_ + 1ms);
+  EXPECT_FALSE(Status(0).running);
+  EXPECT_EQ(Status(0).consecutive_failures, 1);
 }
 
 }  // namespace

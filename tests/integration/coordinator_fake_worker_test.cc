@@ -72,6 +72,9 @@ class FakeWorker {
 
   bool registered() const { return registered_; }
   bool got_shutdown() const { return got_shutdown_; }
+  bool shutdown_fault() const { return shutdown_fault_; }  // of the first Shutdown
+  // Sends a DrainRequest, as a worker does on SIGTERM.
+  void RequestDrain() { drain_ = true; }
   bool silent() const { return silent_; }
   int num_plans() const { return num_plans_; }
   void GoSilent() { silent_ = true; }
@@ -116,6 +119,11 @@ class FakeWorker {
     if (!(*client)->Send(reg).ok()) return Error("cannot send RegisterRequest");
     Clock::time_point last_sent = Clock::now();
     while (!stop_) {
+      if (drain_.exchange(false)) {
+        proto::Envelope drain;
+        drain.mutable_drain_request()->set_reason("test");
+        if (!(*client)->Send(drain).ok()) Error("cannot send DrainRequest");
+      }
       if (!silent_ && Clock::now() - last_sent > milliseconds(100)) {
         proto::Envelope hb;
         hb.mutable_heartbeat()->set_sent_unix_ms(0);
@@ -128,6 +136,9 @@ class FakeWorker {
         if (!env->register_response().accepted()) Error("rejected: " + env->register_response().error());
         registered_ = env->register_response().accepted();
       } else if (env->has_shutdown()) {
+        // A real worker exits at its first Shutdown; this one stays, so a
+        // later message gets it a second Shutdown (an unregistered worker's).
+        if (!got_shutdown_) shutdown_fault_ = env->shutdown().fault();
         got_shutdown_ = true;
       } else if (env->has_step_plan()) {
         if (options_.silent_after_plans >= 0 && num_plans_ >= options_.silent_after_plans) {
@@ -225,6 +236,8 @@ class FakeWorker {
   std::atomic<bool> silent_{false};
   std::atomic<bool> registered_{false};
   std::atomic<bool> got_shutdown_{false};
+  std::atomic<bool> shutdown_fault_{false};
+  std::atomic<bool> drain_{false};
   std::atomic<int> num_plans_{0};
   mutable std::mutex mu_;
   std::vector<std::string> errors_;
@@ -262,7 +275,8 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     std::ofstream(config) << "model:\n  path: " << model_path_ << "\n  served_name: smollm2\n"
                           << "coordinator:\n  http_host: 127.0.0.1\n  http_port: 1\n"
                           << "  heartbeat_interval_ms: 100\n  heartbeat_timeout_ms: "
-                          << heartbeat_timeout_ms_ << "\n"
+                          << heartbeat_timeout_ms_ << "\n  drain_timeout_ms: " << drain_timeout_ms_
+                          << "\n"
                           << "cache:\n  block_size: " << kBlockSize << "\n  kv_memory_mb: 64\n"
                           << "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 64\n"
                           << "  max_model_len: " << kMaxModelLen << "\n"
@@ -440,6 +454,7 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
   std::vector<std::string> extra_args_;  // more coordinator flags, set before SetUp
   int num_instances_ = 1;                 // mixed instances of the config, set before SetUp
   int heartbeat_timeout_ms_ = kHeartbeatTimeoutMs;  // set before SetUp
+  int drain_timeout_ms_ = 25000;                    // set before SetUp
 };
 
 TEST_F(CoordinatorFakeWorkerTest, CompletionsRunAndBlocksComeBack) {
@@ -934,6 +949,92 @@ TEST_F(CoordinatorFailoverTest, WithoutAnotherInstanceUnstartedRequestsFail) {
   EXPECT_TRUE(WaitHealth(503));
   EXPECT_EQ(Get("/health").body["status"], "unavailable");
   EXPECT_EQ(Get("/live").status, 200);
+}
+
+// POST /admin/instances/0/drain: instance 0 takes no new request, lets its
+// running one finish, then its worker gets an orderly Shutdown and the
+// instance is down until the worker registers again.
+TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesItsWorker) {
+  std::unique_ptr<FakeWorker> first = Worker(0, -1, /*step_delay_ms=*/20);
+  std::unique_ptr<FakeWorker> second = Worker(1);
+  ASSERT_TRUE(WaitHealthStatus("ok"));
+  // Both idle: the first of equals, instance 0, takes it.
+  std::future<Reply> running = std::async(std::launch::async, [this] {
+    return Post(R"({"prompt": "Tell me a story", "max_tokens": 40, "ignore_eos": true})");
+  });
+  auto deadline = Clock::now() + milliseconds(10000);
+  while (first->num_plans() < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_GE(first->num_plans(), 2);
+
+  Reply drain = PostTo("/admin/instances/0/drain", "");
+  EXPECT_EQ(drain.status, 202) << drain.body.dump();
+  EXPECT_EQ(drain.body["state"], "draining");
+  ExpectError(PostTo("/admin/instances/0/drain", ""), 409, "draining");
+  ExpectError(PostTo("/admin/instances/7/drain", ""), 404, "no instance 7");
+  Reply health = Get("/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body["instances"][0]["state"], "draining") << health.body.dump();
+  EXPECT_EQ(health.body["status"], "degraded");
+
+  // New requests go to instance 1 only.
+  const int plans_before = first->num_plans();
+  for (int i = 0; i < 3; ++i) {
+    Reply r = Post(json{{"prompt", "new " + std::to_string(i)}, {"max_tokens", 2}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body.dump();
+  }
+  Reply finished = running.get();
+  EXPECT_EQ(finished.status, 200) << finished.body.dump();
+  EXPECT_EQ(finished.body["usage"]["completion_tokens"], 40);
+  EXPECT_LE(first->num_plans() - plans_before, 40) << "instance 0 took new requests";
+
+  deadline = Clock::now() + milliseconds(5000);
+  while (!first->got_shutdown() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_TRUE(first->got_shutdown());
+  EXPECT_FALSE(first->shutdown_fault()) << "a drain is an orderly stop";
+  EXPECT_TRUE(WaitHealthStatus("degraded"));
+  EXPECT_EQ(Get("/health").body["instances"][0]["state"], "down");
+  EXPECT_EQ(Metric("headway:instance_drains_total"), 1);
+  EXPECT_EQ(Metric("headway:requests_moved_total"), 0);
+
+  // The worker starts again (a rolling restart) and takes requests.
+  first.reset();
+  std::unique_ptr<FakeWorker> restarted = Worker(0);
+  ASSERT_TRUE(WaitHealthStatus("ok"));
+  EXPECT_TRUE(first == nullptr && restarted->errors().empty());
+  EXPECT_TRUE(second->errors().empty()) << second->errors().front();
+}
+
+// A worker's DrainRequest (SIGTERM) drains its instance; requests still
+// there at drain_timeout_ms move to another instance as if it went down.
+class CoordinatorShortDrainTest : public CoordinatorFailoverTest {
+ protected:
+  void SetUp() override {
+    drain_timeout_ms_ = 500;
+    CoordinatorFailoverTest::SetUp();
+  }
+};
+
+TEST_F(CoordinatorShortDrainTest, RequestsLeftAtTheDrainTimeoutMove) {
+  std::unique_ptr<FakeWorker> first = Worker(0, -1, /*step_delay_ms=*/50);
+  std::unique_ptr<FakeWorker> second = Worker(1);
+  ASSERT_TRUE(WaitHealthStatus("ok"));
+  std::future<Reply> slow = std::async(std::launch::async, [this] {
+    return Post(R"({"prompt": "Tell me a story", "max_tokens": 60, "ignore_eos": true})");
+  });
+  auto deadline = Clock::now() + milliseconds(10000);
+  while (first->num_plans() < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_GE(first->num_plans(), 2);
+  first->RequestDrain();
+  EXPECT_TRUE(WaitHealthStatus("degraded"));
+  // 60 steps of 50 ms outlast the 500 ms drain: the request starts again on
+  // instance 1 (it had sent its client nothing) and completes there.
+  Reply r = slow.get();
+  EXPECT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 60);
+  EXPECT_EQ(Metric("headway:requests_moved_total"), 1);
+  EXPECT_EQ(Metric("headway:instance_drains_total"), 1);
+  EXPECT_TRUE(first->got_shutdown());
+  EXPECT_FALSE(first->shutdown_fault());
 }
 
 }  // namespace
