@@ -7,15 +7,18 @@
 //
 // The HTTP API binds http_host:http_port; the control ROUTER binds
 // control_bind (default: control_address), and workers dial
-// control_address. A listening host that does not resolve is a
-// configuration error naming its key.
+// control_address. A host name in control_bind is resolved here (ZeroMQ
+// binds only addresses, interface names and *); a listening host that does
+// not resolve is a configuration error naming its key.
 //
 // The API key may also come from $HEADWAY_API_KEY (the flag wins); when
 // set, /v1/* requests need `Authorization: Bearer KEY`.
 //
 // Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a configuration
 // or model error found at startup, 1 for other startup failures.
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <netinet/in.h>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -88,13 +91,15 @@ void ApplyFlags(const Flags& flags, headway::Config* config) {
   headway::ResolveModelPath(*config, flags.model_dir);
 }
 
-// Resolves the hosts the coordinator listens on, so that a name that does
-// not resolve is refused naming its key (or flag) before anything binds.
-// ZeroMQ also binds an interface name (tcp://eth0:5557), which needs no
-// resolving.
-Status CheckListenHosts(const Flags& flags, const headway::Config& config) {
+// Checks that the HTTP host resolves, and returns the endpoint the control
+// ROUTER binds: ControlBindAddress() with a host name replaced by its
+// address, since ZeroMQ binds IPs, interface names (tcp://eth0:5557) and *
+// but not names. Errors: InvalidArgument naming the key (or flag) when a
+// host does not resolve, before anything binds.
+headway::Result<std::string> ResolveListenAddresses(const Flags& flags,
+                                                    const headway::Config& config) {
   const std::string http_key = flags.http_host.empty() ? "coordinator.http_host" : "--http-host";
-  if (Status s = headway::CheckHostSyntax(http_key, config.http_host, true); !s.ok()) return s;
+  HW_RETURN_IF_ERROR(headway::CheckHostSyntax(http_key, config.http_host, true));
   if (auto r = headway::ResolveHost(http_key, config.http_host); !r.ok()) return r.status();
   std::string control_key = "coordinator.control_bind";
   if (!flags.control_bind.empty()) {
@@ -103,15 +108,22 @@ Status CheckListenHosts(const Flags& flags, const headway::Config& config) {
     control_key = flags.control_address.empty() ? "coordinator.control_address"
                                                 : "--control-address";
   }
-  const std::string host = headway::ZmqTcpHost(config.ControlBindAddress());
-  if (host.empty() || host == "*" || if_nametoindex(host.c_str()) != 0) return Status::Ok();
+  const std::string& endpoint = config.ControlBindAddress();
+  const std::string host = headway::ZmqTcpHost(endpoint);
+  in6_addr ip{};
+  const bool literal = inet_pton(AF_INET, host.c_str(), &ip) == 1 ||
+                       inet_pton(AF_INET6, host.c_str(), &ip) == 1;
+  if (host.empty() || host == "*" || literal || if_nametoindex(host.c_str()) != 0) {
+    return endpoint;
+  }
   headway::Result<std::string> resolved = headway::ResolveHost(control_key, host);
   if (!resolved.ok()) {
-    return Status::InvalidArgument(resolved.status().message() + " (in " +
-                                   config.ControlBindAddress() + "; an interface name such as "
-                                   "eth0 or * binds too)");
+    return Status::InvalidArgument(resolved.status().message() + " (in " + endpoint +
+                                   "; an interface name such as eth0, or *, binds too)");
   }
-  return Status::Ok();
+  const std::string port = endpoint.substr(endpoint.rfind(':'));
+  const bool ipv6 = resolved->find(':') != std::string::npos;
+  return "tcp://" + (ipv6 ? "[" + *resolved + "]" : *resolved) + port;
 }
 
 // OpenAndCheckModel's failure as an exit: what failed is named after the
@@ -206,7 +218,8 @@ int main(int argc, char** argv) {
   Config config = std::move(loaded).value();
   ApplyFlags(flags, &config);
   if (Status s = ValidateConfig(config); !s.ok()) return Fail(2, "command line", s);
-  if (Status s = CheckListenHosts(flags, config); !s.ok()) return Fail(2, "config", s);
+  headway::Result<std::string> control_bind = ResolveListenAddresses(flags, config);
+  if (!control_bind.ok()) return Fail(2, "config", control_bind.status());
 
   // Workers apply the same head pattern (worker/main.cc): block tables only
   // fit when both sides agree on every slot's spec.
@@ -224,7 +237,7 @@ int main(int argc, char** argv) {
   }
 
   const sigset_t signals = BlockStopSignals();
-  auto server = ControlServer::Bind(config.ControlBindAddress());
+  auto server = ControlServer::Bind(*control_bind);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
   ApiServer api(ApiOptionsOf(config, flags.api_key), &engine, tokenizer->get(),

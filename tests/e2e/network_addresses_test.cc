@@ -1,5 +1,5 @@
-// Bind vs advertise on loopback: a coordinator bound to every interface that
-// workers reach by name, and workers told by their node agent to bind
+// Bind vs advertise on loopback: a coordinator bound to every interface (or
+// to a name) that workers reach by name, and workers told by their node agent to bind
 // 0.0.0.0 and advertise `localhost`, serve requests: TP ranks over Gloo,
 // and prefill and decode instances over UCX. Names that do not resolve stop
 // the process that needs them with the key and the value.
@@ -48,19 +48,20 @@ size_t Count(const std::string& text, const std::string& part) {
   return n;
 }
 
-// A coordinator bound to every interface (HTTP and control) and a node
-// agent whose workers bind 0.0.0.0 and advertise `localhost`, serving
-// `options`' deployment on loopback; stopped on every path out of a test.
+// A coordinator whose HTTP API binds every interface and whose control
+// ROUTER binds `control_bind_host`, and a node agent whose workers bind
+// 0.0.0.0 and advertise `localhost`, serving `options`' deployment on
+// loopback; stopped on every path out of a test.
 class AddressesDeployment {
  public:
-  explicit AddressesDeployment(const DeploymentOptions& options)
+  AddressesDeployment(const DeploymentOptions& options, const std::string& control_bind_host)
       : dir_(MakeTempDir("headway-addresses")),
         http_port_(FreePort()),
         control_port_(FreePort()),
         config_(WriteConfig(dir_, options, http_port_, control_port_)),
         coordinator_({BinaryPath("headway-coordinator"), "--config", config_, "--http-host",
                       "0.0.0.0", "--control-bind",
-                      "tcp://0.0.0.0:" + std::to_string(control_port_)},
+                      "tcp://" + control_bind_host + ":" + std::to_string(control_port_)},
                      dir_ + "/coordinator.log"),
         node_({BinaryPath("headway-node"), "--config", config_, "--host", "127.0.0.1",
                "--bind-host", "0.0.0.0", "--advertise-host", "localhost"},
@@ -91,7 +92,7 @@ class AddressesDeployment {
 
 TEST(NetworkAddressesE2eTest, RanksBoundToEveryInterfaceAndAdvertisingLocalhostServe) {
   HW_REQUIRE_MODEL(SmolLm2Path());
-  AddressesDeployment d(GlooTp3());
+  AddressesDeployment d(GlooTp3(), "0.0.0.0");
   ASSERT_TRUE(d.WaitReady()) << d.Logs();
   HttpReply reply = HttpPost(d.http_port(), "/v1/completions",
                              GreedyCompletionBody("The capital of France is", 4).dump(), 60);
@@ -111,7 +112,8 @@ TEST(NetworkAddressesE2eTest, KvEndpointsOnTheAdvertisedInterfaceTransferBlocks)
   DeploymentOptions options;
   options.model_path = SmolLm2Path();
   options.pd_decode_tp_size = 1;
-  AddressesDeployment d(options);
+  // A name to bind: the coordinator resolves it (ZeroMQ binds no names).
+  AddressesDeployment d(options, "localhost");
   ASSERT_TRUE(d.WaitReady()) << d.Logs();
   // More than one block of prompt, so that the decode instance receives it.
   HttpReply reply = HttpPost(
@@ -134,6 +136,8 @@ TEST(NetworkAddressesE2eTest, KvEndpointsOnTheAdvertisedInterfaceTransferBlocks)
   std::vector<const PromSample*> blocks = parsed->Samples("headway:kv_transfer_blocks_total");
   ASSERT_FALSE(blocks.empty()) << metrics;
   EXPECT_GT(blocks[0]->value, 0.0) << metrics;
+  EXPECT_NE(d.CoordinatorLog().find("control bound to tcp://localhost:"), std::string::npos)
+      << d.CoordinatorLog();
 }
 
 TEST(NetworkAddressesE2eTest, AddressesThatDoNotResolveNameTheirKey) {
