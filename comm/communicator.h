@@ -64,9 +64,14 @@ struct CommunicatorOptions {
   // Joining the group (every rank must have started and loaded its weights)
   // fails after this long.
   std::chrono::milliseconds connect_timeout{120000};
-  // gloo: the local address other ranks connect to (an IP or hostname of
-  // this host; "127.0.0.1" for a single host).
-  std::string host = "127.0.0.1";
+  // gloo: the address other ranks dial to reach this rank (an IP, or a
+  // name resolved here with getaddrinfo; "127.0.0.1" for a single host).
+  // Never a wildcard.
+  std::string advertise_host = "127.0.0.1";
+  // gloo: where this rank listens: "" or a wildcard (0.0.0.0, ::) =
+  // advertise_host; otherwise it must resolve to advertise_host's address
+  // (Gloo binds what it publishes; comm/gloo_communicator.h).
+  std::string bind_host;
   // Prefix for every key this communicator puts in the store, so that several
   // groups (or a restarted group) can share one store.
   std::string key_prefix = "tp";

@@ -15,6 +15,8 @@
 #include <functional>
 #include <vector>
 
+#include "common/net_address.h"
+
 namespace headway {
 namespace {
 
@@ -157,17 +159,48 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
+Result<std::string> GlooListenAddress(const CommunicatorOptions& options) {
+  const std::string& advertise = options.advertise_host;
+  if (IsWildcardHost(advertise)) {
+    return Status::InvalidArgument("gloo advertise host \"" + advertise +
+                                   "\" is a wildcard: must be an address peers can dial");
+  }
+  HW_ASSIGN_OR_RETURN(const std::string advertise_ip,
+                      ResolveHost("gloo advertise host", advertise));
+  if (!options.bind_host.empty() && !IsWildcardHost(options.bind_host)) {
+    HW_ASSIGN_OR_RETURN(const std::string bind_ip,
+                        ResolveHost("gloo bind host", options.bind_host));
+    if (bind_ip != advertise_ip) {
+      return Status::InvalidArgument(
+          "gloo bind host \"" + options.bind_host + "\" (" + bind_ip +
+          ") differs from its advertise host \"" + advertise + "\" (" + advertise_ip +
+          "): Gloo listens on the address it advertises; bind 0.0.0.0 or the advertised "
+          "address");
+    }
+  }
+  if (InterfaceOf(advertise_ip).empty()) {
+    return Status::InvalidArgument(
+        "gloo advertise host \"" + advertise + "\" (" + advertise_ip +
+        ") is on no network interface of this host: Gloo listens on the address it "
+        "advertises, so it must be this host's own (not a NAT or load-balancer address)");
+  }
+  return advertise_ip;
+}
+
 Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommunicatorOptions& options,
                                                              RendezvousStore& store) {
   if (options.size == 1) {
     return std::unique_ptr<Communicator>(
         new GlooCommunicator(0, 1, options.timeout, nullptr, nullptr));
   }
+  const std::string where = "rank " + std::to_string(options.rank) + " of " +
+                            std::to_string(options.size);
+  HW_ASSIGN_OR_RETURN(const std::string listen_ip, GlooListenAddress(options));
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   GlooStoreAdapter adapter(store, options.key_prefix + "/gloo/", options.connect_timeout);
   Status status = RunGloo("connect", [&] {
-    gloo::transport::tcp::attr attr(options.host.c_str());
+    gloo::transport::tcp::attr attr(listen_ip.c_str());
     device = gloo::transport::tcp::CreateDevice(attr);
     context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     // Bounds the mesh setup; each collective passes options.timeout itself.
@@ -175,8 +208,7 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const CommunicatorO
     context->connectFullMesh(adapter, device);
   });
   if (!status.ok()) {
-    return status.WithContext("rank " + std::to_string(options.rank) + " of " +
-                              std::to_string(options.size) + " on " + options.host);
+    return status.WithContext(where + " on " + listen_ip);
   }
   return std::unique_ptr<Communicator>(new GlooCommunicator(
       options.rank, options.size, options.timeout, std::move(device), std::move(context)));

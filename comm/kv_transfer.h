@@ -55,6 +55,17 @@ struct KvPeerInfo {
 struct KvTransferOptions {
   // UCX transports (the UCX_TLS variable's syntax); "" = UCX's default.
   std::string transports;
+  // The network devices UCX may use (the UCX_NET_DEVICES variable's syntax,
+  // e.g. "eth0" or "lo"); "" = UCX_NET_DEVICES from the environment, else
+  // every device. This is the only bind control UCX's worker-address
+  // wire-up has: each network transport listens on every device it uses
+  // (port chosen by UCX) and the worker address a receiver publishes
+  // (KvPeerInfo::worker_address) carries those devices' own addresses,
+  // which is what senders dial. An address that is not on one of this
+  // host's interfaces (NAT, a load balancer) cannot be advertised; a UCX
+  // listener (ucp_listener_create) with sockaddr connection establishment
+  // could, and is not used.
+  std::string net_devices;
   // Block messages sent and not yet acknowledged per WriteBlocks call
   // before it waits for acks; for a staged pool also bounds the staging
   // buffers (at most 8).

@@ -174,8 +174,9 @@ std::string UcxError(const char* what, ucs_status_t status) {
 }
 
 // Reads the UCX config (UCX_* environment variables, as UCX always does)
-// and applies `transports` as UCX_TLS.
-Result<ucp_context_h> InitContext(const std::string& transports, uint64_t features) {
+// and applies `transports` as UCX_TLS and `net_devices` as UCX_NET_DEVICES.
+Result<ucp_context_h> InitContext(const std::string& transports, const std::string& net_devices,
+                                  uint64_t features) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return Status::Unavailable(UcxError("ucp_config_read", status));
@@ -187,6 +188,14 @@ Result<ucp_context_h> InitContext(const std::string& transports, uint64_t featur
           UcxError(("UCX transports \"" + transports + "\" rejected").c_str(), status));
     }
   }
+  if (!net_devices.empty()) {
+    status = ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return Status::Unavailable(
+          UcxError(("UCX network devices \"" + net_devices + "\" rejected").c_str(), status));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = features;
@@ -194,8 +203,10 @@ Result<ucp_context_h> InitContext(const std::string& transports, uint64_t featur
   status = ucp_init(&params, config, &context);
   ucp_config_release(config);
   if (status != UCS_OK) {
+    const std::string devices =
+        net_devices.empty() ? std::string() : " on network devices \"" + net_devices + "\"";
     return Status::Unavailable(
-        UcxError(("ucp_init with transports \"" + transports + "\"").c_str(), status));
+        UcxError(("ucp_init with transports \"" + transports + "\"" + devices).c_str(), status));
   }
   return context;
 }
@@ -320,9 +331,10 @@ Status UcxTransferAgent::Init() {
   // WAKEUP gives the progress thread an fd to sleep on; should a transport
   // set refuse it, run without and let the thread poll with short sleeps.
   constexpr uint64_t kFeatures = UCP_FEATURE_AM;
-  auto context = InitContext(options_.transports, kFeatures | UCP_FEATURE_WAKEUP);
+  auto context =
+      InitContext(options_.transports, options_.net_devices, kFeatures | UCP_FEATURE_WAKEUP);
   bool wakeup = context.ok();
-  if (!wakeup) context = InitContext(options_.transports, kFeatures);
+  if (!wakeup) context = InitContext(options_.transports, options_.net_devices, kFeatures);
   if (!context.ok()) return context.status();
   context_ = *context;
 

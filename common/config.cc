@@ -10,6 +10,7 @@
 #include <set>
 #include <string_view>
 
+#include "common/net_address.h"
 #include "common/yaml_fields.h"
 
 namespace headway {
@@ -78,7 +79,7 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   const std::string path = "coordinator";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(CheckKeys(node, path,
-                               {"http_host", "http_port", "control_address",
+                               {"http_host", "http_port", "control_address", "control_bind",
                                 "heartbeat_interval_ms", "heartbeat_timeout_ms",
                                 "drain_timeout_ms"}));
   if (node["http_host"]) {
@@ -90,6 +91,17 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   if (node["control_address"]) {
     HW_RETURN_IF_ERROR(ReadString(node["control_address"], "coordinator.control_address",
                                   config.control_address));
+  }
+  if (node["control_bind"]) {
+    HW_RETURN_IF_ERROR(
+        ReadString(node["control_bind"], "coordinator.control_bind", config.control_bind));
+    // An empty value would silently mean "bind control_address": the key is
+    // there, so the writer meant an address.
+    if (config.control_bind.empty()) {
+      return BadValue("coordinator.control_bind", "\"\"",
+                      "a ZeroMQ bind address such as tcp://0.0.0.0:5557; leave the key out to "
+                      "bind coordinator.control_address");
+    }
   }
   if (node["heartbeat_interval_ms"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_interval_ms"],
@@ -221,6 +233,35 @@ Status ParseInstance(const YAML::Node& node, const std::string& path, InstanceCo
   return Status::Ok();
 }
 
+// The dotted key of host `host`'s entry: host_addresses["h"] (quoted: host
+// names and IPs hold dots).
+std::string HostAddressesKey(const std::string& host) {
+  return "host_addresses[\"" + host + "\"]";
+}
+
+Status ParseHostAddresses(const YAML::Node& node, Config& config) {
+  HW_RETURN_IF_ERROR(RequireMap(node, "host_addresses"));
+  for (const auto& entry : node) {
+    std::string host;
+    HW_RETURN_IF_ERROR(ReadString(entry.first, "host_addresses", host));
+    const std::string path = HostAddressesKey(host);
+    HW_RETURN_IF_ERROR(RequireMap(entry.second, path));
+    HW_RETURN_IF_ERROR(CheckKeys(entry.second, path, {"bind", "advertise"}));
+    HostAddresses addresses;
+    if (entry.second["bind"]) {
+      HW_RETURN_IF_ERROR(ReadString(entry.second["bind"], path + ".bind", addresses.bind));
+      HW_RETURN_IF_ERROR(CheckHostSyntax(path + ".bind", addresses.bind, true));
+    }
+    if (entry.second["advertise"]) {
+      HW_RETURN_IF_ERROR(
+          ReadString(entry.second["advertise"], path + ".advertise", addresses.advertise));
+      HW_RETURN_IF_ERROR(CheckHostSyntax(path + ".advertise", addresses.advertise, false));
+    }
+    config.host_addresses[host] = addresses;
+  }
+  return Status::Ok();
+}
+
 Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& pool) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(CheckKeys(node, path, {"name", "role", "instances"}));
@@ -248,7 +289,8 @@ Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& po
 Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools"}));
+      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools",
+                           "host_addresses"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -258,6 +300,9 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
   if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
   if (root["kv_transfer"]) HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
+  if (root["host_addresses"]) {
+    HW_RETURN_IF_ERROR(ParseHostAddresses(root["host_addresses"], config));
+  }
   const YAML::Node pools = root["pools"];
   if (pools) {
     if (!pools.IsSequence()) return BadValue("pools", Describe(pools), "a list of pools");
@@ -399,6 +444,15 @@ Status ValidateConfig(const Config& config) {
     return BadValue("coordinator.control_address", "\"" + address + "\"",
                     "a ZeroMQ address such as tcp://127.0.0.1:5557 or ipc:///tmp/headway.sock");
   }
+  if (!config.control_bind.empty()) {
+    const std::string& bind = config.control_bind;
+    const std::string scheme = address.substr(0, address.find("://") + 3);
+    if (bind.rfind(scheme, 0) != 0) {
+      return BadValue("coordinator.control_bind", "\"" + bind + "\"",
+                      "a ZeroMQ address of the same transport as coordinator.control_address (" +
+                          scheme + "...), e.g. tcp://0.0.0.0:5557");
+    }
+  }
   HW_RETURN_IF_ERROR(
       CheckAtLeast("coordinator.heartbeat_interval_ms", config.heartbeat_interval_ms, 1));
   if (config.heartbeat_timeout_ms <= config.heartbeat_interval_ms) {
@@ -446,6 +500,23 @@ Status ValidateConfig(const Config& config) {
       HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], Index(Child(path, "instances"), i)));
     }
   }
+  // An entry for a host no instance uses is a typo of one that does.
+  for (const auto& [host, addresses] : config.host_addresses) {
+    bool used = false;
+    std::string used_hosts;
+    std::set<std::string> seen;
+    for (const InstanceConfig* instance : config.Instances()) {
+      for (const std::string& h : instance->hosts) {
+        used = used || h == host;
+        if (seen.insert(h).second) used_hosts += (used_hosts.empty() ? "" : ", ") + h;
+      }
+    }
+    if (!used) {
+      return BadValue(HostAddressesKey(host), "an entry for host \"" + host + "\"",
+                      "entries only for hosts named in pools[*].instances[*].hosts (" +
+                          used_hosts + ")");
+    }
+  }
   // Prefilled sequences need somewhere to decode, and decode instances only
   // receive sequences from prefill instances.
   if (have_prefill != have_decode) {
@@ -455,6 +526,59 @@ Status ValidateConfig(const Config& config) {
         " pool: disaggregation needs both roles (or use role: mixed)");
   }
   return Status::Ok();
+}
+
+Result<WorkerAddresses> WorkerAddressesOf(const Config& config, int instance_id, int tp_rank,
+                                          const std::string& bind_override,
+                                          const std::string& advertise_override) {
+  int pool_index = 0;
+  int index_in_pool = instance_id;
+  while (index_in_pool >= int(config.pools[size_t(pool_index)].instances.size())) {
+    index_in_pool -= int(config.pools[size_t(pool_index)].instances.size());
+    ++pool_index;
+  }
+  const InstanceConfig& instance =
+      config.pools[size_t(pool_index)].instances[size_t(index_in_pool)];
+  const size_t host_index = instance.hosts.size() == 1 ? 0 : size_t(tp_rank);
+  WorkerAddresses out;
+  out.host = instance.hosts[host_index];
+  const std::string instance_key =
+      Index(Child(Index("pools", size_t(pool_index)), "instances"), size_t(index_in_pool));
+  const std::string host_key = Index(Child(instance_key, "hosts"), host_index);
+  out.bind = out.advertise = out.host;
+  out.bind_key = out.advertise_key = host_key;
+  if (auto it = config.host_addresses.find(out.host); it != config.host_addresses.end()) {
+    if (!it->second.bind.empty()) {
+      out.bind = it->second.bind;
+      out.bind_key = HostAddressesKey(out.host) + ".bind";
+      out.configured = true;
+    }
+    if (!it->second.advertise.empty()) {
+      out.advertise = it->second.advertise;
+      out.advertise_key = HostAddressesKey(out.host) + ".advertise";
+      out.configured = true;
+    }
+  }
+  if (!bind_override.empty()) {
+    HW_RETURN_IF_ERROR(CheckHostSyntax("--bind-host", bind_override, true));
+    out.bind = bind_override;
+    out.bind_key = "--bind-host";
+    out.configured = true;
+  }
+  if (!advertise_override.empty()) {
+    HW_RETURN_IF_ERROR(CheckHostSyntax("--advertise-host", advertise_override, false));
+    out.advertise = advertise_override;
+    out.advertise_key = "--advertise-host";
+    out.configured = true;
+  }
+  // Peers cannot dial a wildcard: a host listed as 0.0.0.0 (bound as such)
+  // needs an address to advertise.
+  if (IsWildcardHost(out.advertise)) {
+    return BadValue(out.advertise_key, "\"" + out.advertise + "\"",
+                    "an address peers can dial; set host_addresses[\"" + out.host +
+                        "\"].advertise or --advertise-host");
+  }
+  return out;
 }
 
 Result<Config> ParseConfig(const std::string& yaml_text) {

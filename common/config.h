@@ -8,7 +8,8 @@
 //   coordinator:
 //     http_host: 127.0.0.1
 //     http_port: 8000
-//     control_address: tcp://127.0.0.1:5557
+//     control_address: tcp://127.0.0.1:5557   # what workers dial
+//     control_bind: tcp://0.0.0.0:5557        # optional: what the coordinator binds
 //     heartbeat_interval_ms: 1000
 //     heartbeat_timeout_ms: 10000
 //     drain_timeout_ms: 25000      # a draining instance's requests get this long
@@ -36,12 +37,27 @@
 //           num_threads: 2
 //           collective: gloo         # TP all-reduce backend: gloo | shm | nccl
 //           collective_timeout_ms: 30000
+//   host_addresses:                # optional, per host named in `hosts`
+//     127.0.0.1:
+//       bind: 0.0.0.0              # where its workers' Gloo and UCX endpoints listen
+//       advertise: 127.0.0.1       # what their peers dial (an IP or a resolvable name)
+//
+// Network endpoints (README "Network endpoints" lists each with its default
+// and who dials it): the coordinator's HTTP API binds http_host:http_port;
+// its ZeroMQ ROUTER binds control_bind (default: control_address) and
+// workers dial control_address. A worker's collective (Gloo) and KV-transfer
+// (UCX) endpoints bind host_addresses[h].bind and are published to peers as
+// host_addresses[h].advertise, where h is the worker's entry in `hosts`;
+// both default to h itself. headway-worker and headway-node's --bind-host
+// and --advertise-host override them at run time (a Kubernetes pod learns
+// its IP from the environment).
 //
 // Every error names the key (dotted path, e.g. `pools[0].instances[0].tp_size`),
 // the value found and what is allowed.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,6 +98,14 @@ struct PoolConfig {
   std::vector<InstanceConfig> instances;
 };
 
+// Where the workers of one host (an entry of InstanceConfig::hosts) open
+// their collective and KV-transfer endpoints. Each is an IP address or a
+// host name; "" = the host name itself.
+struct HostAddresses {
+  std::string bind;       // the listening address; 0.0.0.0 or :: = every interface
+  std::string advertise;  // what peers dial; never a wildcard
+};
+
 struct Config {
   // model
   std::string model_path;               // absolute after ResolvePaths
@@ -96,7 +120,18 @@ struct Config {
   // coordinator
   std::string http_host = "127.0.0.1";
   int http_port = 8000;
-  std::string control_address = "tcp://127.0.0.1:5557";  // coordinator ROUTER bind address
+  // What workers dial to reach the coordinator's ROUTER (tcp://HOST:PORT,
+  // HOST an IP or a name the workers resolve, or ipc://PATH).
+  std::string control_address = "tcp://127.0.0.1:5557";
+  // What the coordinator's ROUTER binds (ZeroMQ syntax: tcp://0.0.0.0:5557,
+  // tcp://*:5557, tcp://eth0:5557, ipc://PATH); "" = control_address. The
+  // two differ where the coordinator sits behind a name or an address it
+  // does not own (a Kubernetes Service, NAT).
+  std::string control_bind;
+  // control_bind, or control_address when it is empty.
+  const std::string& ControlBindAddress() const {
+    return control_bind.empty() ? control_address : control_bind;
+  }
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;     // a worker silent this long is down
   // A draining instance (admin endpoint, or SIGTERM to its worker) takes no
@@ -131,6 +166,9 @@ struct Config {
   int max_model_len = 2048;             // prompt + generated tokens
   // pools
   std::vector<PoolConfig> pools;
+  // host_addresses: per host name used in some instance's `hosts`. A host
+  // without an entry binds and advertises its own name.
+  std::map<std::string, HostAddresses> host_addresses;
 
   // Instances in a fixed order (pool order, then instance order); the index
   // here is the instance id used on the wire.
@@ -139,6 +177,32 @@ struct Config {
   // REQUIRES: 0 <= instance_id < Instances().size().
   PoolRole RoleOf(int instance_id) const;
 };
+
+// The addresses one worker's collective and KV-transfer endpoints use, and
+// the key each came from (for errors: "--bind-host",
+// "host_addresses[\"h\"].bind", "pools[0].instances[1].hosts[2]").
+struct WorkerAddresses {
+  std::string host;            // the worker's entry in `hosts`
+  std::string bind;            // IP, name or wildcard; never empty
+  std::string bind_key;
+  std::string advertise;       // IP or name; never empty, never a wildcard
+  std::string advertise_key;
+  // True when bind or advertise was configured (host_addresses or a flag)
+  // rather than taken from the host name.
+  bool configured = false;
+};
+
+// The bind and advertise addresses of rank `tp_rank` of instance
+// `instance_id` (Config::Instances order): the overrides when non-empty
+// (headway-worker's --bind-host, --advertise-host), else the host's
+// host_addresses entry, else the host name. Does not resolve names
+// (ResolveHost in common/net_address.h does, where a library needs an IP).
+// Errors: InvalidArgument naming the flag when an override is malformed or
+// an advertised address is a wildcard.
+// REQUIRES: ValidateConfig(config).ok(); the ids are in range.
+Result<WorkerAddresses> WorkerAddressesOf(const Config& config, int instance_id, int tp_rank,
+                                          const std::string& bind_override,
+                                          const std::string& advertise_override);
 
 // Parses YAML text. Unknown keys are errors (a typo must not pass silently).
 // Errors: InvalidArgument naming key, value and what is allowed.

@@ -3,13 +3,23 @@
 //
 //   headway-coordinator --config deploy.yaml [--model-dir DIR]
 //       [--http-host H] [--http-port P] [--control-address tcp://H:P]
-//       [--api-key KEY]
+//       [--control-bind tcp://H:P] [--api-key KEY]
+//
+// The HTTP API binds http_host:http_port; the control ROUTER binds
+// control_bind (default: control_address), and workers dial
+// control_address. A host name in control_bind is resolved here (ZeroMQ
+// binds only addresses, interface names and *); a listening host that does
+// not resolve is a configuration error naming its key.
 //
 // The API key may also come from $HEADWAY_API_KEY (the flag wins); when
 // set, /v1/* requests need `Authorization: Bearer KEY`.
 //
 // Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a configuration
 // or model error found at startup, 1 for other startup failures.
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -26,6 +36,7 @@
 #include "common/gguf.h"
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
+#include "common/net_address.h"
 #include "common/startup.h"
 #include "coordinator/http/api_server.h"
 #include "coordinator/tokenizer/chat_template.h"
@@ -44,7 +55,8 @@ int Fail(int code, const std::string& what, const Status& status) {
 
 // The command line; empty strings and -1 mean "not given".
 struct Flags {
-  std::string config_path, model_dir, http_host, control_address, api_key, log_level = "info";
+  std::string config_path, model_dir, http_host, control_address, control_bind, api_key,
+      log_level = "info";
   int http_port = -1;
 };
 
@@ -59,7 +71,11 @@ void AddFlags(CLI::App& app, Flags* flags) {
                  "HTTP port, 0 = any free port (overrides config)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--control-address", flags->control_address,
-                 "ZeroMQ ROUTER bind address, e.g. tcp://127.0.0.1:5557 (overrides config)");
+                 "ZeroMQ address workers dial, e.g. tcp://10.0.0.1:5557; also what the "
+                 "ROUTER binds without a control bind (overrides coordinator.control_address)");
+  app.add_option("--control-bind", flags->control_bind,
+                 "ZeroMQ address the ROUTER binds, e.g. tcp://0.0.0.0:5557 (overrides "
+                 "coordinator.control_bind)");
   app.add_option("--api-key", flags->api_key,
                  "require `Authorization: Bearer KEY` on /v1/* (default: $HEADWAY_API_KEY)");
   app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error");
@@ -71,7 +87,43 @@ void ApplyFlags(const Flags& flags, headway::Config* config) {
   if (!flags.http_host.empty()) config->http_host = flags.http_host;
   if (flags.http_port >= 0) config->http_port = flags.http_port;
   if (!flags.control_address.empty()) config->control_address = flags.control_address;
+  if (!flags.control_bind.empty()) config->control_bind = flags.control_bind;
   headway::ResolveModelPath(*config, flags.model_dir);
+}
+
+// Checks that the HTTP host resolves, and returns the endpoint the control
+// ROUTER binds: ControlBindAddress() with a host name replaced by its
+// address, since ZeroMQ binds IPs, interface names (tcp://eth0:5557) and *
+// but not names. Errors: InvalidArgument naming the key (or flag) when a
+// host does not resolve, before anything binds.
+headway::Result<std::string> ResolveListenAddresses(const Flags& flags,
+                                                    const headway::Config& config) {
+  const std::string http_key = flags.http_host.empty() ? "coordinator.http_host" : "--http-host";
+  HW_RETURN_IF_ERROR(headway::CheckHostSyntax(http_key, config.http_host, true));
+  if (auto r = headway::ResolveHost(http_key, config.http_host); !r.ok()) return r.status();
+  std::string control_key = "coordinator.control_bind";
+  if (!flags.control_bind.empty()) {
+    control_key = "--control-bind";
+  } else if (config.control_bind.empty()) {
+    control_key = flags.control_address.empty() ? "coordinator.control_address"
+                                                : "--control-address";
+  }
+  const std::string& endpoint = config.ControlBindAddress();
+  const std::string host = headway::ZmqTcpHost(endpoint);
+  in6_addr ip{};
+  const bool literal = inet_pton(AF_INET, host.c_str(), &ip) == 1 ||
+                       inet_pton(AF_INET6, host.c_str(), &ip) == 1;
+  if (host.empty() || host == "*" || literal || if_nametoindex(host.c_str()) != 0) {
+    return endpoint;
+  }
+  headway::Result<std::string> resolved = headway::ResolveHost(control_key, host);
+  if (!resolved.ok()) {
+    return Status::InvalidArgument(resolved.status().message() + " (in " + endpoint +
+                                   "; an interface name such as eth0, or *, binds too)");
+  }
+  const std::string port = endpoint.substr(endpoint.rfind(':'));
+  const bool ipv6 = resolved->find(':') != std::string::npos;
+  return "tcp://" + (ipv6 ? "[" + *resolved + "]" : *resolved) + port;
 }
 
 // OpenAndCheckModel's failure as an exit: what failed is named after the
@@ -127,8 +179,9 @@ int Serve(headway::Engine& engine, headway::ApiServer& api, const headway::Confi
           int port, const sigset_t& signals) {
   engine.Start();
   std::thread http([&api] { api.Serve(); });
-  spdlog::info("serving {} ({}) on http://{}:{}; workers connect to {}", config.served_model_name,
-               config.model_path, config.http_host, port, config.control_address);
+  spdlog::info("serving {} ({}) on http://{}:{}; control bound to {}, workers dial {}",
+               config.served_model_name, config.model_path, config.http_host, port,
+               config.ControlBindAddress(), config.control_address);
   std::printf("headway-coordinator: listening on http://%s:%d\n", config.http_host.c_str(), port);
   std::fflush(stdout);
 
@@ -164,6 +217,9 @@ int main(int argc, char** argv) {
   if (!loaded.ok()) return Fail(2, "config " + flags.config_path, loaded.status());
   Config config = std::move(loaded).value();
   ApplyFlags(flags, &config);
+  if (Status s = ValidateConfig(config); !s.ok()) return Fail(2, "command line", s);
+  headway::Result<std::string> control_bind = ResolveListenAddresses(flags, config);
+  if (!control_bind.ok()) return Fail(2, "config", control_bind.status());
 
   // Workers apply the same head pattern (worker/main.cc): block tables only
   // fit when both sides agree on every slot's spec.
@@ -181,7 +237,7 @@ int main(int argc, char** argv) {
   }
 
   const sigset_t signals = BlockStopSignals();
-  auto server = ControlServer::Bind(config.control_address);
+  auto server = ControlServer::Bind(*control_bind);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
   ApiServer api(ApiOptionsOf(config, flags.api_key), &engine, tokenizer->get(),

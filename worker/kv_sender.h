@@ -19,6 +19,8 @@ namespace headway {
 struct KvSenderOptions {
   // UCX transports (UCX_TLS syntax); "" = UCX's default.
   std::string transports;
+  // UCX network devices (KvTransferOptions::net_devices); "" = UCX's choice.
+  std::string net_devices;
   // Test-only fault injection (headway-worker reads it from the environment
   // variable HEADWAY_FAULT_TRANSFER_STALL_MS); 0 = off. When > 0, every
   // target of every plan writes its first ceil(n/2) blocks, logs a warning

@@ -3,6 +3,14 @@
 //
 //   headway-worker --config deploy/configs/local.yaml --instance-id 0 --tp-rank 0
 //                  [--model-dir DIR] [--threads N] [--control-address ADDR]
+//                  [--bind-host H] [--advertise-host H]
+//
+// The worker dials control_address. Its collective (Gloo) and KV-transfer
+// (UCX) endpoints bind --bind-host and are published to peers as
+// --advertise-host; without the flags, its host's host_addresses entry,
+// else its entry in `hosts` (WorkerAddressesOf in common/config.h). What
+// each library can bind and advertise: comm/gloo_communicator.h,
+// comm/kv_transfer.h.
 //
 // Signals: SIGTERM once registered drains: the worker asks the coordinator
 // to drain its instance (no new request; the running ones finish, at most
@@ -11,12 +19,13 @@
 //
 // Exit status: 0 after an orderly Shutdown message or SIGTERM/SIGINT; 2 when
 // starting again cannot help (bad flags, config or fault-injection value, a
-// model file that does not load or shard, a missing GPU): the node agent
-// does not restart it; 1 on any other failure (registration refused or
-// unanswered, TP group or KV transfer setup, coordinator silent for
-// heartbeat_timeout_ms, a Shutdown for a fault: the coordinator took this
-// worker's instance down, e.g. after it was stopped past the heartbeat
-// timeout).
+// malformed --bind-host or --advertise-host, a model file that does not load
+// or shard, a missing GPU): the node agent does not restart it; 1 on any
+// other failure (a bind or advertise host that does not resolve yet,
+// registration refused or unanswered, TP group or KV transfer setup,
+// coordinator silent for heartbeat_timeout_ms, a Shutdown for a fault: the
+// coordinator took this worker's instance down, e.g. after it was stopped
+// past the heartbeat timeout).
 //
 // Environment (test-only fault injection; never set in a deployment):
 //   HEADWAY_FAULT_TRANSFER_STALL_MS=N  every KV transfer target stalls N ms
@@ -40,6 +49,7 @@
 #include "common/gguf.h"
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
+#include "common/net_address.h"
 #include "common/startup.h"
 #include "worker/compute_thread.h"
 #include "worker/decoder_model.h"
@@ -96,6 +106,8 @@ struct Flags {
   std::string model_dir;
   int threads = 0;
   std::string control_address;
+  std::string bind_host;       // "" = from the config
+  std::string advertise_host;  // "" = from the config
 };
 
 int Fail(const std::string& what, const headway::Status& status) {
@@ -107,6 +119,51 @@ int Fail(const std::string& what, const headway::Status& status) {
 int FailToStart(const std::string& what, const headway::Status& status) {
   spdlog::error("{}: {}", what, status.ToString());
   return 2;
+}
+
+// This worker's bind and advertise addresses, resolved to IPs where a
+// library needs one, with the keys they came from for errors.
+struct ResolvedAddresses {
+  headway::WorkerAddresses addresses;
+  std::string bind_ip;       // a wildcard stays a wildcard
+  std::string advertise_ip;
+};
+
+headway::Result<ResolvedAddresses> ResolveAddresses(const headway::WorkerAddresses& addresses) {
+  ResolvedAddresses out{addresses, "", ""};
+  HW_ASSIGN_OR_RETURN(out.bind_ip, headway::ResolveHost(addresses.bind_key, addresses.bind));
+  HW_ASSIGN_OR_RETURN(out.advertise_ip,
+                      headway::ResolveHost(addresses.advertise_key, addresses.advertise));
+  return out;
+}
+
+// The UCX network device for the KV endpoint (KvTransferOptions::
+// net_devices): UCX publishes its devices' own addresses, so it is the
+// interface holding the advertised address. "" (UCX's choice, as before
+// these keys existed) when neither address was configured or
+// UCX_NET_DEVICES is set (`env_devices`, which wins). Errors:
+// InvalidArgument naming the key when the advertised address is on no
+// interface of this host, or a specific bind address is on another one.
+headway::Result<std::string> KvNetDevices(const ResolvedAddresses& resolved,
+                                          const char* env_devices) {
+  const headway::WorkerAddresses& a = resolved.addresses;
+  if (!a.configured || (env_devices != nullptr && *env_devices != '\0')) return std::string();
+  const std::string device = headway::InterfaceOf(resolved.advertise_ip);
+  if (device.empty()) {
+    return headway::Status::InvalidArgument(
+        "`" + a.advertise_key + "` = \"" + a.advertise + "\" (" + resolved.advertise_ip +
+        ") is on no network interface of this host: KV transfer (UCX) publishes the addresses "
+        "of its own interfaces, so the advertised address must be one of them");
+  }
+  if (!headway::IsWildcardHost(resolved.bind_ip) &&
+      headway::InterfaceOf(resolved.bind_ip) != device) {
+    return headway::Status::InvalidArgument(
+        "`" + a.bind_key + "` = \"" + a.bind + "\" (" + resolved.bind_ip +
+        ") is not on interface " + device + ", which holds the advertised address " +
+        resolved.advertise_ip + ": UCX listens on the interface it advertises; must be 0.0.0.0 "
+        "or an address of " + device);
+  }
+  return device;
 }
 
 constexpr const char* kStallEnv = "HEADWAY_FAULT_TRANSFER_STALL_MS";
@@ -206,6 +263,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", flags.threads, "compute threads (default from the config)");
   app.add_option("--control-address", flags.control_address,
                  "coordinator control address (overrides the config)");
+  app.add_option("--bind-host", flags.bind_host,
+                 "where the collective and KV-transfer endpoints listen: an IP, a name, or "
+                 "0.0.0.0 (overrides host_addresses[HOST].bind)");
+  app.add_option("--advertise-host", flags.advertise_host,
+                 "what peers dial to reach those endpoints: an IP or a name, e.g. the pod IP "
+                 "(overrides host_addresses[HOST].advertise)");
   app.footer(std::string("Environment (test-only fault injection):\n  ") + kStallEnv +
              "=N  each KV transfer target stalls N ms after half its blocks");
   try {
@@ -246,6 +309,18 @@ int main(int argc, char** argv) {
     return FailToStart("flags", Status::InvalidArgument(
                              "--tp-rank " + std::to_string(flags.tp_rank) + " out of [0, " +
                              std::to_string(instance.tp_size) + ")"));
+  }
+  Result<WorkerAddresses> addresses = WorkerAddressesOf(
+      *config, flags.instance_id, flags.tp_rank, flags.bind_host, flags.advertise_host);
+  if (!addresses.ok()) return FailToStart("flags", addresses.status());
+  // Names resolve only where a library needs an IP: Gloo ranks and the UCX
+  // KV endpoint.
+  const bool gloo = instance.tp_size > 1 && instance.CollectiveBackend() == "gloo";
+  ResolvedAddresses resolved{*addresses, addresses->bind, addresses->advertise};
+  if (gloo || config->KvTransferEnabled()) {
+    Result<ResolvedAddresses> r = ResolveAddresses(*addresses);
+    if (!r.ok()) return Fail("config " + flags.config_path, r.status());
+    resolved = *r;
   }
   int threads = flags.threads > 0 ? flags.threads : instance.num_threads;
   if (threads <= 0) {
@@ -302,13 +377,20 @@ int main(int argc, char** argv) {
     comm_options.rank = flags.tp_rank;
     comm_options.size = instance.tp_size;
     comm_options.timeout = std::chrono::milliseconds(instance.collective_timeout_ms);
-    comm_options.host = instance.hosts.size() == 1 ? instance.hosts[0]
-                                                   : instance.hosts[flags.tp_rank];
+    comm_options.bind_host = resolved.bind_ip;
+    comm_options.advertise_host = resolved.advertise_ip;
     comm_options.device = std::max(0, instance.CudaDevice(flags.tp_rank));
-    spdlog::info("worker i{}r{}: joining TP group of {} ({})", flags.instance_id, flags.tp_rank,
-                 instance.tp_size, comm_options.backend);
+    spdlog::info("worker i{}r{}: joining TP group of {} ({}{})", flags.instance_id, flags.tp_rank,
+                 instance.tp_size, comm_options.backend,
+                 gloo ? ": listening on and advertising " + resolved.advertise_ip + ", bind host " +
+                            addresses->bind
+                      : std::string());
     Result<std::unique_ptr<Communicator>> created = CreateCommunicator(comm_options, store);
-    if (!created.ok()) return Fail("TP group", created.status());
+    if (!created.ok()) {
+      return Fail("TP group (" + addresses->bind_key + " = " + addresses->bind + ", " +
+                      addresses->advertise_key + " = " + addresses->advertise + ")",
+                  created.status());
+    }
     comm = std::move(*created);
   }
   const KvCacheLayout layout{config->block_size, spec->head_dim};
@@ -327,6 +409,13 @@ int main(int argc, char** argv) {
   if (config->KvTransferEnabled()) {
     KvSenderOptions sender_options;
     sender_options.transports = config->kv_transfer_transports;
+    Result<std::string> devices = KvNetDevices(resolved, std::getenv("UCX_NET_DEVICES"));
+    if (!devices.ok()) return Fail("config " + flags.config_path, devices.status());
+    sender_options.net_devices = *devices;
+    if (!devices->empty()) {
+      spdlog::info("worker i{}r{}: KV endpoint on network device {} (advertise {})",
+                   flags.instance_id, flags.tp_rank, *devices, resolved.advertise_ip);
+    }
     sender_options.inject_stall = *inject_stall;
     if (sender_options.inject_stall.count() > 0) {
       spdlog::warn("worker i{}r{}: {}={}: KV transfers will stall (fault injection)",

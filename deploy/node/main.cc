@@ -6,7 +6,14 @@
 // node named by host or by rank:
 //
 //   headway-node --config C (--host H | --node-rank R) [--model-dir DIR]
-//                [--bin-dir DIR] [--exit-on-stdin-eof]
+//                [--bin-dir DIR] [--bind-host B] [--advertise-host A]
+//                [--exit-on-stdin-eof]
+//
+// --bind-host and --advertise-host are passed to every worker it starts
+// (headway-worker's flags of the same names): where their collective and
+// KV-transfer endpoints listen and what peers dial, overriding the config's
+// host_addresses entry for this host. On Kubernetes the pod IP, known only
+// from the environment, goes in --advertise-host.
 //
 // Node rank R is the R-th host that runs workers, in the order the plan
 // first names them (instances in config order, ranks ascending).
@@ -88,7 +95,7 @@ bool StdinClosed() {
 
 int main(int argc, char** argv) {
   CLI::App app{"Headway node agent: starts and supervises this host's workers."};
-  std::string config_path, host, model_dir, bin_dir;
+  std::string config_path, host, model_dir, bin_dir, bind_host, advertise_host;
   int node_rank = -1;
   bool exit_on_stdin_eof = false;
   app.add_option("--config", config_path, "deployment YAML")->required();
@@ -101,6 +108,12 @@ int main(int argc, char** argv) {
                  "directory for a relative model.path (default: $HEADWAY_MODEL_DIR, else "
                  "~/.cache/headway/models)");
   app.add_option("--bin-dir", bin_dir, "where headway-worker is (default: beside this binary)");
+  app.add_option("--bind-host", bind_host,
+                 "passed to each worker: where its collective and KV-transfer endpoints listen "
+                 "(an IP, a name, or 0.0.0.0)");
+  app.add_option("--advertise-host", advertise_host,
+                 "passed to each worker: what peers dial to reach those endpoints (an IP or a "
+                 "name, e.g. the pod IP)");
   app.add_flag("--exit-on-stdin-eof", exit_on_stdin_eof,
                "stop the workers and exit when stdin closes (headway-launch's pipe)");
   try {
@@ -148,7 +161,21 @@ int main(int argc, char** argv) {
                  config_path.c_str(), host.c_str(), names.c_str());
     return kExitUsage;
   }
-  for (launcher::ProcessSpec& spec : workers) spec.local = true;  // this agent runs them here
+  for (launcher::ProcessSpec& spec : workers) {
+    spec.local = true;  // this agent runs them here
+    // Checked here too, so that a malformed value stops the agent at once
+    // instead of every worker exiting.
+    Result<WorkerAddresses> addresses =
+        WorkerAddressesOf(*config, spec.instance_id, spec.tp_rank, bind_host, advertise_host);
+    if (!addresses.ok()) {
+      std::fprintf(stderr, "headway-node: %s\n", addresses.status().message().c_str());
+      return kExitUsage;
+    }
+    if (!bind_host.empty()) spec.argv.insert(spec.argv.end(), {"--bind-host", bind_host});
+    if (!advertise_host.empty()) {
+      spec.argv.insert(spec.argv.end(), {"--advertise-host", advertise_host});
+    }
+  }
 
   const sigset_t child_mask = launcher::BlockSupervisorSignals();
   // A worker drains for at most drain_timeout_ms, then gives up on a

@@ -3,7 +3,9 @@
 // for the peer-death case. The nccl case runs only where a GPU is present.
 #include "comm/communicator.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -12,6 +14,8 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -352,6 +356,116 @@ TEST(NcclCommunicatorTest, SingleRankGroupForms) {
   // Collectives on device memory are tests/gpu/nccl_test.cc's (built with
   // the CUDA toolkit); here the group forms and a barrier passes.
   EXPECT_TRUE((*comm)->Barrier().ok());
+}
+
+// ---- gloo: bind vs advertise -------------------------------------------------
+
+// A store that keeps a copy of every value set, to read what ranks publish.
+class RecordingStore final : public RendezvousStore {
+ public:
+  Status Set(const std::string& key, const std::string& value) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      values_[key] = value;
+    }
+    return inner_->Set(key, value);
+  }
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return inner_->Get(key, timeout);
+  }
+  std::map<std::string, std::string> values() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return values_;
+  }
+
+ private:
+  std::unique_ptr<RendezvousStore> inner_ = NewInMemoryStore();
+  std::mutex mu_;
+  std::map<std::string, std::string> values_;
+};
+
+// Creates `size` gloo ranks (threads) bound to `bind` and advertising
+// `advertise`, each running one all-reduce; returns each rank's status.
+std::vector<Status> RunGlooRanks(RendezvousStore& store, int size, const std::string& bind,
+                                 const std::string& advertise) {
+  std::vector<Status> results(size);
+  std::vector<std::thread> threads;
+  const std::string prefix = TestPrefix(bind + advertise);
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      CommunicatorOptions options = Options("gloo", rank, size, prefix);
+      options.bind_host = bind;
+      options.advertise_host = advertise;
+      auto comm = CreateCommunicator(options, store);
+      if (!comm.ok()) {
+        results[rank] = comm.status();
+        return;
+      }
+      std::vector<float> data(16, float(rank + 1));
+      results[rank] = (*comm)->AllReduceSum(data.data(), data.size());
+      if (results[rank].ok() && data[0] != float(size * (size + 1) / 2)) {
+        results[rank] = Status::Internal("wrong sum " + std::to_string(data[0]));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// The IPv4 addresses of the sockets the ranks published (what peers dial):
+// under "<prefix>/gloo/<rank>" Gloo sets its pair addresses, a
+// sockaddr_storage and a sequence number each (other keys hold host names).
+std::vector<std::string> PublishedAddresses(RecordingStore& store) {
+  constexpr size_t kAddressBytes = sizeof(sockaddr_storage) + sizeof(ssize_t);
+  std::vector<std::string> out;
+  for (const auto& [key, value] : store.values()) {
+    const std::string last = key.substr(key.rfind('/') + 1);
+    if (last.empty() || last.find_first_not_of("0123456789") != std::string::npos) continue;
+    EXPECT_EQ(value.size() % kAddressBytes, 0u) << key;
+    for (size_t at = 0; at + kAddressBytes <= value.size(); at += kAddressBytes) {
+      sockaddr_in in{};
+      std::memcpy(&in, value.data() + at, sizeof in);
+      char text[INET_ADDRSTRLEN] = "?";
+      if (in.sin_family == AF_INET) inet_ntop(AF_INET, &in.sin_addr, text, sizeof text);
+      out.push_back(text);
+    }
+  }
+  return out;
+}
+
+TEST(GlooAddressTest, BoundToEveryInterfaceEachRankPublishesItsAdvertisedAddress) {
+  // "localhost" is resolved (IPv4 first) to 127.0.0.1; 127.0.0.2 is another
+  // loopback address, which only a rank that really uses it can serve.
+  for (const char* advertise : {"localhost", "127.0.0.2"}) {
+    RecordingStore store;
+    ExpectAllOk(RunGlooRanks(store, 3, "0.0.0.0", advertise));
+    const std::string expected = std::string(advertise) == "localhost" ? "127.0.0.1" : advertise;
+    const std::vector<std::string> published = PublishedAddresses(store);
+    EXPECT_EQ(published, std::vector<std::string>(3 * 2, expected));  // each rank, per peer
+  }
+}
+
+TEST(GlooAddressTest, BadAddressesAreInvalidArgumentNamingThem) {
+  auto store = NewInMemoryStore();
+  struct Case {
+    const char* bind;
+    const char* advertise;
+    const char* says;
+  };
+  for (const Case& c : {Case{"", "no-such-host.invalid", "does not resolve"},
+                        Case{"", "0.0.0.0", "wildcard"},
+                        Case{"0.0.0.0", "192.0.2.254", "no network interface"},
+                        Case{"127.0.0.1", "127.0.0.2", "listens on the address it advertises"}}) {
+    CommunicatorOptions options = Options("gloo", 0, 2, TestPrefix(c.advertise), Millis(500));
+    options.bind_host = c.bind;
+    options.advertise_host = c.advertise;
+    auto comm = CreateCommunicator(options, *store);
+    ASSERT_FALSE(comm.ok()) << c.advertise;
+    EXPECT_EQ(comm.status().code(), StatusCode::kInvalidArgument) << comm.status().ToString();
+    EXPECT_NE(comm.status().message().find(c.advertise), std::string::npos)
+        << comm.status().ToString();
+    EXPECT_NE(comm.status().message().find(c.says), std::string::npos) << comm.status().ToString();
+  }
 }
 
 }  // namespace

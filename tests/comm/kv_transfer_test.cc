@@ -5,7 +5,11 @@
 #include "comm/kv_transfer.h"
 #include "tests/comm/transport_name.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +162,62 @@ TEST(KvTransferAgentTest, CreateRejectsBadArguments) {
   EXPECT_EQ(bad.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(bad.status().message().find("no_such_transport"), std::string::npos)
       << bad.status().ToString();
+}
+
+// The IPv4 addresses of this host's interfaces other than loopback.
+std::vector<in_addr> NonLoopbackIpv4() {
+  std::vector<in_addr> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_LOOPBACK) != 0 || (i->ifa_flags & IFF_UP) == 0) continue;
+    out.push_back(reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool Holds(const std::string& bytes, const in_addr& ip) {
+  return bytes.find(std::string(reinterpret_cast<const char*>(&ip), sizeof ip)) !=
+         std::string::npos;
+}
+
+// UCX publishes the addresses of the network devices it uses: restricted to
+// loopback, a receiver's worker address names none of the host's other
+// interfaces, and a sender still reaches it.
+TEST(KvTransferAgentTest, NetDevicesChooseTheAddressesAReceiverPublishes) {
+  std::vector<uint8_t> src = MakePool(1), dst = MakePool(2);
+  KvTransferOptions options;
+  options.transports = "tcp";
+  options.net_devices = "lo";
+  auto receiver = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
+  ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
+  for (const in_addr& ip : NonLoopbackIpv4()) {
+    EXPECT_FALSE(Holds((*receiver)->local_info().worker_address, ip)) << inet_ntoa(ip);
+  }
+  auto sender = MakeAgent(src, "tcp");
+  ASSERT_TRUE(sender);
+  auto peer = sender->Connect((*receiver)->local_info());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  ASSERT_TRUE(sender->WriteBlocks(*peer, ScatteredCopies(), kTimeout).ok());
+  ExpectCopied(src, dst, ScatteredCopies(), 2);
+
+  // Without the restriction, the host's other interfaces are published too
+  // (where it has any).
+  std::vector<uint8_t> other = MakePool(3);
+  auto everywhere = MakeAgent(other, "tcp");
+  ASSERT_TRUE(everywhere);
+  for (const in_addr& ip : NonLoopbackIpv4()) {
+    EXPECT_TRUE(Holds(everywhere->local_info().worker_address, ip)) << inet_ntoa(ip);
+  }
+
+  options.net_devices = "no_such_device0";
+  auto none = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("no_such_device0"), std::string::npos)
+      << none.status().ToString();
 }
 
 TEST(KvTransferAgentTest, SmallOutstandingCapStillWritesAll) {

@@ -444,5 +444,119 @@ TEST(ConfigTest, ShippedCudaConfigIsValid) {
   EXPECT_DOUBLE_EQ(config->gpu_memory_utilization, 0.9);
 }
 
+// ---- addresses: bind vs advertise -------------------------------------------
+
+constexpr const char* kTwoHosts = R"(
+model: {path: m.gguf}
+coordinator:
+  control_address: tcp://coordinator.headway.svc:5557
+  control_bind: tcp://0.0.0.0:5557
+pools:
+  - instances:
+      - {tp_size: 1}
+      - {tp_size: 3, collective: gloo, hosts: [127.0.0.1, worker-1, worker-2]}
+host_addresses:
+  worker-1: {bind: 0.0.0.0, advertise: 10.1.2.3}
+  worker-2: {bind: eth-addr.local}
+  127.0.0.1: {advertise: localhost}
+)";
+
+TEST(ConfigTest, ControlBindDefaultsToControlAddress) {
+  Result<Config> minimal = ParseConfig(kMinimal);
+  ASSERT_TRUE(minimal.ok()) << minimal.status().ToString();
+  EXPECT_EQ(minimal->control_bind, "");
+  EXPECT_EQ(minimal->ControlBindAddress(), "tcp://127.0.0.1:5557");
+  Result<Config> split = ParseConfig(kTwoHosts);
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->control_address, "tcp://coordinator.headway.svc:5557");
+  EXPECT_EQ(split->ControlBindAddress(), "tcp://0.0.0.0:5557");
+}
+
+TEST(ConfigTest, ControlBindErrorsNameTheKey) {
+  ExpectError(Edit(kTwoHosts, "tcp://0.0.0.0:5557", "\"\""),
+              {"coordinator.control_bind", "\"\"", "leave the key out"});
+  ExpectError(Edit(kTwoHosts, "tcp://0.0.0.0:5557", "ipc:///tmp/c.sock"),
+              {"coordinator.control_bind", "ipc:///tmp/c.sock", "same transport", "tcp://"});
+  ExpectError(Edit(kTwoHosts, "control_bind:", "control_bnid:"),
+              {"coordinator.control_bnid", "control_bind"});
+}
+
+TEST(ConfigTest, WorkerAddressesDefaultToTheHostName) {
+  Result<Config> config = ParseConfig(kTwoHosts);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  Result<WorkerAddresses> first = WorkerAddressesOf(*config, 0, 0, "", "");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // 127.0.0.1 has an entry with only `advertise`: bind stays the host name.
+  EXPECT_EQ(first->host, "127.0.0.1");
+  EXPECT_EQ(first->bind, "127.0.0.1");
+  EXPECT_EQ(first->bind_key, "pools[0].instances[0].hosts[0]");
+  EXPECT_EQ(first->advertise, "localhost");
+  EXPECT_EQ(first->advertise_key, "host_addresses[\"127.0.0.1\"].advertise");
+  EXPECT_TRUE(first->configured);
+
+  Result<WorkerAddresses> rank1 = WorkerAddressesOf(*config, 1, 1, "", "");
+  ASSERT_TRUE(rank1.ok());
+  EXPECT_EQ(rank1->host, "worker-1");
+  EXPECT_EQ(rank1->bind, "0.0.0.0");
+  EXPECT_EQ(rank1->bind_key, "host_addresses[\"worker-1\"].bind");
+  EXPECT_EQ(rank1->advertise, "10.1.2.3");
+
+  Result<WorkerAddresses> rank2 = WorkerAddressesOf(*config, 1, 2, "", "");
+  ASSERT_TRUE(rank2.ok());
+  EXPECT_EQ(rank2->bind, "eth-addr.local");
+  EXPECT_EQ(rank2->advertise, "worker-2");
+  EXPECT_EQ(rank2->advertise_key, "pools[0].instances[1].hosts[2]");
+
+  Result<Config> plain = ParseConfig(kMinimal);
+  ASSERT_TRUE(plain.ok());
+  Result<WorkerAddresses> none = WorkerAddressesOf(*plain, 0, 0, "", "");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->bind, "127.0.0.1");
+  EXPECT_EQ(none->advertise, "127.0.0.1");
+  EXPECT_FALSE(none->configured);
+}
+
+TEST(ConfigTest, WorkerAddressFlagsOverrideTheConfig) {
+  Result<Config> config = ParseConfig(kTwoHosts);
+  ASSERT_TRUE(config.ok());
+  Result<WorkerAddresses> both = WorkerAddressesOf(*config, 1, 1, "::", "10.9.8.7");
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(both->bind, "::");
+  EXPECT_EQ(both->bind_key, "--bind-host");
+  EXPECT_EQ(both->advertise, "10.9.8.7");
+  EXPECT_EQ(both->advertise_key, "--advertise-host");
+
+  Result<WorkerAddresses> wildcard = WorkerAddressesOf(*config, 1, 1, "", "0.0.0.0");
+  ASSERT_FALSE(wildcard.ok());
+  EXPECT_NE(wildcard.status().message().find("--advertise-host"), std::string::npos);
+  EXPECT_NE(wildcard.status().message().find("not a wildcard"), std::string::npos);
+  Result<WorkerAddresses> port = WorkerAddressesOf(*config, 1, 1, "10.0.0.1:80", "");
+  ASSERT_FALSE(port.ok());
+  EXPECT_NE(port.status().message().find("--bind-host"), std::string::npos);
+  EXPECT_NE(port.status().message().find("10.0.0.1:80"), std::string::npos);
+}
+
+TEST(ConfigTest, HostAddressesErrorsNameTheKey) {
+  // Unknown keys, inside an entry and misspelt sections.
+  ExpectError(Edit(kTwoHosts, "{bind: eth-addr.local}", "{bind: eth-addr.local, adverise: x}"),
+              {"host_addresses[\"worker-2\"].adverise", "advertise"});
+  ExpectError(Edit(kTwoHosts, "host_addresses:", "host_address:"),
+              {"host_address", "host_addresses"});
+  // A host no instance runs on.
+  ExpectError(Edit(kTwoHosts, "worker-2: {bind", "worker-3: {bind"),
+              {"host_addresses[\"worker-3\"]", "127.0.0.1, worker-1, worker-2"});
+  // Values.
+  ExpectError(Edit(kTwoHosts, "advertise: 10.1.2.3", "advertise: 0.0.0.0"),
+              {"host_addresses[\"worker-1\"].advertise", "0.0.0.0", "not a wildcard"});
+  ExpectError(Edit(kTwoHosts, "bind: 0.0.0.0", "bind: \"*\""),
+              {"host_addresses[\"worker-1\"].bind", "\"*\"", "0.0.0.0 / ::"});
+  ExpectError(Edit(kTwoHosts, "bind: 0.0.0.0", "bind: \"tcp://10.0.0.1:5000\""),
+              {"host_addresses[\"worker-1\"].bind", "tcp://10.0.0.1:5000", "no scheme, port"});
+  ExpectError(Edit(kTwoHosts, "advertise: 10.1.2.3", "advertise: \"\""),
+              {"host_addresses[\"worker-1\"].advertise", "\"\""});
+  ExpectError(Edit(kTwoHosts, "{bind: eth-addr.local}", "[eth-addr.local]"),
+              {"host_addresses[\"worker-2\"]", "mapping"});
+}
+
 }  // namespace
 }  // namespace headway
