@@ -144,8 +144,19 @@ void ApiServer::AddRoutes() {
 void ApiServer::AddErrorHandlers() {
   server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
-    ApiError e{res.status, "no route for " + req.method + " " + req.path,
-               res.status == 404 ? "NotFoundError" : "invalid_request_error", "", ""};
+    // httplib answers 400 itself to a POST it cannot read: most often one
+    // without Content-Length (`curl -X POST` with no -d).
+    std::string message = "no route for " + req.method + " " + req.path;
+    if (res.status != 404) {
+      message = "cannot read the request " + req.method + " " + req.path + " (HTTP " +
+                std::to_string(res.status) + ")";
+      if (req.method == "POST" && !req.has_header("Content-Length") &&
+          !req.has_header("Transfer-Encoding")) {
+        message += ": a POST needs a Content-Length header (e.g. curl -d '')";
+      }
+    }
+    ApiError e{res.status, message, res.status == 404 ? "NotFoundError" : "invalid_request_error",
+               "", ""};
     Reply(res, res.status, e.ToJson());
   });
   server_->set_exception_handler(
