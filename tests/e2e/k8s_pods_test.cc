@@ -1,0 +1,386 @@
+// The pods `headway-launch render k8s` describes, run on this machine: for a
+// shipped config (deploy/configs/local.yaml, pd.yaml) the test renders the
+// manifests, lists the pods the coordinator Deployment and each
+// LeaderWorkerSet would create (replicas x size; a DisaggregatedSet's roles
+// each become one LeaderWorkerSet), gives each pod the environment
+// LeaderWorkerSet injects (LWS_LEADER_ADDRESS, LWS_GROUP_SIZE,
+// LWS_WORKER_INDEX) and its downward-API values (the group-index label),
+// expands $(VAR) in its command as the kubelet does, maps its volumes (the
+// ConfigMap's files, the model claim, the image's binaries) to local paths,
+// and runs that exact command, every pod in random order, the coordinator
+// among them. The deployment must come up (/ready 200, /health "ok") and
+// answer greedy completions exactly as a headway-launch run of the same
+// config does.
+//
+// Every pod runs on loopback in a private mount namespace whose /etc/hosts
+// maps the names the rendered config uses (the pods' DNS names, the
+// coordinator's control Service) to 127.0.0.1: the stand-in for cluster DNS.
+// Not exercised: an API server, the LeaderWorkerSet and DisaggregatedSet
+// controllers, a kubelet, Services and kube-proxy, cluster DNS and its
+// timing, one network namespace per pod, image contents and resource limits.
+//
+// Needs the model and root (mount namespaces); skips without either.
+#include <sys/wait.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "tests/support/deployment.h"
+#include "tests/support/process.h"
+#include "tests/support/test_env.h"
+
+namespace headway::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxTokens = 16;
+constexpr char kNamespace[] = "hwtest";
+constexpr char kImageBinDir[] = "/opt/headway/bin";
+// A DisaggregatedSet names its LeaderWorkerSets <name>-<revision>-<role>;
+// the revision is a hash the test cannot know, so any will do.
+constexpr char kFakeRevision[] = "5d2c9a1f";
+
+struct TempDir {
+  std::string path = MakeTempDir("headway-k8s-pods");
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string Replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+std::string Tail(const ChildProcess& p, size_t max_chars = 2500) {
+  const std::string log = p.Log();
+  return p.log_path() + ":\n" + (log.size() > max_chars ? log.substr(log.size() - max_chars) : log);
+}
+
+// $(VAR) as the kubelet expands it in a container's command and args: a
+// variable the container defines is replaced, $$ is a literal $, anything
+// else stays as written.
+std::string ExpandKubelet(const std::string& s, const std::map<std::string, std::string>& env) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '$' && i + 1 < s.size() && s[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    if (s[i] == '$' && i + 1 < s.size() && s[i + 1] == '(') {
+      const size_t close = s.find(')', i + 2);
+      if (close != std::string::npos) {
+        auto it = env.find(s.substr(i + 2, close - i - 2));
+        if (it != env.end()) {
+          out += it->second;
+          i = close;
+          continue;
+        }
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+// Three of the shared prompts (chat turns and plain text): enough to tell
+// deployments apart, few enough to keep the test in seconds.
+std::vector<nlohmann::json> Prompts() {
+  const std::vector<std::string>& all = SmolLm2TestPrompts();
+  return {all[0], all[1], all[2]};
+}
+
+// One pod: what the kubelet would run.
+struct Pod {
+  std::string name;
+  YAML::Node spec;                            // the pod template's spec
+  std::map<std::string, std::string> env;     // injected by LWS + downward API
+  std::string group_index;                    // the group-index label ("" for the coordinator)
+};
+
+// Resolves the container's env (values and downward-API references) on top
+// of `pod.env`. Fails the test on a reference it does not know.
+std::map<std::string, std::string> ContainerEnv(const Pod& pod, const YAML::Node& container) {
+  std::map<std::string, std::string> env = pod.env;
+  for (const YAML::Node& var : container["env"]) {
+    const std::string name = var["name"].as<std::string>();
+    if (var["value"]) {
+      env[name] = ExpandKubelet(var["value"].as<std::string>(), env);
+      continue;
+    }
+    const std::string field = var["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>("");
+    if (field == "metadata.labels['leaderworkerset.sigs.k8s.io/group-index']") {
+      env[name] = pod.group_index;
+    } else if (field == "status.podIP") {
+      env[name] = "127.0.0.1";
+    } else if (field == "metadata.name") {
+      env[name] = pod.name;
+    } else if (field == "metadata.namespace") {
+      env[name] = kNamespace;
+    } else {
+      ADD_FAILURE() << pod.name << ": env " << name << " refers to " << field
+                    << ", which this test does not provide";
+    }
+  }
+  return env;
+}
+
+// The pod's container command with $(VAR) expanded, its mounts mapped to
+// local paths, under `unshare` with `hosts` over /etc/hosts.
+std::vector<std::string> PodArgv(const Pod& pod, const std::string& hosts,
+                                 const std::map<std::string, std::string>& volume_paths) {
+  const YAML::Node container = pod.spec["containers"][0];
+  std::map<std::string, std::string> mounts = {{kImageBinDir, BinaryPath("")}};
+  for (const YAML::Node& m : container["volumeMounts"]) {
+    auto local = volume_paths.find(m["name"].as<std::string>());
+    if (local != volume_paths.end()) mounts[m["mountPath"].as<std::string>()] = local->second;
+  }
+  auto map_path = [&](const std::string& arg) {
+    for (const auto& [in_pod, here] : mounts) {
+      if (arg == in_pod) return here;
+      if (arg.rfind(in_pod + "/", 0) == 0) return here + arg.substr(in_pod.size());
+    }
+    return arg;
+  };
+  const std::map<std::string, std::string> env = ContainerEnv(pod, container);
+  std::vector<std::string> argv = {"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                   "mount --bind \"$0\" /etc/hosts && exec \"$@\"", hosts,
+                                   "/usr/bin/env"};
+  for (const auto& [k, v] : env) argv.push_back(k + "=" + v);
+  for (const char* key : {"command", "args"}) {
+    for (const YAML::Node& a : container[key]) {
+      argv.push_back(map_path(ExpandKubelet(a.as<std::string>(), env)));
+    }
+  }
+  return argv;
+}
+
+// The pods of one LeaderWorkerSet spec named `lws`.
+void AddLwsPods(const std::string& lws, const YAML::Node& spec, std::vector<Pod>* pods) {
+  const int replicas = spec["replicas"].as<int>();
+  const int size = spec["leaderWorkerTemplate"]["size"].as<int>();
+  const YAML::Node tmpl = spec["leaderWorkerTemplate"]["workerTemplate"];
+  for (int g = 0; g < replicas; ++g) {
+    const std::string leader = lws + "-" + std::to_string(g);
+    for (int w = 0; w < size; ++w) {
+      Pod pod;
+      pod.name = w == 0 ? leader : leader + "-" + std::to_string(w);
+      // The leader's own template when there is one; workers always use workerTemplate.
+      pod.spec = (w == 0 && spec["leaderWorkerTemplate"]["leaderTemplate"])
+                     ? spec["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+                     : tmpl["spec"];
+      pod.group_index = std::to_string(g);
+      pod.env = {{"LWS_LEADER_ADDRESS", leader + "." + lws + "." + kNamespace},
+                 {"LWS_GROUP_SIZE", std::to_string(size)},
+                 {"LWS_WORKER_INDEX", std::to_string(w)}};
+      pods->push_back(pod);
+    }
+  }
+}
+
+// The reference: headway-launch on `config`; greedy texts for the prompts.
+std::vector<std::string> LaunchTexts(const std::string& config, int http_port,
+                                     const std::string& served_name, const std::string& dir,
+                                     std::string* error) {
+  ChildProcess launcher({BinaryPath("headway-launch"), config, "--model-dir",
+                         std::filesystem::path(SmolLm2Path()).parent_path().string()},
+                        dir + "/launch.log");
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  while (Clock::now() < deadline && launcher.Running()) {
+    if (EveryInstanceReady(HttpGet(http_port, "/health", 5))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!EveryInstanceReady(HttpGet(http_port, "/health", 5))) {
+    *error = "headway-launch never became ready\n" + Tail(launcher);
+    return {};
+  }
+  return GreedyTexts(
+      [&](const std::string& body) {
+        nlohmann::json j = nlohmann::json::parse(body);
+        j["model"] = served_name;
+        return HttpPost(http_port, "/v1/completions", j.dump(), 60);
+      },
+      Prompts(), kMaxTokens, 1);
+}
+
+void RunPodsOf(const std::string& shipped_config) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  if (std::system("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs mount namespaces (root) to give each pod its own /etc/hosts";
+  }
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
+  const std::string shipped = ReadText(SourceDir() + "/deploy/configs/" + shipped_config);
+  ASSERT_FALSE(shipped.empty()) << shipped_config;
+  // The same config on free ports: once for headway-launch, once rendered.
+  auto on_ports = [&](int http_port, int control_port) {
+    return Replaced(Replaced(shipped, "http_port: 8000", "http_port: " + std::to_string(http_port)),
+                    "tcp://127.0.0.1:5557", "tcp://127.0.0.1:" + std::to_string(control_port));
+  };
+  const Result<Config> parsed = ParseConfig(shipped);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  const std::string served_name = parsed->served_model_name;
+
+  const int launch_port = FreePort();
+  const std::string launch_config = dir.path + "/launch.yaml";
+  std::ofstream(launch_config) << on_ports(launch_port, FreePort());
+  std::string error;
+  const std::vector<std::string> expected =
+      LaunchTexts(launch_config, launch_port, served_name, dir.path, &error);
+  ASSERT_FALSE(expected.empty()) << error;
+
+  const int http_port = FreePort();
+  const std::string k8s_config = dir.path + "/k8s-input.yaml";
+  std::ofstream(k8s_config) << on_ports(http_port, FreePort());
+  const std::string out = dir.path + "/manifests";
+  ChildProcess render({BinaryPath("headway-launch"), "render", "k8s", k8s_config, "-o", out,
+                       "--namespace", kNamespace, "--image-bin-dir", kImageBinDir, "--model-dir",
+                       model_dir},
+                      dir.path + "/render.log");
+  const int render_status = render.WaitExit(std::chrono::seconds(30));
+  ASSERT_TRUE(WIFEXITED(render_status) && WEXITSTATUS(render_status) == 0) << Tail(render);
+
+  // The ConfigMap's files, where the pods' config volume points.
+  const std::string config_dir = dir.path + "/configmap";
+  std::filesystem::create_directories(config_dir);
+  const YAML::Node config_map = YAML::LoadFile(out + "/configmap.yaml");
+  for (const auto& entry : config_map["data"]) {
+    std::ofstream(config_dir + "/" + entry.first.as<std::string>())
+        << entry.second.as<std::string>();
+  }
+  std::map<std::string, std::string> volume_paths = {{"config", config_dir},
+                                                     {"models", model_dir}};
+
+  // Every name the pods' config uses stands for this machine.
+  const Result<Config> pod_config = ParseConfig(ReadText(config_dir + "/config.yaml"));
+  ASSERT_TRUE(pod_config.ok()) << pod_config.status().message();
+  std::string names = "127.0.0.1 localhost";
+  const std::string control = pod_config->control_address;
+  names += " " + control.substr(6, control.rfind(':') - 6);
+  for (const PoolConfig& pool : pod_config->pools) {
+    for (const InstanceConfig& instance : pool.instances) {
+      for (const std::string& host : instance.hosts) names += " " + host;
+    }
+  }
+  const std::string hosts = dir.path + "/hosts";
+  std::ofstream(hosts) << names << "\n";
+
+  std::vector<Pod> pods;
+  const YAML::Node deployment = YAML::LoadFile(out + "/coordinator-deployment.yaml");
+  ASSERT_EQ(deployment["spec"]["replicas"].as<int>(), 1);
+  Pod coordinator;
+  coordinator.name = deployment["metadata"]["name"].as<std::string>() + "-pod";
+  coordinator.spec = deployment["spec"]["template"]["spec"];
+  pods.push_back(coordinator);
+  for (const auto& entry : std::filesystem::directory_iterator(out)) {
+    const YAML::Node obj = YAML::LoadFile(entry.path().string());
+    const std::string kind = obj["kind"].as<std::string>();
+    const std::string name = obj["metadata"]["name"].as<std::string>();
+    if (kind == "LeaderWorkerSet") AddLwsPods(name, obj["spec"], &pods);
+    if (kind == "DisaggregatedSet") {
+      for (const YAML::Node& role : obj["spec"]["roles"]) {
+        AddLwsPods(name + "-" + kFakeRevision + "-" + role["name"].as<std::string>(),
+                   role["spec"], &pods);
+      }
+    }
+  }
+  ASSERT_GE(pods.size(), 2u);
+
+  std::random_device device;
+  const unsigned seed = device();
+  std::mt19937 rng(seed);
+  // An order of indices: assigning a YAML::Node writes through to the node
+  // it refers to, so Pods are not moved around.
+  std::vector<size_t> start_order(pods.size());
+  for (size_t i = 0; i < pods.size(); ++i) start_order[i] = i;
+  std::shuffle(start_order.begin(), start_order.end(), rng);
+  std::string order;
+  for (size_t i : start_order) order += (order.empty() ? "" : ", ") + pods[i].name;
+  std::printf("[ info     ] %s: %zu pods, started in this order (seed %u): %s\n",
+              shipped_config.c_str(), pods.size(), seed, order.c_str());
+
+  std::vector<std::unique_ptr<ChildProcess>> running;
+  for (size_t i : start_order) {
+    const Pod& pod = pods[i];
+    running.push_back(std::make_unique<ChildProcess>(PodArgv(pod, hosts, volume_paths),
+                                                     dir.path + "/" + pod.name + ".log"));
+    ASSERT_GT(running.back()->pid(), 0) << Tail(*running.back());
+    // Apart enough that a pod started early is really waiting for the others.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(
+        0, 300)(rng)));
+  }
+  auto logs = [&] {
+    std::string all;
+    for (const auto& p : running) all += Tail(*p) + "\n";
+    return all;
+  };
+  auto all_running = [&] {
+    for (const auto& p : running) {
+      if (!p->Running()) return false;
+    }
+    return true;
+  };
+
+  bool ready = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  while (Clock::now() < deadline && all_running()) {
+    if (HttpGet(http_port, "/ready", 5).status == 200 &&
+        EveryInstanceReady(HttpGet(http_port, "/health", 5))) {
+      ready = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE(ready) << "the pods never became ready\n" << logs();
+  EXPECT_EQ(HttpGet(http_port, "/live", 5).status, 200);
+  EXPECT_EQ(HttpGet(http_port, "/health", 5).json.value("status", ""), "ok");
+
+  const std::vector<std::string> got = GreedyTexts(
+      [&](const std::string& body) {
+        nlohmann::json j = nlohmann::json::parse(body);
+        j["model"] = served_name;
+        return HttpPost(http_port, "/v1/completions", j.dump(), 60);
+      },
+      Prompts(), kMaxTokens, 1);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_FALSE(IsErrorText(got[i])) << got[i];
+    EXPECT_EQ(got[i], expected[i]) << "prompt " << i;
+  }
+  if (::testing::Test::HasFailure()) ADD_FAILURE() << logs();
+}
+
+TEST(K8sPodsTest, LocalConfigPodsServeAsHeadwayLaunchDoes) { RunPodsOf("local.yaml"); }
+
+TEST(K8sPodsTest, DisaggregatedConfigPodsServeAsHeadwayLaunchDoes) { RunPodsOf("pd.yaml"); }
+
+}  // namespace
+}  // namespace headway::testing
