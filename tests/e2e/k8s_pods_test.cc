@@ -1,5 +1,6 @@
 // The pods `headway-launch render k8s` describes, run on this machine: for a
-// shipped config (deploy/configs/local.yaml, pd.yaml) the test renders the
+// shipped config (deploy/configs/local.yaml, pd.yaml, and tp3.yaml with a
+// host per rank: one group of 3 pods) the test renders the
 // manifests, lists the pods the coordinator Deployment and each
 // LeaderWorkerSet would create (replicas x size; a DisaggregatedSet's roles
 // each become one LeaderWorkerSet), gives each pod the environment
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -230,7 +232,9 @@ std::vector<std::string> LaunchTexts(const std::string& config, int http_port,
       Prompts(), kMaxTokens, 1);
 }
 
-void RunPodsOf(const std::string& shipped_config) {
+// `edit` turns the shipped config's text into the one both runs use.
+void RunPodsOf(const std::string& shipped_config,
+               const std::function<std::string(const std::string&)>& edit = nullptr) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   if (std::system("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "needs mount namespaces (root) to give each pod its own /etc/hosts";
@@ -238,8 +242,9 @@ void RunPodsOf(const std::string& shipped_config) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
-  const std::string shipped = ReadText(SourceDir() + "/deploy/configs/" + shipped_config);
+  std::string shipped = ReadText(SourceDir() + "/deploy/configs/" + shipped_config);
   ASSERT_FALSE(shipped.empty()) << shipped_config;
+  if (edit) shipped = edit(shipped);
   // The same config on free ports: once for headway-launch, once rendered.
   auto on_ports = [&](int http_port, int control_port) {
     return Replaced(Replaced(shipped, "http_port: 8000", "http_port: " + std::to_string(http_port)),
@@ -381,6 +386,17 @@ void RunPodsOf(const std::string& shipped_config) {
 TEST(K8sPodsTest, LocalConfigPodsServeAsHeadwayLaunchDoes) { RunPodsOf("local.yaml"); }
 
 TEST(K8sPodsTest, DisaggregatedConfigPodsServeAsHeadwayLaunchDoes) { RunPodsOf("pd.yaml"); }
+
+// tp3.yaml with a host per rank and Gloo between them: a LeaderWorkerSet of
+// one group of 3 pods, whose ranks find each other by the pods' DNS names.
+// headway-launch runs the same config's three ranks here, over Gloo too.
+// About 40 s on two cores (Gloo over loopback): labelled slow.
+TEST(K8sPodsTest, TpGroupAcrossThreePodsServesAsHeadwayLaunchDoesSlow) {
+  RunPodsOf("tp3.yaml", [](const std::string& text) {
+    return Replaced(Replaced(text, "hosts: [127.0.0.1]", "hosts: [127.0.0.1, 127.0.0.1, 127.0.0.1]"),
+                    "        collective: shm ", "        collective: gloo ");
+  });
+}
 
 }  // namespace
 }  // namespace headway::testing
