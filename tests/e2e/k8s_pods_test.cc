@@ -13,14 +13,18 @@
 // answer greedy completions exactly as a headway-launch run of the same
 // config does.
 //
-// Every pod runs on loopback in a private mount namespace whose /etc/hosts
-// maps the names the rendered config uses (the pods' DNS names, the
-// coordinator's control Service) to 127.0.0.1: the stand-in for cluster DNS.
+// Every pod runs in a network namespace of its own, all of them on one
+// bridge (tests/support/netns_lan.h), with an /etc/hosts that maps the
+// coordinator's Services to the coordinator pod's address and each pod's
+// DNS name to that pod's address: the stand-in for cluster DNS. The test's
+// HTTP client sits in one more namespace on the same bridge. The config the
+// pods read must name exactly the pods LeaderWorkerSet would create.
 // Not exercised: an API server, the LeaderWorkerSet and DisaggregatedSet
-// controllers, a kubelet, Services and kube-proxy, cluster DNS and its
-// timing, one network namespace per pod, image contents and resource limits.
+// controllers, a kubelet, Services and kube-proxy (a Service name resolves
+// straight to the coordinator pod), cluster DNS and its timing, image
+// contents and resource limits.
 //
-// Needs the model and root (mount namespaces); skips without either.
+// Needs the model and root (network namespaces); skips without either.
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
@@ -33,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -43,7 +48,9 @@
 
 #include "common/config.h"
 #include "tests/support/deployment.h"
+#include "tests/support/netns_lan.h"
 #include "tests/support/process.h"
+#include "tests/support/prometheus_parser.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -119,17 +126,28 @@ std::vector<nlohmann::json> Prompts() {
   return {all[0], all[1], all[2]};
 }
 
+// The first sample of `name` in a Prometheus text page; -1 if absent.
+double Metric(const std::string& page, const std::string& name) {
+  Result<PromExposition> metrics = ParsePrometheusText(page);
+  if (!metrics.ok()) return -1;
+  std::vector<const PromSample*> samples = metrics->Samples(name);
+  return samples.empty() ? -1 : samples[0]->value;
+}
+
 // One pod: what the kubelet would run.
 struct Pod {
   std::string name;
+  std::string dns_name;                       // as the pod's headless Service publishes it
   YAML::Node spec;                            // the pod template's spec
   std::map<std::string, std::string> env;     // injected by LWS + downward API
   std::string group_index;                    // the group-index label ("" for the coordinator)
 };
 
 // Resolves the container's env (values and downward-API references) on top
-// of `pod.env`. Fails the test on a reference it does not know.
-std::map<std::string, std::string> ContainerEnv(const Pod& pod, const YAML::Node& container) {
+// of `pod.env`; `pod_ip` is status.podIP. Fails the test on a reference it
+// does not know.
+std::map<std::string, std::string> ContainerEnv(const Pod& pod, const YAML::Node& container,
+                                                const std::string& pod_ip) {
   std::map<std::string, std::string> env = pod.env;
   for (const YAML::Node& var : container["env"]) {
     const std::string name = var["name"].as<std::string>();
@@ -141,7 +159,7 @@ std::map<std::string, std::string> ContainerEnv(const Pod& pod, const YAML::Node
     if (field == "metadata.labels['leaderworkerset.sigs.k8s.io/group-index']") {
       env[name] = pod.group_index;
     } else if (field == "status.podIP") {
-      env[name] = "127.0.0.1";
+      env[name] = pod_ip;
     } else if (field == "metadata.name") {
       env[name] = pod.name;
     } else if (field == "metadata.namespace") {
@@ -154,9 +172,9 @@ std::map<std::string, std::string> ContainerEnv(const Pod& pod, const YAML::Node
   return env;
 }
 
-// The pod's container command with $(VAR) expanded, its mounts mapped to
-// local paths, under `unshare` with `hosts` over /etc/hosts.
-std::vector<std::string> PodArgv(const Pod& pod, const std::string& hosts,
+// The pod's container command with $(VAR) expanded and its mounts mapped to
+// local paths, in member `member` of `lan`.
+std::vector<std::string> PodArgv(const Pod& pod, const NetnsLan& lan, int member,
                                  const std::map<std::string, std::string>& volume_paths) {
   const YAML::Node container = pod.spec["containers"][0];
   std::map<std::string, std::string> mounts = {{kImageBinDir, BinaryPath("")}};
@@ -171,17 +189,17 @@ std::vector<std::string> PodArgv(const Pod& pod, const std::string& hosts,
     }
     return arg;
   };
-  const std::map<std::string, std::string> env = ContainerEnv(pod, container);
-  std::vector<std::string> argv = {"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                   "mount --bind \"$0\" /etc/hosts && exec \"$@\"", hosts,
-                                   "/usr/bin/env"};
-  for (const auto& [k, v] : env) argv.push_back(k + "=" + v);
+  const std::map<std::string, std::string> env =
+      ContainerEnv(pod, container, lan.address(member));
+  std::vector<std::string> vars;
+  for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
+  std::vector<std::string> argv;
   for (const char* key : {"command", "args"}) {
     for (const YAML::Node& a : container[key]) {
       argv.push_back(map_path(ExpandKubelet(a.as<std::string>(), env)));
     }
   }
-  return argv;
+  return lan.ExecArgv(member, argv, vars);
 }
 
 // The pods of one LeaderWorkerSet spec named `lws`.
@@ -194,6 +212,7 @@ void AddLwsPods(const std::string& lws, const YAML::Node& spec, std::vector<Pod>
     for (int w = 0; w < size; ++w) {
       Pod pod;
       pod.name = w == 0 ? leader : leader + "-" + std::to_string(w);
+      pod.dns_name = pod.name + "." + lws + "." + kNamespace;
       // The leader's own template when there is one; workers always use workerTemplate.
       pod.spec = (w == 0 && spec["leaderWorkerTemplate"]["leaderTemplate"])
                      ? spec["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
@@ -236,9 +255,6 @@ std::vector<std::string> LaunchTexts(const std::string& config, int http_port,
 void RunPodsOf(const std::string& shipped_config,
                const std::function<std::string(const std::string&)>& edit = nullptr) {
   HW_REQUIRE_MODEL(SmolLm2Path());
-  if (std::system("unshare --mount --propagation private true >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "needs mount namespaces (root) to give each pod its own /etc/hosts";
-  }
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
@@ -284,19 +300,8 @@ void RunPodsOf(const std::string& shipped_config,
   std::map<std::string, std::string> volume_paths = {{"config", config_dir},
                                                      {"models", model_dir}};
 
-  // Every name the pods' config uses stands for this machine.
   const Result<Config> pod_config = ParseConfig(ReadText(config_dir + "/config.yaml"));
   ASSERT_TRUE(pod_config.ok()) << pod_config.status().message();
-  std::string names = "127.0.0.1 localhost";
-  const std::string control = pod_config->control_address;
-  names += " " + control.substr(6, control.rfind(':') - 6);
-  for (const PoolConfig& pool : pod_config->pools) {
-    for (const InstanceConfig& instance : pool.instances) {
-      for (const std::string& host : instance.hosts) names += " " + host;
-    }
-  }
-  const std::string hosts = dir.path + "/hosts";
-  std::ofstream(hosts) << names << "\n";
 
   std::vector<Pod> pods;
   const YAML::Node deployment = YAML::LoadFile(out + "/coordinator-deployment.yaml");
@@ -319,6 +324,33 @@ void RunPodsOf(const std::string& shipped_config,
   }
   ASSERT_GE(pods.size(), 2u);
 
+  // One namespace per pod (pods[i] is member i), one more for the client.
+  NetnsLan lan("k8s", int(pods.size()) + 1);
+  HW_SETUP_NETNS_LAN_OR_SKIP(lan);
+  const int client = int(pods.size());
+  const std::string& control = pod_config->control_address;
+  const std::string control_host = control.substr(6, control.rfind(':') - 6);
+  std::string hosts = "127.0.0.1 localhost\n";
+  // The coordinator pod is pods[0]: both Services lead to it.
+  const YAML::Node http_service = YAML::LoadFile(out + "/coordinator-service.yaml");
+  hosts += lan.address(0) + " " + control_host + " " +
+           http_service["metadata"]["name"].as<std::string>() + "." + kNamespace + ".svc\n";
+  std::set<std::string> pod_names = {"localhost"};
+  for (size_t i = 1; i < pods.size(); ++i) {
+    hosts += lan.address(int(i)) + " " + pods[i].dns_name + "\n";
+    pod_names.insert(pods[i].dns_name);
+  }
+  for (const PoolConfig& pool : pod_config->pools) {
+    for (const InstanceConfig& instance : pool.instances) {
+      for (const std::string& host : instance.hosts) {
+        EXPECT_EQ(pod_names.count(host), 1u) << "the config names " << host
+                                             << ", which is no pod's name";
+      }
+    }
+  }
+  ASSERT_TRUE(lan.WriteHosts(hosts).ok());
+  const std::string coordinator_ip = lan.address(0);
+
   std::random_device device;
   const unsigned seed = device();
   std::mt19937 rng(seed);
@@ -335,7 +367,7 @@ void RunPodsOf(const std::string& shipped_config,
   std::vector<std::unique_ptr<ChildProcess>> running;
   for (size_t i : start_order) {
     const Pod& pod = pods[i];
-    running.push_back(std::make_unique<ChildProcess>(PodArgv(pod, hosts, volume_paths),
+    running.push_back(std::make_unique<ChildProcess>(PodArgv(pod, lan, int(i), volume_paths),
                                                      dir.path + "/" + pod.name + ".log"));
     ASSERT_GT(running.back()->pid(), 0) << Tail(*running.back());
     // Apart enough that a pod started early is really waiting for the others.
@@ -354,31 +386,48 @@ void RunPodsOf(const std::string& shipped_config,
     return true;
   };
 
+  // From the client's namespace, across the bridge, as a client of Service N would.
   bool ready = false;
-  const auto deadline = Clock::now() + std::chrono::seconds(90);
-  while (Clock::now() < deadline && all_running()) {
-    if (HttpGet(http_port, "/ready", 5).status == 200 &&
-        EveryInstanceReady(HttpGet(http_port, "/health", 5))) {
-      ready = true;
-      break;
+  int live_status = 0;
+  std::string health_status;
+  std::vector<std::string> got;
+  std::string metrics_page;
+  const Status in_ns = lan.RunInNamespace(client, [&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(90);
+    while (Clock::now() < deadline && all_running()) {
+      if (HttpGet(coordinator_ip, http_port, "/ready", 5).status == 200 &&
+          EveryInstanceReady(HttpGet(coordinator_ip, http_port, "/health", 5))) {
+        ready = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+    if (!ready) return;
+    live_status = HttpGet(coordinator_ip, http_port, "/live", 5).status;
+    health_status = HttpGet(coordinator_ip, http_port, "/health", 5).json.value("status", "");
+    got = GreedyTexts(
+        [&](const std::string& body) {
+          nlohmann::json j = nlohmann::json::parse(body);
+          j["model"] = served_name;
+          return HttpPost(coordinator_ip, http_port, "/v1/completions", j.dump(), 60);
+        },
+        Prompts(), kMaxTokens, 1);
+    metrics_page = HttpGet(coordinator_ip, http_port, "/metrics", 10).body;
+  });
+  ASSERT_TRUE(in_ns.ok()) << in_ns.ToString();
   ASSERT_TRUE(ready) << "the pods never became ready\n" << logs();
-  EXPECT_EQ(HttpGet(http_port, "/live", 5).status, 200);
-  EXPECT_EQ(HttpGet(http_port, "/health", 5).json.value("status", ""), "ok");
-
-  const std::vector<std::string> got = GreedyTexts(
-      [&](const std::string& body) {
-        nlohmann::json j = nlohmann::json::parse(body);
-        j["model"] = served_name;
-        return HttpPost(http_port, "/v1/completions", j.dump(), 60);
-      },
-      Prompts(), kMaxTokens, 1);
+  EXPECT_EQ(live_status, 200);
+  EXPECT_EQ(health_status, "ok");
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_FALSE(IsErrorText(got[i])) << got[i];
     EXPECT_EQ(got[i], expected[i]) << "prompt " << i;
+  }
+  if (pod_config->KvTransferEnabled()) {
+    // The blocks crossed from the prefill pod to the decode pod: no request
+    // fell back to computing its prompt on the decode side.
+    EXPECT_GT(Metric(metrics_page, "headway:kv_transfer_blocks_total"), 0) << metrics_page;
+    EXPECT_EQ(Metric(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
   }
   if (::testing::Test::HasFailure()) ADD_FAILURE() << logs();
 }
