@@ -141,7 +141,8 @@ inline Result<std::vector<ProcessSpec>> WorkersOfGroupMember(const Config& confi
   if (group_index < 0 || group_index >= num_instances) {
     return Status::InvalidArgument("--group-index " + std::to_string(group_index) + ": pool `" +
                                    pool + "` has " + std::to_string(num_instances) +
-                                   " instances (0 to " + std::to_string(num_instances - 1) + ")");
+                                   (num_instances == 1 ? " instance" : " instances") + " (0 to " +
+                                   std::to_string(num_instances - 1) + ")");
   }
   const InstanceConfig& instance = found->instances[size_t(group_index)];
   const int num_members = int(instance.hosts.size());

@@ -70,7 +70,8 @@ bool ReadFile(const std::string& path, std::string* text) {
 
 // headway-launch render k8s ...: argv[0] is "render".
 int RenderMain(int argc, char** argv) {
-  CLI::App app{"Writes Kubernetes manifests for a Headway deployment config."};
+  CLI::App app{"Writes Kubernetes manifests for a Headway deployment config.",
+               "headway-launch render"};
   app.require_subcommand(1);
   CLI::App* k8s = app.add_subcommand(
       "k8s", "a ConfigMap, the coordinator's Deployment and Services, a LeaderWorkerSet per "
@@ -152,6 +153,8 @@ int RenderMain(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "render") return RenderMain(argc - 1, argv + 1);
   CLI::App app{"Starts a Headway deployment (coordinator and workers) from a YAML config."};
+  app.footer("headway-launch render k8s CONFIG -o DIR writes Kubernetes manifests for the "
+             "config instead (see headway-launch render k8s --help).");
   std::string config_path;
   std::string model_dir;
   std::string bin_dir;
