@@ -243,7 +243,9 @@ std::string CoordinatorDeployment(const Config& config, const K8sOptions& option
   container["ports"].push_back(ContainerPort("control", control_port));
   // /ready is 503 until every instance registered, which takes the workers'
   // model load: the liveness probe alone restarts a coordinator, and only
-  // when /live stops answering.
+  // when /live stops answering. The startup probe gives the coordinator's
+  // own model load (vocabulary, spec) up to 2 minutes before that.
+  container["startupProbe"] = HttpProbe("/live", 2, 60);
   container["livenessProbe"] = HttpProbe("/live", 10, 3);
   container["readinessProbe"] = HttpProbe("/ready", 5, 1);
   // The coordinator holds the vocabulary and the block tables, not the weights.

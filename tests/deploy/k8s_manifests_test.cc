@@ -148,6 +148,7 @@ TEST(K8sManifestsTest, CoordinatorBindsEverywhereAndIsProbed) {
   EXPECT_EQ(Strings(c["args"]),
             (std::vector<std::string>{"--config", "/etc/headway/config.yaml", "--model-dir",
                                       "/models", "--control-address", "tcp://0.0.0.0:6000"}));
+  EXPECT_EQ(c["startupProbe"]["httpGet"]["path"].as<std::string>(), "/live");
   EXPECT_EQ(c["livenessProbe"]["httpGet"]["path"].as<std::string>(), "/live");
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/ready");
   EXPECT_EQ(c["ports"][0]["containerPort"].as<int>(), 8080);
