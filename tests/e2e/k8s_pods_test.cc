@@ -439,7 +439,7 @@ TEST(K8sPodsTest, DisaggregatedConfigPodsServeAsHeadwayLaunchDoes) { RunPodsOf("
 // tp3.yaml with a host per rank and Gloo between them: a LeaderWorkerSet of
 // one group of 3 pods, whose ranks find each other by the pods' DNS names.
 // headway-launch runs the same config's three ranks here, over Gloo too.
-// About 40 s on two cores (Gloo over loopback): labelled slow.
+// About 30 s on two cores (a Gloo all-reduce per layer, twice, over the bridge): labelled slow.
 TEST(K8sPodsTest, TpGroupAcrossThreePodsServesAsHeadwayLaunchDoesSlow) {
   RunPodsOf("tp3.yaml", [](const std::string& text) {
     return Replaced(Replaced(text, "hosts: [127.0.0.1]", "hosts: [127.0.0.1, 127.0.0.1, 127.0.0.1]"),
