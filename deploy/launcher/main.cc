@@ -9,6 +9,12 @@
 // Exit status: 0 after a requested stop; 1 when a process failed to start,
 // the coordinator or an agent died, or the deployment was not ready in
 // time; 2 for a bad command line, config or missing model file.
+//
+// `headway-launch render k8s CONFIG -o DIR [options]` starts nothing: it
+// writes Kubernetes manifests for the config into DIR
+// (deploy/launcher/k8s_manifests.h lists them). Exit status: 0 when written;
+// 1 when DIR cannot be written; 2 for a bad command line or a config that
+// Kubernetes cannot run as rendered.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,12 +24,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <optional>
 #include <string>
 
 #include "common/config.h"
 #include "common/startup.h"
 #include "deploy/launcher/health_probe.h"
+#include "deploy/launcher/k8s_manifests.h"
 #include "deploy/launcher/launch_plan.h"
 #include "deploy/launcher/process_group.h"
 #include "deploy/launcher/signals.h"
@@ -54,10 +63,102 @@ int StopOnExit(ProcessGroup& group, const ExitedChild& exited) {
   return kExitFailure;
 }
 
+bool ReadFile(const std::string& path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  *text = buf.str();
+  return bool(in) || in.eof();
+}
+
+// headway-launch render k8s ...: argv[0] is "render".
+int RenderMain(int argc, char** argv) {
+  CLI::App app{"Writes Kubernetes manifests for a Headway deployment config.",
+               "headway-launch render"};
+  app.require_subcommand(1);
+  CLI::App* k8s = app.add_subcommand(
+      "k8s", "a ConfigMap, the coordinator's Deployment and Services, a LeaderWorkerSet per "
+             "mixed pool, a DisaggregatedSet for the prefill and decode pools");
+  std::string config_path, out_dir, model_dir;
+  K8sOptions options;
+  k8s->add_option("config", config_path, "deployment YAML (see deploy/configs/local.yaml)")
+      ->required();
+  k8s->add_option("-o,--output", out_dir, "directory to write the manifests into")->required();
+  k8s->add_option("--name", options.name, "prefix of every object's name (default headway)");
+  k8s->add_option("--namespace", options.namespace_name, "namespace (default default)");
+  k8s->add_option("--image", options.image,
+                  "container image holding the Headway binaries (default headway:latest)");
+  k8s->add_option("--image-bin-dir", options.image_bin_dir,
+                  "where the image keeps them (default /usr/local/bin)");
+  k8s->add_option("--model-claim", options.model_claim,
+                  "PersistentVolumeClaim holding the model directory, mounted at /models "
+                  "(default headway-models)");
+  k8s->add_option("--model-dir", model_dir,
+                  "local model directory, read only to size the pods' memory from the model "
+                  "file (default: $HEADWAY_MODEL_DIR, else ~/.cache/headway/models)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  // Environment is read here and in main, nowhere else.
+  if (model_dir.empty()) {
+    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+  }
+  Result<Config> loaded = LoadConfigFile(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", loaded.status().message().c_str());
+    return kExitUsage;
+  }
+  std::string config_yaml, head_pattern_yaml;
+  if (!ReadFile(config_path, &config_yaml)) {
+    std::fprintf(stderr, "headway-launch: cannot read %s\n", config_path.c_str());
+    return kExitUsage;
+  }
+  if (!loaded->head_pattern_path.empty() &&
+      !ReadFile(loaded->head_pattern_path, &head_pattern_yaml)) {
+    std::fprintf(stderr, "headway-launch: cannot read model.head_pattern %s\n",
+                 loaded->head_pattern_path.c_str());
+    return kExitUsage;
+  }
+  Config resolved = *loaded;
+  ResolveModelPath(resolved, model_dir);
+  std::error_code ec;
+  const uintmax_t model_bytes = std::filesystem::file_size(resolved.model_path, ec);
+  if (!ec) {
+    options.model_mb = int64_t((model_bytes + (1u << 20) - 1) >> 20);
+  } else {
+    std::fprintf(stderr, "headway-launch: %s not found here; sizing pods for a %lld MiB model\n",
+                 resolved.model_path.c_str(), static_cast<long long>(options.model_mb));
+  }
+  Result<std::vector<K8sFile>> files = RenderK8s(config_yaml, *loaded, head_pattern_yaml, options);
+  if (!files.ok()) {
+    std::fprintf(stderr, "headway-launch: render k8s: %s\n", files.status().message().c_str());
+    return kExitUsage;
+  }
+  std::filesystem::create_directories(out_dir, ec);
+  for (const K8sFile& file : *files) {
+    const std::string path = (std::filesystem::path(out_dir) / file.file_name).string();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << file.text;
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "headway-launch: cannot write %s\n", path.c_str());
+      return kExitFailure;
+    }
+    std::printf("%s\n", path.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "render") return RenderMain(argc - 1, argv + 1);
   CLI::App app{"Starts a Headway deployment (coordinator and workers) from a YAML config."};
+  app.footer("headway-launch render k8s CONFIG -o DIR writes Kubernetes manifests for the "
+             "config instead (see headway-launch render k8s --help).");
   std::string config_path;
   std::string model_dir;
   std::string bin_dir;

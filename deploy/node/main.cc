@@ -3,11 +3,12 @@
 // instance's other ranks here down with it, and the instance starts again
 // after a backoff that doubles per failure (1 s up to 30 s); the other
 // instances keep serving. The same command runs on every node, with the
-// node named by host or by rank:
+// node named by host, by rank, or by its place in an instance group:
 //
-//   headway-node --config C (--host H | --node-rank R) [--model-dir DIR]
-//                [--bin-dir DIR] [--bind-host B] [--advertise-host A]
-//                [--exit-on-stdin-eof]
+//   headway-node --config C (--host H | --node-rank R |
+//                            --pool P --group-index G --worker-index W)
+//                [--model-dir DIR] [--bin-dir DIR] [--bind-host B]
+//                [--advertise-host A] [--exit-on-stdin-eof]
 //
 // --bind-host and --advertise-host are passed to every worker it starts
 // (headway-worker's flags of the same names): where their collective and
@@ -16,7 +17,13 @@
 // from the environment, goes in --advertise-host.
 //
 // Node rank R is the R-th host that runs workers, in the order the plan
-// first names them (instances in config order, ranks ascending).
+// first names them (instances in config order, ranks ascending). The third
+// form is a LeaderWorkerSet pod's (headway-launch render k8s): instance G of
+// pool P (its order in the pool), host W of that instance (0 = the leader;
+// an instance with one host runs every rank there), whatever the config
+// calls that host; a pod knows G and W from its labels and environment
+// before it knows any name.
+//
 // SIGTERM drains: each worker asks the coordinator to drain its instance
 // (no new request, the running ones finish within drain_timeout_ms) and
 // exits when released; the agent then exits 0 (Kubernetes, systemd and
@@ -104,6 +111,20 @@ int main(int argc, char** argv) {
       app.add_option("--node-rank", node_rank, "this node's rank among the hosts that run workers")
           ->check(CLI::NonNegativeNumber);
   host_opt->excludes(rank_opt);
+  std::string pool;
+  int group_index = -1;
+  int worker_index = -1;
+  CLI::Option* pool_opt =
+      app.add_option("--pool", pool, "with --group-index and --worker-index: this node's pool");
+  CLI::Option* group_opt =
+      app.add_option("--group-index", group_index, "the instance's index in --pool")
+          ->check(CLI::NonNegativeNumber);
+  CLI::Option* worker_opt =
+      app.add_option("--worker-index", worker_index, "this node's host in the instance (0 = first)")
+          ->check(CLI::NonNegativeNumber);
+  pool_opt->needs(group_opt, worker_opt)->excludes(host_opt, rank_opt);
+  group_opt->needs(pool_opt);
+  worker_opt->needs(pool_opt);
   app.add_option("--model-dir", model_dir,
                  "directory for a relative model.path (default: $HEADWAY_MODEL_DIR, else "
                  "~/.cache/headway/models)");
@@ -121,8 +142,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
-  if (host.empty() && node_rank < 0) {
-    std::fprintf(stderr, "headway-node: give --host or --node-rank\n");
+  if (host.empty() && node_rank < 0 && pool.empty()) {
+    std::fprintf(stderr, "headway-node: give --host, --node-rank, or --pool with --group-index "
+                 "and --worker-index\n");
     return kExitUsage;
   }
   // Environment is read here and nowhere else.
@@ -153,7 +175,18 @@ int main(int argc, char** argv) {
     }
     host = hosts[size_t(node_rank)];
   }
-  std::vector<launcher::ProcessSpec> workers = launcher::WorkersOn(plan, host);
+  std::vector<launcher::ProcessSpec> workers;
+  if (!pool.empty()) {
+    Result<std::vector<launcher::ProcessSpec>> member =
+        launcher::WorkersOfGroupMember(*config, plan, pool, group_index, worker_index);
+    if (!member.ok()) {
+      std::fprintf(stderr, "headway-node: %s\n", member.status().message().c_str());
+      return kExitUsage;
+    }
+    workers = std::move(member).value();
+  } else {
+    workers = launcher::WorkersOn(plan, host);
+  }
   if (workers.empty()) {
     std::string names;
     for (const std::string& h : hosts) names += (names.empty() ? "" : ", ") + h;
