@@ -155,6 +155,8 @@ Result<std::string> PodConfig(const std::string& config_yaml, const Config& conf
   root["coordinator"]["control_address"] = "tcp://" + ControlServiceName(options) + "." +
                                            options.namespace_name + ".svc:" +
                                            std::to_string(control_port);
+  // Workers dial the Service; the coordinator binds its pod's interfaces.
+  root["coordinator"]["control_bind"] = "tcp://0.0.0.0:" + std::to_string(control_port);
   if (has_head_pattern) root["model"]["head_pattern"] = kK8sHeadPatternFile;
   for (size_t i = 0; i < config.pools.size(); ++i) {
     const PoolConfig& pool = config.pools[i];
@@ -235,8 +237,7 @@ std::string CoordinatorDeployment(const Config& config, const K8sOptions& option
   container["command"].push_back(options.image_bin_dir + "/headway-coordinator");
   for (const std::string& arg :
        {std::string("--config"), std::string(kK8sConfigDir) + "/" + kK8sConfigFile,
-        std::string("--model-dir"), std::string(kK8sModelDir), std::string("--control-address"),
-        "tcp://0.0.0.0:" + std::to_string(control_port)}) {
+        std::string("--model-dir"), std::string(kK8sModelDir)}) {
     container["args"].push_back(arg);
   }
   container["ports"].push_back(ContainerPort("http", config.http_port));
@@ -288,8 +289,10 @@ std::string CoordinatorService(const K8sOptions& options, const std::string& nam
 
 // The pod template of one pool's LeaderWorkerSet: every pod runs the node
 // agent for its place in the group.
-YAML::Node WorkerTemplate(const PoolConfig& pool, int64_t kv_memory_mb,
+YAML::Node WorkerTemplate(const PoolConfig& pool, const Config& config,
                           const K8sOptions& options) {
+  const int64_t kv_memory_mb = config.kv_memory_mb;
+  const int drain_grace_s = (config.drain_timeout_ms + config.heartbeat_timeout_ms) / 1000 + 10;
   const InstanceConfig& shape = pool.instances[0];
   const int ranks_per_pod = shape.hosts.size() == 1 ? shape.tp_size : 1;
   YAML::Node container;
@@ -301,7 +304,11 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, int64_t kv_memory_mb,
         std::string("--model-dir"), std::string(kK8sModelDir), std::string("--bin-dir"),
         options.image_bin_dir, std::string("--pool"), pool.name, std::string("--group-index"),
         std::string("$(HEADWAY_GROUP_INDEX)"), std::string("--worker-index"),
-        std::string("$(LWS_WORKER_INDEX)")}) {
+        std::string("$(LWS_WORKER_INDEX)"),
+        // Collective and KV endpoints listen on the pod's interfaces and
+        // are published to peers as the pod IP (README "Network endpoints").
+        std::string("--bind-host"), std::string("0.0.0.0"), std::string("--advertise-host"),
+        std::string("$(POD_IP)")}) {
     container["args"].push_back(arg);
   }
   YAML::Node group;
@@ -309,6 +316,10 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, int64_t kv_memory_mb,
   group["valueFrom"]["fieldRef"]["fieldPath"] =
       std::string("metadata.labels['") + kLwsGroupIndexLabel + "']";
   container["env"].push_back(group);
+  YAML::Node pod_ip;
+  pod_ip["name"] = "POD_IP";
+  pod_ip["valueFrom"]["fieldRef"]["fieldPath"] = "status.podIP";
+  container["env"].push_back(pod_ip);
 
   const bool cuda = shape.device.rfind("cuda:", 0) == 0;
   // A CPU worker's KV pool is host memory; a CUDA worker's is on its GPU.
@@ -328,19 +339,23 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, int64_t kv_memory_mb,
   tmpl["metadata"]["labels"] = Labels(options, "worker");
   tmpl["metadata"]["labels"]["app.kubernetes.io/part-of"] = options.name + "-" + pool.name;
   tmpl["spec"]["containers"].push_back(container);
+  // SIGTERM drains the pod's instances (deploy/node/main.cc): their requests
+  // get drain_timeout_ms, a worker then waits a heartbeat timeout more for a
+  // silent coordinator, before the kubelet's SIGKILL.
+  tmpl["spec"]["terminationGracePeriodSeconds"] = drain_grace_s;
   tmpl["spec"]["volumes"] = Volumes(options, true);
   return tmpl;
 }
 
 // A LeaderWorkerSet's spec for one pool: a group per instance, a pod per host.
-YAML::Node LwsSpec(const PoolConfig& pool, int64_t kv_memory_mb, const K8sOptions& options) {
+YAML::Node LwsSpec(const PoolConfig& pool, const Config& config, const K8sOptions& options) {
   YAML::Node spec;
   spec["replicas"] = int(pool.instances.size());
   spec["startupPolicy"] = "LeaderCreated";
   spec["leaderWorkerTemplate"]["size"] = int(pool.instances[0].hosts.size());
   // A TP group cannot go on without a rank: a pod that dies takes its group.
   spec["leaderWorkerTemplate"]["restartPolicy"] = "RecreateGroupOnPodRestart";
-  spec["leaderWorkerTemplate"]["workerTemplate"] = WorkerTemplate(pool, kv_memory_mb, options);
+  spec["leaderWorkerTemplate"]["workerTemplate"] = WorkerTemplate(pool, config, options);
   return spec;
 }
 
@@ -413,7 +428,7 @@ Result<std::vector<K8sFile>> RenderK8s(const std::string& config_yaml, const Con
     lws["apiVersion"] = "leaderworkerset.x-k8s.io/v1";
     lws["kind"] = "LeaderWorkerSet";
     lws["metadata"] = Metadata(options, options.name + "-" + pool.name, "worker");
-    lws["spec"] = LwsSpec(pool, config.kv_memory_mb, options);
+    lws["spec"] = LwsSpec(pool, config, options);
     files.push_back({"lws-" + pool.name + ".yaml", Emit(lws)});
   }
   if (num_disaggregated > 0) {
@@ -425,7 +440,7 @@ Result<std::vector<K8sFile>> RenderK8s(const std::string& config_yaml, const Con
       if (!InDisaggregatedSet(pool)) continue;
       YAML::Node role;
       role["name"] = pool.name;
-      role["spec"] = LwsSpec(pool, config.kv_memory_mb, options);
+      role["spec"] = LwsSpec(pool, config, options);
       ds["spec"]["roles"].push_back(role);
     }
     files.push_back({"disaggregatedset.yaml", Emit(ds)});

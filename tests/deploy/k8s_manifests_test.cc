@@ -110,10 +110,19 @@ TEST(K8sManifestsTest, MixedPoolsBecomeLeaderWorkerSets) {
             (std::vector<std::string>{"--config", "/etc/headway/config.yaml", "--model-dir",
                                       "/models", "--bin-dir", "/usr/local/bin", "--pool", "main",
                                       "--group-index", "$(HEADWAY_GROUP_INDEX)",
-                                      "--worker-index", "$(LWS_WORKER_INDEX)"}));
+                                      "--worker-index", "$(LWS_WORKER_INDEX)", "--bind-host",
+                                      "0.0.0.0", "--advertise-host", "$(POD_IP)"}));
   EXPECT_EQ(container["env"][0]["name"].as<std::string>(), "HEADWAY_GROUP_INDEX");
   EXPECT_EQ(container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(),
             "metadata.labels['leaderworkerset.sigs.k8s.io/group-index']");
+  EXPECT_EQ(container["env"][1]["name"].as<std::string>(), "POD_IP");
+  EXPECT_EQ(container["env"][1]["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>(),
+            "status.podIP");
+  // SIGTERM drains: the grace period covers drain_timeout_ms (25 s by
+  // default) and a heartbeat timeout (10 s).
+  EXPECT_EQ(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+               ["terminationGracePeriodSeconds"].as<int>(),
+            45);
   // One rank per pod, 2 threads each.
   EXPECT_EQ(container["resources"]["requests"]["cpu"].as<std::string>(), "2");
 
@@ -129,6 +138,7 @@ TEST(K8sManifestsTest, PodConfigNamesPodsAndTheControlService) {
   EXPECT_EQ(pod.http_host, "0.0.0.0");
   EXPECT_EQ(pod.http_port, 8080);
   EXPECT_EQ(pod.control_address, "tcp://headway-control.serving.svc:6000");
+  EXPECT_EQ(pod.control_bind, "tcp://0.0.0.0:6000");
   ASSERT_EQ(pod.pools.size(), 2u);
   EXPECT_EQ(pod.pools[0].instances[1].hosts,
             (std::vector<std::string>{"headway-main-1.headway-main.serving",
@@ -147,7 +157,7 @@ TEST(K8sManifestsTest, CoordinatorBindsEverywhereAndIsProbed) {
   const YAML::Node c = d["spec"]["template"]["spec"]["containers"][0];
   EXPECT_EQ(Strings(c["args"]),
             (std::vector<std::string>{"--config", "/etc/headway/config.yaml", "--model-dir",
-                                      "/models", "--control-address", "tcp://0.0.0.0:6000"}));
+                                      "/models"}));
   EXPECT_EQ(c["startupProbe"]["httpGet"]["path"].as<std::string>(), "/live");
   EXPECT_EQ(c["livenessProbe"]["httpGet"]["path"].as<std::string>(), "/live");
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/ready");
