@@ -290,7 +290,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
       CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools",
-                           "host_addresses"}));
+                           "host_addresses", "launch"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -303,6 +303,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   if (root["host_addresses"]) {
     HW_RETURN_IF_ERROR(ParseHostAddresses(root["host_addresses"], config));
   }
+  if (root["launch"]) HW_RETURN_IF_ERROR(ParseLaunchSection(root["launch"], &config.launch));
   const YAML::Node pools = root["pools"];
   if (pools) {
     if (!pools.IsSequence()) return BadValue("pools", Describe(pools), "a list of pools");

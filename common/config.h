@@ -41,6 +41,8 @@
 //     127.0.0.1:
 //       bind: 0.0.0.0              # where its workers' Gloo and UCX endpoints listen
 //       advertise: 127.0.0.1       # what their peers dial (an IP or a resolvable name)
+//   launch:                        # optional: remote hosts over ssh (common/launch_config.h)
+//     user: headway
 //
 // Network endpoints (README "Network endpoints" lists each with its default
 // and who dials it): the coordinator's HTTP API binds http_host:http_port;
@@ -61,6 +63,7 @@
 #include <string>
 #include <vector>
 
+#include "common/launch_config.h"
 #include "common/status.h"
 
 namespace headway {
@@ -169,6 +172,8 @@ struct Config {
   // host_addresses: per host name used in some instance's `hosts`. A host
   // without an entry binds and advertises its own name.
   std::map<std::string, HostAddresses> host_addresses;
+  // launch: how headway-launch reaches remote hosts (common/launch_config.h).
+  LaunchConfig launch;
 
   // Instances in a fixed order (pool order, then instance order); the index
   // here is the instance id used on the wire.

@@ -1,14 +1,23 @@
 // headway-launch: starts a deployment described by one YAML file: the
 // coordinator, and one node agent (headway-node) per host that runs workers,
 // which starts that host's workers and restarts an instance whose worker
-// dies. Agents for this machine start here; for another host it prints the
-// command to run there. It waits until the coordinator's /health answers
-// 200 and supervises the coordinator and the agents until SIGINT/SIGTERM or
-// until one of them exits (a worker's death is its agent's business).
+// dies. The coordinator always runs here, beside the launcher. Agents for
+// this machine start here; for every other host the launcher first runs a
+// preflight over ssh on all of them at once (`headway-node --preflight`:
+// the same build, the same config file, a model file of the same size and
+// checksum; deploy/launcher/preflight.h), then runs each host's agent in an
+// ssh session (`ssh -o BatchMode=yes HOST headway-node ...`, options from
+// the config's `launch:` section; deploy/launcher/ssh_launch.h). It waits
+// until the coordinator's /health answers 200 and supervises the
+// coordinator and the agents (local, or their ssh sessions) until
+// SIGINT/SIGTERM or until one of them exits (a worker's death is its
+// agent's business). A stop reaches every host: the agents' stdin closes,
+// each stops its workers and exits, and only then does the coordinator stop.
 //
 // Exit status: 0 after a requested stop; 1 when a process failed to start,
 // the coordinator or an agent died, or the deployment was not ready in
-// time; 2 for a bad command line, config or missing model file.
+// time; 2 for a bad command line, config or missing model file, or a
+// remote host that failed the preflight (the message names the host).
 //
 // `headway-launch render k8s CONFIG -o DIR [options]` starts nothing: it
 // writes Kubernetes manifests for the config into DIR
@@ -16,6 +25,7 @@
 // 1 when DIR cannot be written; 2 for a bad command line or a config that
 // Kubernetes cannot run as rendered.
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,11 +41,14 @@
 
 #include "common/config.h"
 #include "common/startup.h"
+#include "deploy/launcher/captured_commands.h"
 #include "deploy/launcher/health_probe.h"
 #include "deploy/launcher/k8s_manifests.h"
 #include "deploy/launcher/launch_plan.h"
+#include "deploy/launcher/preflight.h"
 #include "deploy/launcher/process_group.h"
 #include "deploy/launcher/signals.h"
+#include "deploy/launcher/ssh_launch.h"
 
 namespace {
 
@@ -46,21 +59,113 @@ using Clock = std::chrono::steady_clock;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-// The whole deployment stops at once: SIGINT, which node agents pass on to
-// their workers as a stop, not the SIGTERM that drains (deploy/node/main.cc).
-void StopEverything(ProcessGroup& group) { group.StopAll(std::chrono::seconds(10), SIGINT); }
+// An agent stops its workers (up to 10 s each, deploy/node/main.cc) before
+// it exits; a remote one's ssh session ends after that.
+constexpr std::chrono::seconds kAgentStopGrace(20);
 
-int StopOnSignal(ProcessGroup& group, int sig) {
+// The launcher's children and the pipe every agent reads as its stdin
+// (locally, or through its ssh session).
+struct Supervised {
+  explicit Supervised(const sigset_t& child_mask) : group(child_mask) {}
+  ProcessGroup group;
+  int agent_stdin_writer = -1;  // closed to stop every agent
+  std::vector<pid_t> agent_pids;
+};
+
+// The whole deployment stops at once, workers first: closing the agents'
+// stdin stops each (a remote agent learns of it through ssh, which a signal
+// to the ssh client would not tell it in order), and the agents stop their
+// workers with SIGINT, not the SIGTERM that drains (deploy/node/main.cc).
+// Signal 0 sends nothing: the agents are only waited for. The coordinator
+// goes last, with SIGINT.
+void StopEverything(Supervised& s) {
+  if (s.agent_stdin_writer >= 0) {
+    close(s.agent_stdin_writer);
+    s.agent_stdin_writer = -1;
+  }
+  s.group.Stop(s.agent_pids, kAgentStopGrace, 0);
+  s.group.StopAll(std::chrono::seconds(10), SIGINT);
+}
+
+int StopOnSignal(Supervised& s, int sig) {
   std::fprintf(stderr, "headway: %s received, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  StopEverything(group);
+  StopEverything(s);
   return 0;
 }
 
-int StopOnExit(ProcessGroup& group, const ExitedChild& exited) {
+int StopOnExit(Supervised& s, const ExitedChild& exited) {
   std::fprintf(stderr, "headway: %s (pid %d) %s; stopping the deployment\n", exited.name.c_str(),
                static_cast<int>(exited.pid), DescribeWaitStatus(exited.wait_status).c_str());
-  StopEverything(group);
+  StopEverything(s);
   return kExitFailure;
+}
+
+// Exit status of a command the remote login shell could not find.
+constexpr int kRemoteCommandNotFound = 127;
+// Exit status of ssh itself failing (cannot connect, refused login).
+constexpr int kSshFailed = 255;
+
+std::string LastLines(const std::string& text, size_t max_chars = 600) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t.size() > max_chars ? "..." + t.substr(t.size() - max_chars) : t;
+}
+
+// Runs `headway-node --preflight` on every remote host at once and compares
+// each report with this machine's. Returns true when all agree; otherwise
+// prints one line per problem, each naming its host.
+bool PreflightRemoteHosts(const std::string& ssh_path, const Config& config,
+                          const std::string& config_path, const std::string& bin_dir,
+                          const std::vector<std::string>& hosts, const PreflightReport& local) {
+  const LaunchConfig& launch = config.launch;
+  const std::vector<std::string> remote_argv =
+      RemotePreflightArgv(launch, config_path, bin_dir);
+  std::vector<std::vector<std::string>> commands;
+  for (const std::string& host : hosts) {
+    commands.push_back(SshArgv(ssh_path, launch, host, remote_argv, false));
+  }
+  // Connecting, then hashing the model from a cold disk.
+  const std::chrono::seconds timeout(launch.connect_timeout_s + 120);
+  const std::vector<CapturedCommand> results = RunCaptured(commands, timeout);
+  bool ok = true;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const std::string& host = hosts[i];
+    const CapturedCommand& r = results[i];
+    auto fail = [&](const std::string& problem) {
+      std::fprintf(stderr, "headway-launch: preflight: host %s: %s\n", host.c_str(),
+                   problem.c_str());
+      ok = false;
+    };
+    if (r.timed_out) {
+      fail("no answer within " + std::to_string(timeout.count()) + " s: " + LastLines(r.output));
+      continue;
+    }
+    const int exit_code = WIFEXITED(r.wait_status) ? WEXITSTATUS(r.wait_status) : -1;
+    if (exit_code == kSshFailed || r.wait_status == -1) {
+      fail("cannot run a command there over ssh (" + LastLines(r.output) +
+           "); check that sshd runs there and that `" + ShellCommand(commands[i]) +
+           "` works without a password or prompt (launch.user, launch.port, launch.key, "
+           "launch.known_hosts)");
+      continue;
+    }
+    if (exit_code == kRemoteCommandNotFound) {
+      fail(remote_argv[0] + " not found there (" + LastLines(r.output) +
+           "): install Headway there, or set launch.bin_dir");
+      continue;
+    }
+    if (exit_code != 0) {
+      fail(ShellCommand(remote_argv) + " failed (" + DescribeWaitStatus(r.wait_status) + "): " +
+           LastLines(r.output));
+      continue;
+    }
+    Result<PreflightReport> remote = ParsePreflight(r.output);
+    if (!remote.ok()) {
+      fail(remote.status().message() + ": " + LastLines(r.output));
+      continue;
+    }
+    for (const std::string& problem : PreflightProblems(local, *remote)) fail(problem);
+  }
+  return ok;
 }
 
 bool ReadFile(const std::string& path, std::string* text) {
@@ -241,6 +346,35 @@ int main(int argc, char** argv) {
   for (ProcessSpec& node : PlanNodes(plan, options)) processes.push_back(std::move(node));
   const int num_workers = int(plan.size()) - 1;
 
+  const std::vector<std::string> remote_hosts = RemoteHosts(plan);
+  std::string ssh_path;
+  if (!remote_hosts.empty()) {
+    // Environment is read here and nowhere else.
+    ssh_path = FindExecutable("ssh", std::getenv("PATH"));
+    if (ssh_path.empty()) {
+      std::fprintf(stderr, "headway-launch: the config has workers on %s, but no `ssh` client is "
+                   "on PATH here (install openssh-client)\n", remote_hosts[0].c_str());
+      return kExitUsage;
+    }
+    Result<PreflightReport> local = LocalPreflight(config_path, resolved.model_path);
+    if (!local.ok() || !local->model_error.empty()) {
+      std::fprintf(stderr, "headway-launch: preflight here: %s\n",
+                   local.ok() ? local->model_error.c_str() : local.status().message().c_str());
+      return kExitUsage;
+    }
+    std::string names;
+    for (const std::string& h : remote_hosts) names += (names.empty() ? "" : ", ") + h;
+    std::fprintf(stderr, "headway: preflight over ssh on %s\n", names.c_str());
+    if (!PreflightRemoteHosts(ssh_path, config, config_path, bin_dir, remote_hosts, *local)) {
+      std::fprintf(stderr, "headway-launch: preflight failed; nothing was started\n");
+      return kExitUsage;
+    }
+    std::fprintf(stderr, "headway: preflight: %zu remote host%s run %s with this config and a "
+                 "model of %lld bytes, %s\n", remote_hosts.size(),
+                 remote_hosts.size() == 1 ? "" : "s", local->version.c_str(),
+                 static_cast<long long>(local->model_bytes), local->model_checksum.c_str());
+  }
+
   std::vector<std::string> binaries = {plan[0].argv[0]};
   for (const ProcessSpec& spec : processes) {
     if (spec.local && spec.instance_id < 0 && spec.name != "coordinator") {
@@ -258,9 +392,9 @@ int main(int argc, char** argv) {
   }
 
   // The launcher takes its signals synchronously (sigtimedwait); children
-  // start with the mask the launcher was started with. Local agents read a
-  // pipe whose only writer is this process: when it exits, for whatever
-  // reason, they stop their workers.
+  // start with the mask the launcher was started with. Agents read a pipe
+  // whose only writer is this process (a remote agent through its ssh
+  // session): when it exits, for whatever reason, they stop their workers.
   const sigset_t original_mask = BlockSupervisorSignals();
   int agent_stdin[2];
   if (pipe2(agent_stdin, O_CLOEXEC) != 0) {
@@ -269,20 +403,23 @@ int main(int argc, char** argv) {
   }
 
   const Clock::time_point start = Clock::now();
-  ProcessGroup group(original_mask);
+  Supervised supervised(original_mask);
+  supervised.agent_stdin_writer = agent_stdin[1];
   for (ProcessSpec& spec : processes) {
+    const bool agent = spec.name != "coordinator";
     if (!spec.local) {
-      std::fprintf(stderr, "headway: %s: start the workers of host %s there with\n  %s\n",
-                   spec.name.c_str(), spec.host.c_str(), ShellCommand(spec.argv).c_str());
-      continue;
+      spec.argv = SshArgv(ssh_path, config.launch, spec.host,
+                          RemoteAgentArgv(config.launch, config_path, spec.host, bin_dir), true);
+      spec.local = true;  // the ssh client runs here
     }
-    if (spec.name != "coordinator") spec.stdin_fd = agent_stdin[0];
-    Result<pid_t> pid = group.Start(spec);
+    if (agent) spec.stdin_fd = agent_stdin[0];
+    Result<pid_t> pid = supervised.group.Start(spec);
     if (!pid.ok()) {
       std::fprintf(stderr, "headway-launch: %s\n", pid.status().message().c_str());
-      StopEverything(group);
+      StopEverything(supervised);
       return kExitFailure;
     }
+    if (agent) supervised.agent_pids.push_back(*pid);
     std::fprintf(stderr, "headway: started %s (pid %d): %s\n", spec.name.c_str(),
                  static_cast<int>(*pid), ShellCommand(spec.argv).c_str());
   }
@@ -292,17 +429,17 @@ int main(int argc, char** argv) {
   const Clock::time_point ready_deadline = start + std::chrono::seconds(ready_timeout_s);
   for (;;) {
     std::optional<int> sig = WaitSignal(std::chrono::milliseconds(0));
-    if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
-    if (std::optional<ExitedChild> exited = group.ReapExited()) return StopOnExit(group, *exited);
+    if (IsStopSignal(sig)) return StopOnSignal(supervised, *sig);
+    if (std::optional<ExitedChild> exited = supervised.group.ReapExited()) return StopOnExit(supervised, *exited);
     if (ProbeHealth(host, config.http_port, std::chrono::milliseconds(1000))) break;
     if (Clock::now() >= ready_deadline) {
       std::fprintf(stderr, "headway: http://%s:%d/health did not answer 200 within %d s; "
                    "stopping\n", host.c_str(), config.http_port, ready_timeout_s);
-      StopEverything(group);
+      StopEverything(supervised);
       return kExitFailure;
     }
     sig = WaitSignal(std::chrono::milliseconds(200));
-    if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
+    if (IsStopSignal(sig)) return StopOnSignal(supervised, *sig);
   }
   const double ready_s = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("headway: ready at http://%s:%d (%d worker%s) in %.2f s\n", host.c_str(),
@@ -311,7 +448,7 @@ int main(int argc, char** argv) {
 
   for (;;) {
     std::optional<int> sig = WaitSignal(std::chrono::milliseconds(1000));
-    if (IsStopSignal(sig)) return StopOnSignal(group, *sig);
-    if (std::optional<ExitedChild> exited = group.ReapExited()) return StopOnExit(group, *exited);
+    if (IsStopSignal(sig)) return StopOnSignal(supervised, *sig);
+    if (std::optional<ExitedChild> exited = supervised.group.ReapExited()) return StopOnExit(supervised, *exited);
   }
 }

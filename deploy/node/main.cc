@@ -9,6 +9,7 @@
 //                            --pool P --group-index G --worker-index W)
 //                [--model-dir DIR] [--bin-dir DIR] [--bind-host B]
 //                [--advertise-host A] [--exit-on-stdin-eof]
+//   headway-node --preflight --config C [--model-dir DIR]
 //
 // --bind-host and --advertise-host are passed to every worker it starts
 // (headway-worker's flags of the same names): where their collective and
@@ -33,6 +34,12 @@
 // (headway-launch passes it, keeping a pipe open) the agent also stops when
 // its stdin closes, so it never outlives its launcher.
 //
+// --preflight starts nothing: it prints this host's preflight report (its
+// version, the config file's hash, the model file's path, size and
+// checksum; deploy/launcher/preflight.h) for headway-launch to compare
+// before a multi-host deployment starts, and exits 0 (a missing model is
+// part of the report, not an error).
+//
 // Exit status: 0 after a requested stop; 1 when a worker could not be
 // started or refused its configuration (exit status 2, not restarted);
 // 2 for a bad command line or config.
@@ -40,6 +47,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -48,6 +56,7 @@
 #include "common/config.h"
 #include "common/startup.h"
 #include "deploy/launcher/launch_plan.h"
+#include "deploy/launcher/preflight.h"
 #include "deploy/launcher/process_group.h"
 #include "deploy/launcher/signals.h"
 #include "deploy/node/node_supervisor.h"
@@ -105,6 +114,7 @@ int main(int argc, char** argv) {
   std::string config_path, host, model_dir, bin_dir, bind_host, advertise_host;
   int node_rank = -1;
   bool exit_on_stdin_eof = false;
+  bool preflight = false;
   app.add_option("--config", config_path, "deployment YAML")->required();
   CLI::Option* host_opt = app.add_option("--host", host, "this node, as the config names it");
   CLI::Option* rank_opt =
@@ -137,10 +147,35 @@ int main(int argc, char** argv) {
                  "name, e.g. the pod IP)");
   app.add_flag("--exit-on-stdin-eof", exit_on_stdin_eof,
                "stop the workers and exit when stdin closes (headway-launch's pipe)");
+  app.add_flag("--preflight", preflight,
+               "print this host's version, config hash and model file size and checksum, and "
+               "exit (headway-launch runs it over ssh before starting)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  // Over ssh, stderr is a pipe that closes with the session: a log line
+  // written after that must not kill the agent before it stops its workers.
+  signal(SIGPIPE, SIG_IGN);
+  if (preflight) {
+    if (model_dir.empty()) {
+      model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+    }
+    Result<Config> loaded = LoadConfigFile(config_path);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "headway-node: config error: %s\n", loaded.status().message().c_str());
+      return kExitUsage;
+    }
+    ResolveModelPath(*loaded, model_dir);
+    Result<launcher::PreflightReport> report =
+        launcher::LocalPreflight(config_path, loaded->model_path);
+    if (!report.ok()) {
+      std::fprintf(stderr, "headway-node: %s\n", report.status().message().c_str());
+      return kExitUsage;
+    }
+    std::fputs(launcher::FormatPreflight(*report).c_str(), stdout);
+    return 0;
   }
   if (host.empty() && node_rank < 0 && pool.empty()) {
     std::fprintf(stderr, "headway-node: give --host, --node-rank, or --pool with --group-index "
