@@ -15,7 +15,9 @@
 set -euo pipefail
 
 # What CMakeLists.txt finds (find_package / pkg_check_modules), plus the
-# tools used by this script and deploy/quickstart.sh.
+# tools used by this script and deploy/quickstart.sh, and ssh: headway-launch
+# reaches remote hosts with the client; the multi-host tests run an sshd per
+# network namespace (tests/e2e/ssh_hosts_test.cc).
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   python3-pip python3-venv unzip curl
@@ -23,6 +25,7 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
   libopenblas-dev libpcre2-dev libucx-dev ucx-utils libgloo-dev
   libgtest-dev libgmock-dev
+  openssh-client openssh-server
 )
 
 MODEL_DIR="${HEADWAY_MODEL_DIR:-$HOME/.cache/headway/models}"
