@@ -21,8 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -328,10 +330,13 @@ std::vector<ProcInfo> HeadwayProcessesOf(const std::string& dir) {
 
 // The deployment `pools_of` describes on `num_hosts` hosts over ssh: it
 // comes up, answers as the local run does, every worker runs in its host's
-// namespace, and SIGINT to the launcher leaves nothing of Headway anywhere.
-// `host_of_instance`: which host (1-based) runs instance i's rank r.
+// namespace, and `stop_signal` to the launcher leaves nothing of Headway
+// anywhere: SIGINT is a stop (exit status 0); after SIGKILL the ssh
+// sessions die with the launcher and each remote agent sees its stdin end.
+// `host_of_worker`: which host (1-based) runs instance i's rank r.
 void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
-                const std::function<int(int instance, int rank)>& host_of_worker) {
+                const std::function<int(int instance, int rank)>& host_of_worker,
+                int stop_signal = SIGINT) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   SKIP_WITHOUT_SSHD();
   TempDir dir;
@@ -419,13 +424,17 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
   }
   EXPECT_GT(num_workers, 0);
 
-  launcher.Signal(SIGINT);
+  launcher.Signal(stop_signal);
   const int status = launcher.WaitExit(std::chrono::seconds(60));
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Tail(launcher);
+  if (stop_signal == SIGINT) {
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Tail(launcher);
+  } else {
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == stop_signal) << Tail(launcher);
+  }
   // Nothing of Headway is left in any namespace.
   std::vector<ino_t> namespaces;
   for (int i = 0; i < lan.num_members(); ++i) namespaces.push_back(NamespaceInode(lan.name(i)));
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  const auto deadline = Clock::now() + std::chrono::seconds(stop_signal == SIGINT ? 10 : 30);
   std::vector<std::string> left;
   do {
     left.clear();
@@ -440,7 +449,9 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
     if (left.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   } while (Clock::now() < deadline);
-  for (const std::string& p : left) ADD_FAILURE() << "still running after SIGINT: " << p;
+  for (const std::string& p : left) {
+    ADD_FAILURE() << "still running after " << strsignal(stop_signal) << ": " << p;
+  }
   if (::testing::Test::HasFailure()) ADD_FAILURE() << Tail(launcher) << hosts.Logs();
 }
 
@@ -471,6 +482,20 @@ TEST(SshHostsTest, TpGroupAcrossThreeHostsServesAsLocalRunSlow) {
                host(3) + "], num_threads: 1, collective: gloo}\n";
       },
       false, [](int, int rank) { return rank + 1; });
+}
+
+// The launcher killed outright (no chance to stop anything itself): its
+// ssh sessions die with it (PR_SET_PDEATHSIG), and every remote agent,
+// its stdin ended, stops its workers. Labelled slow.
+TEST(SshHostsTest, KilledLauncherLeavesNothingOnAnyHostSlow) {
+  RunOverSsh(
+      2,
+      [](const std::function<std::string(int)>& host) {
+        return "pools:\n  - name: main\n    role: mixed\n    instances:\n"
+               "      - {tp_size: 1, device: cpu, hosts: [" + host(1) + "], num_threads: 1}\n"
+               "      - {tp_size: 1, device: cpu, hosts: [" + host(2) + "], num_threads: 1}\n";
+      },
+      false, [](int instance, int) { return instance + 1; }, SIGKILL);
 }
 
 // A launch that the preflight on host2 refuses: exit status 2, a message
@@ -504,6 +529,7 @@ void ExpectRefused(HostState host2, const std::string& problem) {
   EXPECT_EQ(log.find("preflight: host host1"), std::string::npos) << log;
   EXPECT_EQ(log.find("headway: started"), std::string::npos) << log;
   EXPECT_TRUE(HeadwayProcessesOf(dir.path).empty());
+  std::printf("[ info     ] %s", log.c_str());
 }
 
 TEST(SshHostsTest, PreflightRefusesAHostWithoutTheModel) {
