@@ -350,7 +350,8 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, const Config& config,
 // A LeaderWorkerSet's spec for one pool: a group per instance, a pod per host.
 YAML::Node LwsSpec(const PoolConfig& pool, const Config& config, const K8sOptions& options) {
   YAML::Node spec;
-  spec["replicas"] = int(pool.instances.size());
+  // Standby slots are what `kubectl scale` may add, up to the pool's max.
+  spec["replicas"] = pool.NumInitial();
   spec["startupPolicy"] = "LeaderCreated";
   spec["leaderWorkerTemplate"]["size"] = int(pool.instances[0].hosts.size());
   // A TP group cannot go on without a rank: a pod that dies takes its group.
