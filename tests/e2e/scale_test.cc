@@ -5,6 +5,9 @@
 // instance 0 (POST /admin/instances/0/drain, its node agent starts it
 // again); SIGTERM to the second agent drains instance 1 away and the slot
 // is vacant again. Clients send requests the whole time: none may fail.
+// And a worker killed with SIGKILL under load: its requests start again on
+// the other instance (none had streamed), its agent starts it again, and it
+// serves again within a stated bound with every block back.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -34,6 +37,12 @@ using std::chrono::milliseconds;
 
 class ScaleTest : public ::testing::Test {
  protected:
+  // The pool's `instances:` value.
+  virtual std::string Instances() const {
+    return "\n      min: 1\n      max: 2\n"
+           "      template: {tp_size: 1, hosts: [127.0.0.1], num_threads: 1}\n";
+  }
+
   void SetUp() override {
     const std::string model = SmolLm2Path();
     HW_REQUIRE_MODEL(model);
@@ -46,8 +55,7 @@ class ScaleTest : public ::testing::Test {
                            << "cache:\n  kv_memory_mb: 64\n"
                            << "scheduler:\n  max_model_len: 512\n"
                            << "pools:\n  - name: main\n    role: mixed\n"
-                           << "    instances:\n      min: 1\n      max: 2\n"
-                           << "      template: {tp_size: 1, hosts: [127.0.0.1], num_threads: 1}\n";
+                           << "    instances:" << Instances();
   }
 
   void TearDown() override {
@@ -178,6 +186,76 @@ TEST_F(ScaleTest, APoolGrowsRestartsAndShrinksUnderLoadWithoutAFailedRequest) {
   std::printf("requests %d, failed %d; instance 1 ready %.2f s after its agent started; "
               "instance 0 rolled (drain, restart, ready) in %.2f s; instance 1 left in %.2f s\n",
               num_sent_.load(), num_failed_.load(), joined, restarted, left);
+}
+
+class KillTest : public ScaleTest {
+ protected:
+  std::string Instances() const override {
+    return " {count: 2, template: {tp_size: 1, hosts: [127.0.0.1], num_threads: 1}}\n";
+  }
+
+  long FreeBlocks() const {
+    const json h = Health();
+    long total = 0;
+    for (const json& inst : h["instances"]) {
+      for (const json& r : inst["ranks"]) total += r.value("free_blocks", 0L);
+    }
+    return total;
+  }
+};
+
+TEST_F(KillTest, AKilledWorkersRequestsFinishElsewhereAndItServesAgain) {
+  launcher_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{BinaryPath("headway-launch"), config_}, dir_ + "/launch.log");
+  ASSERT_GE(WaitFor([&] { return EveryInstanceReady(HttpGet(http_port_, "/health", 5)); },
+                    std::chrono::seconds(120)),
+            0);
+  const long free_at_start = FreeBlocks();
+  StartLoad();
+  ASSERT_GE(WaitFor([&] { return Metric("headway:generation_tokens_total", 1) > 0; },
+                    std::chrono::seconds(30)),
+            0);
+  // The worker of instance 1, a child of the node agent.
+  const std::string pgrep = "pgrep -f -- '" + BinaryPath("headway-worker") + " --config " +
+                            config_ + " .*--instance-id 1 '";
+  FILE* p = popen(pgrep.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  int pid = 0;
+  const int found = fscanf(p, "%d", &pid);
+  pclose(p);
+  ASSERT_EQ(found, 1) << "no worker of instance 1";
+  const Clock::time_point killed = Clock::now();
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_GE(WaitFor([&] { return StateOf(1) != "ready"; }, std::chrono::seconds(10)), 0);
+  const double noticed = std::chrono::duration<double>(Clock::now() - killed).count();
+  // The agent's first restart waits 1 s; loading and registering follow.
+  const double back = WaitFor([&] { return StateOf(1) == "ready"; }, std::chrono::seconds(30));
+  ASSERT_GE(back, 0) << Health().dump();
+  const double serving_again = std::chrono::duration<double>(Clock::now() - killed).count();
+  EXPECT_LT(serving_again, 10.0);
+  const double tokens_before = Metric("headway:generation_tokens_total", 1);
+  EXPECT_GE(WaitFor([&] { return Metric("headway:generation_tokens_total", 1) > tokens_before; },
+                    std::chrono::seconds(30)),
+            0)
+      << "the restarted instance took no request";
+  StopLoad();
+
+  EXPECT_EQ(num_failed_.load(), 0) << (failures_.empty() ? "" : failures_.front());
+  EXPECT_TRUE(EveryInstanceReady(HttpGet(http_port_, "/health", 5))) << Health().dump();
+  EXPECT_GE(WaitFor([&] { return FreeBlocks() == free_at_start; }, std::chrono::seconds(10)), 0)
+      << "free blocks " << FreeBlocks() << ", at start " << free_at_start;
+  std::printf("requests %d, failed %d, moved %.0f; killed instance noticed after %.3f s, "
+              "serving again after %.2f s\n",
+              num_sent_.load(), num_failed_.load(),
+              [&] {
+                Result<PromExposition> m =
+                    ParsePrometheusText(HttpGet(http_port_, "/metrics", 5).body);
+                std::optional<double> v =
+                    m.ok() ? m->Value("headway:requests_moved_total", {{"model_name", "smollm2"}})
+                           : std::nullopt;
+                return v.value_or(-1);
+              }(),
+              noticed, serving_again);
 }
 
 }  // namespace
