@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +26,11 @@ using yaml::ReadInt;
 using yaml::ReadInt64;
 using yaml::ReadString;
 using yaml::RequireMap;
+
+// Instances of one pool, slots included (`count` or `max`).
+constexpr int kMaxInstancesPerPool = 256;
+
+Status CheckAtLeast(const std::string& key, int64_t value, int64_t min);
 
 // Parsing happens in two passes: this file's readers turn YAML into a Config
 // and report type errors (a list where a number belongs, "abc" for an int);
@@ -262,6 +268,45 @@ Status ParseHostAddresses(const YAML::Node& node, Config& config) {
   return Status::Ok();
 }
 
+// `instances: {count: N, template: {...}}` (N instances) or `{min: A, max:
+// B, template: {...}}` (B slots, the first A started with the deployment).
+Status ParseInstanceRange(const YAML::Node& node, const std::string& path, PoolConfig& pool) {
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"count", "min", "max", "template"}));
+  const bool counted = bool(node["count"]);
+  if (counted == (node["min"] || node["max"])) {
+    return Status::InvalidArgument("`" + path + "`: give either `count` or `min` and `max`");
+  }
+  if (!node["template"]) {
+    return Status::InvalidArgument("missing key `" + Child(path, "template") +
+                                   "`: must be an instance ({tp_size: ..., hosts: [...]})");
+  }
+  InstanceConfig shape;
+  HW_RETURN_IF_ERROR(ParseInstance(node["template"], Child(path, "template"), shape));
+  int num_slots = 0;
+  if (counted) {
+    HW_RETURN_IF_ERROR(ReadInt(node["count"], Child(path, "count"), num_slots));
+    HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "count"), num_slots, 1));
+  } else {
+    if (!node["min"] || !node["max"]) {
+      return Status::InvalidArgument("`" + path + "`: `min` and `max` come together");
+    }
+    int min = 0;
+    HW_RETURN_IF_ERROR(ReadInt(node["min"], Child(path, "min"), min));
+    HW_RETURN_IF_ERROR(ReadInt(node["max"], Child(path, "max"), num_slots));
+    HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "min"), min, 0));
+    HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "max"), num_slots, std::max(min, 1)));
+    pool.min_instances = min;
+  }
+  // Slots are instance ids on the wire and series in /metrics: a bound keeps
+  // a typo from allocating millions.
+  if (num_slots > kMaxInstancesPerPool) {
+    return BadValue(Child(path, counted ? "count" : "max"), std::to_string(num_slots),
+                    "at most " + std::to_string(kMaxInstancesPerPool));
+  }
+  pool.instances.assign(size_t(num_slots), shape);
+  return Status::Ok();
+}
+
 Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& pool) {
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(CheckKeys(node, path, {"name", "role", "instances"}));
@@ -275,8 +320,11 @@ Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& po
     return Status::InvalidArgument("missing key `" + key +
                                    "`: must be a list of at least one instance");
   }
+  if (instances.IsMap()) return ParseInstanceRange(instances, key, pool);
   if (!instances.IsSequence()) {
-    return BadValue(key, Describe(instances), "a list of at least one instance");
+    return BadValue(key, Describe(instances),
+                    "a list of at least one instance, or {count: N, template: {...}} or "
+                    "{min: A, max: B, template: {...}}");
   }
   for (size_t i = 0; i < instances.size(); ++i) {
     InstanceConfig instance;
@@ -418,6 +466,15 @@ const char* PoolRoleName(PoolRole role) {
     case PoolRole::kDecode: return "decode";
   }
   return "unknown";
+}
+
+bool Config::IsStandby(int instance_id) const {
+  int first = 0;
+  for (const PoolConfig& pool : pools) {
+    if (instance_id < first + int(pool.instances.size())) return pool.IsStandby(instance_id - first);
+    first += int(pool.instances.size());
+  }
+  return false;
 }
 
 std::vector<const InstanceConfig*> Config::Instances() const {

@@ -60,6 +60,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,7 +99,19 @@ struct InstanceConfig {
 struct PoolConfig {
   std::string name = "main";
   PoolRole role = PoolRole::kMixed;
+  // Every instance the pool may have (its slots; the index in the pool is
+  // a LeaderWorkerSet's group index). Written as a list, or as
+  // `{count: N, template: {...}}` or `{min: A, max: B, template: {...}}`.
   std::vector<InstanceConfig> instances;
+  // How many of `instances` start with the deployment (`min`); the others
+  // are standby slots that join when a node agent runs them (headway-node
+  // --pool P --group-index G) and leave when it is stopped (a drain).
+  // nullopt = all of them (a list, or `count`).
+  std::optional<int> min_instances;
+
+  int NumInitial() const { return min_instances.value_or(int(instances.size())); }
+  // True for a slot that does not start with the deployment.
+  bool IsStandby(int index_in_pool) const { return index_in_pool >= NumInitial(); }
 };
 
 // Where the workers of one host (an entry of InstanceConfig::hosts) open
@@ -181,6 +194,9 @@ struct Config {
   // Role of the pool holding instance `instance_id` (Instances() order).
   // REQUIRES: 0 <= instance_id < Instances().size().
   PoolRole RoleOf(int instance_id) const;
+  // True when instance `instance_id` is a standby slot of its pool
+  // (PoolConfig::IsStandby). REQUIRES: as RoleOf.
+  bool IsStandby(int instance_id) const;
 };
 
 // The addresses one worker's collective and KV-transfer endpoints use, and

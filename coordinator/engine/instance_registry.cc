@@ -36,6 +36,7 @@ InstanceRegistry::InstanceRegistry(const Config& config, const ModelSpec& spec,
     inst.id = int(i);
     inst.tp_size = configs[i]->tp_size;
     inst.role = config_.RoleOf(int(i));
+    inst.standby = config_.IsStandby(int(i));
     inst.ranks.resize(size_t(inst.tp_size));
     instances_.push_back(std::move(inst));
     for (int r = 0; r < configs[i]->tp_size; ++r) peers_[PeerName(int(i), r)] = {int(i), r};
@@ -208,10 +209,11 @@ std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
     h.ready = inst.ready();
     const bool any_registered = std::any_of(inst.ranks.begin(), inst.ranks.end(),
                                             [](const RankState& r) { return r.registered; });
-    h.state = inst.draining() ? InstanceState::kDraining
-              : inst.ready()  ? InstanceState::kReady
-              : any_registered ? InstanceState::kJoining
-                               : InstanceState::kDown;
+    h.state = inst.draining()   ? InstanceState::kDraining
+              : inst.ready()    ? InstanceState::kReady
+              : any_registered  ? InstanceState::kJoining
+              : inst.standby    ? InstanceState::kVacant
+                                : InstanceState::kDown;
     if (inst.ready()) {
       h.num_waiting = inst.scheduler->num_waiting();
       h.num_running = inst.scheduler->num_running();

@@ -39,6 +39,7 @@ struct Instance {
   int id = 0;
   int tp_size = 1;
   PoolRole role = PoolRole::kMixed;
+  bool standby = false;                  // a slot that joins when run (PoolConfig::IsStandby)
   std::vector<RankState> ranks;          // [tp_size]
   std::unique_ptr<Scheduler> scheduler;  // non-null while ready
   uint64_t generation = 0;               // +1 each time the instance becomes ready

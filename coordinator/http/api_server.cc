@@ -376,8 +376,9 @@ std::pair<int, json> ApiServer::HandleDetokenize(const std::string& body) const 
 std::pair<int, json> ApiServer::HandleHealth() const {
   std::vector<InstanceHealth> health = engine_->Health();
   const bool can_serve = CanServe(health);
+  // A vacant slot is a pool's room to grow, not a missing instance.
   const bool all_ready = std::all_of(health.begin(), health.end(), [](const InstanceHealth& h) {
-    return h.state == InstanceState::kReady;
+    return h.state == InstanceState::kReady || h.state == InstanceState::kVacant;
   });
   json instances = json::array();
   for (const InstanceHealth& h : health) {

@@ -85,7 +85,8 @@ class ApiServer {
   //
   // GET /health: 200 when requests can be served (CanServe: a ready mixed
   // instance, or a ready decode instance when the deployment has prefill
-  // pools), else 503. Body: "status" "ok" (every instance ready),
+  // pools), else 503. Body: "status" "ok" (every instance ready, or a
+  // vacant standby slot),
   // "degraded" (serving, some instance down, joining or draining) or
   // "unavailable", and per instance its role, state (InstanceStateName),
   // "ready" (all ranks registered), queue and per-rank free/total KV blocks.

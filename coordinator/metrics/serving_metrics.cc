@@ -15,6 +15,8 @@ const char* InstanceStateName(InstanceState state) {
       return "ready";
     case InstanceState::kDraining:
       return "draining";
+    case InstanceState::kVacant:
+      return "vacant";
   }
   return "down";
 }
@@ -175,8 +177,8 @@ Status ServingMetrics::AddUsageFamilies(InstanceFamilies* f) {
                                  {"model_name", "instance", "tp_rank"}));
   HW_ASSIGN_OR_RETURN(f->state,
                       r.AddGauge("headway:instance_state",
-                                 "1 for the instance's state (down, joining, ready, draining), "
-                                 "else 0.",
+                                 "1 for the instance's state (down, joining, ready, draining, "
+                                 "vacant), else 0.",
                                  {"model_name", "instance", "state"}));
   return Status::Ok();
 }

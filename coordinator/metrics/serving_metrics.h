@@ -11,8 +11,8 @@
 //     headway:num_requests_running, headway:num_requests_waiting
 //     headway:kv_cache_usage_perc            0..1, the fullest TP rank of the instance
 //     headway:kv_cache_rank_usage_perc       0..1, per TP rank (extra label tp_rank)
-//     headway:instance_state                 1 for the instance's state, else 0 (extra
-//                                            label state: down | joining | ready | draining)
+//     headway:instance_state                 1 for the instance's state, else 0 (extra label
+//                                            state: down | joining | ready | draining | vacant)
 //   counters (tokens unless said otherwise)
 //     headway:prefix_cache_queries_total, headway:prefix_cache_hits_total
 //     headway:prompt_tokens_total, headway:generation_tokens_total
@@ -60,11 +60,12 @@
 namespace headway {
 
 // Where an instance is in its life, as /health and headway:instance_state
-// report it: no rank registered (down), some (joining), all and admitting
-// (ready), all and taking no new request (draining).
-enum class InstanceState { kDown, kJoining, kReady, kDraining };
-inline constexpr int kNumInstanceStates = 4;
-// "down", "joining", "ready", "draining".
+// report it: no rank registered (down; vacant for a standby slot of a pool,
+// which nothing runs until the pool grows), some (joining), all and
+// admitting (ready), all and taking no new request (draining).
+enum class InstanceState { kDown, kJoining, kReady, kDraining, kVacant };
+inline constexpr int kNumInstanceStates = 5;
+// "down", "joining", "ready", "draining", "vacant".
 const char* InstanceStateName(InstanceState state);
 
 // Bucket upper bounds in seconds, copied from vLLM's PrometheusStatLogger.

@@ -28,24 +28,6 @@ Status CheckDnsLabel(const std::string& key, const std::string& value) {
 
 std::string PoolKey(size_t pool) { return "pools[" + std::to_string(pool) + "]"; }
 
-// The port of a tcp://HOST:PORT address.
-Result<int> ControlPort(const std::string& address) {
-  const std::string prefix = "tcp://";
-  const size_t colon = address.rfind(':');
-  if (address.rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size()) {
-    return Status::InvalidArgument(
-        "`coordinator.control_address` = \"" + address +
-        "\": Kubernetes pods reach the coordinator over TCP; use tcp://HOST:PORT");
-  }
-  const std::string port = address.substr(colon + 1);
-  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos ||
-      port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535) {
-    return Status::InvalidArgument("`coordinator.control_address` = \"" + address +
-                                   "\": the port must be a number in [1, 65535]");
-  }
-  return std::stoi(port);
-}
-
 // Every instance of a pool runs from one pod template, so they must agree
 // on everything the template depends on.
 Status CheckOneShape(const PoolConfig& pool, size_t pool_index) {
@@ -350,7 +332,8 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, const Config& config,
 // A LeaderWorkerSet's spec for one pool: a group per instance, a pod per host.
 YAML::Node LwsSpec(const PoolConfig& pool, const Config& config, const K8sOptions& options) {
   YAML::Node spec;
-  spec["replicas"] = int(pool.instances.size());
+  // Standby slots are what `kubectl scale` may add, up to the pool's max.
+  spec["replicas"] = pool.NumInitial();
   spec["startupPolicy"] = "LeaderCreated";
   spec["leaderWorkerTemplate"]["size"] = int(pool.instances[0].hosts.size());
   // A TP group cannot go on without a rank: a pod that dies takes its group.
@@ -368,12 +351,12 @@ std::string LwsPodHost(const std::string& lws, const std::string& namespace_name
   return pod + "." + lws + "." + namespace_name;
 }
 
-Result<std::vector<K8sFile>> RenderK8s(const std::string& config_yaml, const Config& config,
+Result<std::vector<RenderedFile>> RenderK8s(const std::string& config_yaml, const Config& config,
                                        const std::string& head_pattern_yaml,
                                        const K8sOptions& options) {
   HW_RETURN_IF_ERROR(CheckDnsLabel("--name", options.name));
   HW_RETURN_IF_ERROR(CheckDnsLabel("--namespace", options.namespace_name));
-  HW_ASSIGN_OR_RETURN(const int control_port, ControlPort(config.control_address));
+  HW_ASSIGN_OR_RETURN(const int control_port, ControlPortOf(config.control_address, "Kubernetes pods reach the coordinator over TCP"));
   if (config.http_port == 0) {
     return Status::InvalidArgument(
         "`coordinator.http_port` = 0: the Services and probes need a fixed port");
@@ -411,7 +394,7 @@ Result<std::vector<K8sFile>> RenderK8s(const std::string& config_yaml, const Con
   HW_ASSIGN_OR_RETURN(const std::string pod_config,
                       PodConfig(config_yaml, config, !head_pattern_yaml.empty(), options,
                                 control_port));
-  std::vector<K8sFile> files;
+  std::vector<RenderedFile> files;
   files.push_back({"configmap.yaml", ConfigMap(options, pod_config, head_pattern_yaml)});
   files.push_back({"coordinator-deployment.yaml",
                    CoordinatorDeployment(config, options, control_port)});

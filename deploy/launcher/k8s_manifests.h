@@ -22,9 +22,9 @@
 // LeaderWorkerSet is the pool's g-th instance.
 //
 // The config the pods read differs from the input in three places:
-//   * coordinator.http_host is 0.0.0.0 and coordinator.control_address is
-//     tcp://N-control.NS.svc:PORT (the coordinator binds tcp://0.0.0.0:PORT
-//     through its --control-address flag);
+//   * coordinator.http_host is 0.0.0.0, coordinator.control_address is
+//     tcp://N-control.NS.svc:PORT and coordinator.control_bind is
+//     tcp://0.0.0.0:PORT;
 //   * a mixed pool's instance g lists its pods' DNS names as hosts: the
 //     leader N-P-g.N-P.NS, then N-P-g-w.N-P.NS for w >= 1 (the
 //     LeaderWorkerSet's headless Service is named after it);
@@ -40,6 +40,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "deploy/launcher/rendered_file.h"
 
 namespace headway::launcher {
 
@@ -64,11 +65,6 @@ struct K8sOptions {
   int64_t model_mb = 1024;
 };
 
-// One rendered file: its name in the output directory and its YAML text.
-struct K8sFile {
-  std::string file_name;
-  std::string text;
-};
 
 // Renders `config` (as loaded by LoadConfigFile from `config_yaml`, the
 // file's text; keys the pods' config keeps come from that text) into the
@@ -83,7 +79,7 @@ struct K8sFile {
 // collective, collective_timeout_ms); device cuda:N with N > 0 (a pod's
 // GPUs count from 0); config_yaml that does not parse.
 // REQUIRES: ValidateConfig(config).ok().
-Result<std::vector<K8sFile>> RenderK8s(const std::string& config_yaml, const Config& config,
+Result<std::vector<RenderedFile>> RenderK8s(const std::string& config_yaml, const Config& config,
                                        const std::string& head_pattern_yaml,
                                        const K8sOptions& options);
 

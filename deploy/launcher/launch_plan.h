@@ -27,6 +27,7 @@ struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is the binary's path
   int instance_id = -1;           // workers: the instance (Config::Instances order)
   int tp_rank = -1;               // workers: the TP rank in it
+  bool standby = false;           // workers of a standby slot (PoolConfig::IsStandby)
   int stdin_fd = -1;              // when >= 0, the child's stdin (ProcessGroup::Start)
 };
 
@@ -82,18 +83,20 @@ inline std::vector<ProcessSpec> PlanLaunch(const Config& config, const LaunchOpt
                                              std::to_string(rank)});
       worker.instance_id = int(id);
       worker.tp_rank = rank;
+      worker.standby = config.IsStandby(int(id));
       plan.push_back(std::move(worker));
     }
   }
   return plan;
 }
 
-// The hosts that run workers, each once, in the order the plan first names
-// them: node rank r is hosts[r].
+// The hosts that run workers when the deployment starts (standby slots
+// left out), each once, in the order the plan first names them: node rank
+// r is hosts[r].
 inline std::vector<std::string> WorkerHosts(const std::vector<ProcessSpec>& plan) {
   std::vector<std::string> hosts;
   for (const ProcessSpec& spec : plan) {
-    if (spec.instance_id < 0) continue;
+    if (spec.instance_id < 0 || spec.standby) continue;
     bool seen = false;
     for (const std::string& h : hosts) seen = seen || h == spec.host;
     if (!seen) hosts.push_back(spec.host);
@@ -101,12 +104,13 @@ inline std::vector<std::string> WorkerHosts(const std::vector<ProcessSpec>& plan
   return hosts;
 }
 
-// The plan's workers that run on `host`, in plan order.
+// The plan's workers that run on `host` when the deployment starts (standby
+// slots left out: WorkersOfGroupMember starts one), in plan order.
 inline std::vector<ProcessSpec> WorkersOn(const std::vector<ProcessSpec>& plan,
                                           const std::string& host) {
   std::vector<ProcessSpec> workers;
   for (const ProcessSpec& spec : plan) {
-    if (spec.instance_id >= 0 && spec.host == host) workers.push_back(spec);
+    if (spec.instance_id >= 0 && !spec.standby && spec.host == host) workers.push_back(spec);
   }
   return workers;
 }

@@ -44,6 +44,7 @@
 #include "deploy/launcher/captured_commands.h"
 #include "deploy/launcher/health_probe.h"
 #include "deploy/launcher/k8s_manifests.h"
+#include "deploy/launcher/slurm_script.h"
 #include "deploy/launcher/launch_plan.h"
 #include "deploy/launcher/preflight.h"
 #include "deploy/launcher/process_group.h"
@@ -177,7 +178,54 @@ bool ReadFile(const std::string& path, std::string* text) {
   return bool(in) || in.eof();
 }
 
-// headway-launch render k8s ...: argv[0] is "render".
+// Writes `files` into `dir` (created); prints each path. Exit status.
+int WriteRendered(const std::string& dir, const std::vector<RenderedFile>& files) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (const RenderedFile& file : files) {
+    const std::string path = (std::filesystem::path(dir) / file.file_name).string();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << file.text;
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "headway-launch: cannot write %s\n", path.c_str());
+      return kExitFailure;
+    }
+    if (file.executable) {
+      std::filesystem::permissions(path, std::filesystem::perms::owner_exec |
+                                             std::filesystem::perms::group_exec |
+                                             std::filesystem::perms::others_exec,
+                                   std::filesystem::perm_options::add, ec);
+    }
+    std::printf("%s\n", path.c_str());
+  }
+  return 0;
+}
+
+// headway-launch render slurm CONFIG -o DIR.
+int RenderSlurmMain(const std::string& config_path, const std::string& out_dir,
+                    SlurmOptions options) {
+  Result<Config> loaded = LoadConfigFile(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", loaded.status().message().c_str());
+    return kExitUsage;
+  }
+  std::string config_yaml;
+  if (!ReadFile(config_path, &config_yaml)) {
+    std::fprintf(stderr, "headway-launch: cannot read %s\n", config_path.c_str());
+    return kExitUsage;
+  }
+  std::error_code ec;
+  options.render_dir = std::filesystem::absolute(out_dir, ec).lexically_normal().string();
+  Result<std::vector<RenderedFile>> files = RenderSlurm(config_yaml, *loaded, options);
+  if (!files.ok()) {
+    std::fprintf(stderr, "headway-launch: render slurm: %s\n", files.status().message().c_str());
+    return kExitUsage;
+  }
+  return WriteRendered(out_dir, *files);
+}
+
+// headway-launch render k8s|slurm ...: argv[0] is "render".
 int RenderMain(int argc, char** argv) {
   CLI::App app{"Writes Kubernetes manifests for a Headway deployment config.",
                "headway-launch render"};
@@ -202,6 +250,24 @@ int RenderMain(int argc, char** argv) {
   k8s->add_option("--model-dir", model_dir,
                   "local model directory, read only to size the pods' memory from the model "
                   "file (default: $HEADWAY_MODEL_DIR, else ~/.cache/headway/models)");
+  CLI::App* slurm = app.add_subcommand(
+      "slurm", "a batch script running the coordinator on the batch host and one node agent "
+               "per node through srun, and the config it reads");
+  SlurmOptions slurm_options;
+  std::string slurm_config, slurm_dir;
+  slurm->add_option("config", slurm_config, "deployment YAML (see deploy/configs/local.yaml)")
+      ->required();
+  slurm->add_option("-o,--output", slurm_dir,
+                    "directory to write into, on a filesystem every node sees")
+      ->required();
+  slurm->add_option("--bin-dir", slurm_options.bin_dir,
+                    "where the nodes have the Headway binaries (default: beside this one)");
+  slurm->add_option("--model-dir", slurm_options.model_dir,
+                    "the nodes' model directory (default: $HEADWAY_MODEL_DIR, else "
+                    "~/.cache/headway/models, as here)");
+  slurm->add_option("--job-name", slurm_options.job_name, "#SBATCH --job-name (default headway)");
+  slurm->add_option("--time", slurm_options.time_limit, "#SBATCH --time, e.g. 04:00:00");
+  slurm->add_option("--partition", slurm_options.partition, "#SBATCH --partition");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -210,6 +276,11 @@ int RenderMain(int argc, char** argv) {
   // Environment is read here and in main, nowhere else.
   if (model_dir.empty()) {
     model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+  }
+  if (slurm->parsed()) {
+    if (slurm_options.model_dir.empty()) slurm_options.model_dir = model_dir;
+    if (slurm_options.bin_dir.empty()) slurm_options.bin_dir = OwnDirectory();
+    return RenderSlurmMain(slurm_config, slurm_dir, slurm_options);
   }
   Result<Config> loaded = LoadConfigFile(config_path);
   if (!loaded.ok()) {
@@ -237,24 +308,12 @@ int RenderMain(int argc, char** argv) {
     std::fprintf(stderr, "headway-launch: %s not found here; sizing pods for a %lld MiB model\n",
                  resolved.model_path.c_str(), static_cast<long long>(options.model_mb));
   }
-  Result<std::vector<K8sFile>> files = RenderK8s(config_yaml, *loaded, head_pattern_yaml, options);
+  Result<std::vector<RenderedFile>> files = RenderK8s(config_yaml, *loaded, head_pattern_yaml, options);
   if (!files.ok()) {
     std::fprintf(stderr, "headway-launch: render k8s: %s\n", files.status().message().c_str());
     return kExitUsage;
   }
-  std::filesystem::create_directories(out_dir, ec);
-  for (const K8sFile& file : *files) {
-    const std::string path = (std::filesystem::path(out_dir) / file.file_name).string();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << file.text;
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "headway-launch: cannot write %s\n", path.c_str());
-      return kExitFailure;
-    }
-    std::printf("%s\n", path.c_str());
-  }
-  return 0;
+  return WriteRendered(out_dir, *files);
 }
 
 }  // namespace
@@ -262,8 +321,9 @@ int RenderMain(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "render") return RenderMain(argc - 1, argv + 1);
   CLI::App app{"Starts a Headway deployment (coordinator and workers) from a YAML config."};
-  app.footer("headway-launch render k8s CONFIG -o DIR writes Kubernetes manifests for the "
-             "config instead (see headway-launch render k8s --help).");
+  app.footer("headway-launch render k8s|slurm CONFIG -o DIR writes Kubernetes manifests or a "
+             "SLURM batch script for the config instead (see headway-launch render k8s --help, "
+             "headway-launch render slurm --help).");
   std::string config_path;
   std::string model_dir;
   std::string bin_dir;

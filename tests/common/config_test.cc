@@ -177,6 +177,51 @@ pools:
   EXPECT_STREQ(PoolRoleName(config->pools[1].role), "decode");
 }
 
+TEST(ConfigTest, PoolsDeclaredByCountOrRange) {
+  Result<Config> config = ParseConfig(R"(
+model: {path: m.gguf}
+pools:
+  - name: p
+    role: prefill
+    instances: {count: 2, template: {tp_size: 1, num_threads: 1}}
+  - name: d
+    role: decode
+    instances: {min: 1, max: 3, template: {tp_size: 2}}
+)");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->Instances().size(), 5u);
+  EXPECT_EQ(config->pools[0].NumInitial(), 2);
+  EXPECT_EQ(config->pools[0].instances[1].num_threads, 1);
+  EXPECT_EQ(config->pools[1].NumInitial(), 1);
+  EXPECT_EQ(config->pools[1].instances[2].tp_size, 2);
+  // Ids 0-1 prefill, 2 the decode instance that starts, 3-4 its standby slots.
+  EXPECT_FALSE(config->IsStandby(1));
+  EXPECT_FALSE(config->IsStandby(2));
+  EXPECT_TRUE(config->IsStandby(3));
+  EXPECT_TRUE(config->IsStandby(4));
+  // A list starts every instance.
+  Result<Config> listed = ParseConfig(kMinimal);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_FALSE(listed->IsStandby(0));
+}
+
+TEST(ConfigTest, PoolRangeErrorsNameTheKey) {
+  const std::string head = "model: {path: m.gguf}\npools:\n  - name: d\n    instances: ";
+  ExpectError(head + "{count: 0, template: {tp_size: 1}}", {"pools[0].instances.count", "0", ">= 1"});
+  ExpectError(head + "{min: 2, max: 1, template: {tp_size: 1}}",
+              {"pools[0].instances.max", "1", ">= 2"});
+  ExpectError(head + "{min: 1, template: {tp_size: 1}}", {"pools[0].instances", "`min` and `max`"});
+  ExpectError(head + "{count: 1, max: 2, template: {tp_size: 1}}",
+              {"pools[0].instances", "either `count` or `min` and `max`"});
+  ExpectError(head + "{count: 2}", {"pools[0].instances.template"});
+  ExpectError(head + "{count: 2, template: {tp_size: 1}, size: 3}",
+              {"pools[0].instances.size", "count", "template"});
+  ExpectError(head + "{count: 2, template: {tp_sise: 1}}", {"pools[0].instances.template.tp_sise"});
+  ExpectError(head + "{count: 100000, template: {tp_size: 1}}",
+              {"pools[0].instances.count", "100000", "at most 256"});
+  ExpectError(head + "7", {"pools[0].instances", "{count: N, template: {...}}"});
+}
+
 TEST(ConfigTest, UnknownKeyNamesKeyAndAllowedKeys) {
   ExpectError(Edit(kFull, "block_size:", "blocksize:"),
               {"cache.blocksize", "block_size", "kv_memory_mb"});

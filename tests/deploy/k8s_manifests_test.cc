@@ -64,11 +64,11 @@ Config Parse(const std::string& yaml) {
 
 std::map<std::string, std::string> Render(const std::string& yaml, const K8sOptions& options = {},
                                           const std::string& head_pattern = "") {
-  Result<std::vector<K8sFile>> files = RenderK8s(yaml, Parse(yaml), head_pattern, options);
+  Result<std::vector<RenderedFile>> files = RenderK8s(yaml, Parse(yaml), head_pattern, options);
   EXPECT_TRUE(files.ok()) << files.status().message();
   std::map<std::string, std::string> by_name;
   if (files.ok()) {
-    for (const K8sFile& f : *files) by_name[f.file_name] = f.text;
+    for (const RenderedFile& f : *files) by_name[f.file_name] = f.text;
   }
   return by_name;
 }
@@ -241,7 +241,7 @@ TEST(K8sManifestsTest, RefusesWhatKubernetesCannotRunAsRendered) {
   for (const Case& c : cases) {
     Result<Config> config = ParseConfig(c.yaml);
     ASSERT_TRUE(config.ok()) << config.status().message();
-    Result<std::vector<K8sFile>> files = RenderK8s(c.yaml, *config, "", c.options);
+    Result<std::vector<RenderedFile>> files = RenderK8s(c.yaml, *config, "", c.options);
     ASSERT_FALSE(files.ok()) << c.message;
     EXPECT_EQ(files.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(files.status().message().find(c.message), std::string::npos)

@@ -111,6 +111,31 @@ TEST(LaunchPlanTest, OneNodeAgentPerHostWithWorkers) {
   EXPECT_EQ(nodes[1].argv.back(), "/opt/hw/bin");
 }
 
+// A pool's standby slots start only when an agent is asked for them by
+// group index: nothing starts them with the deployment.
+TEST(LaunchPlanTest, StandbySlotsStartOnlyByGroupIndex) {
+  Result<Config> config = ParseConfig(R"(
+model: {path: m.gguf}
+pools:
+  - name: main
+    instances: {min: 1, max: 3, template: {tp_size: 1, hosts: [127.0.0.1]}}
+)");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  LaunchOptions options{"/etc/hw.yaml", "/opt/hw/bin", "", std::nullopt};
+  const std::vector<ProcessSpec> plan = PlanLaunch(*config, options);
+  ASSERT_EQ(plan.size(), 4u);  // the coordinator and three slots
+  EXPECT_FALSE(plan[1].standby);
+  EXPECT_TRUE(plan[2].standby && plan[3].standby);
+  const std::vector<ProcessSpec> started = launcher::WorkersOn(plan, "127.0.0.1");
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].name, "worker i0r0");
+  Result<std::vector<ProcessSpec>> joining =
+      launcher::WorkersOfGroupMember(*config, plan, "main", 2, 0);
+  ASSERT_TRUE(joining.ok()) << joining.status().ToString();
+  ASSERT_EQ(joining->size(), 1u);
+  EXPECT_EQ((*joining)[0].name, "worker i2r0");
+}
+
 TEST(LaunchPlanTest, ShellCommandQuotes) {
   EXPECT_EQ(launcher::ShellCommand({"/bin/x", "--config", "/a b/c'd.yaml", ""}),
             "/bin/x --config '/a b/c'\\''d.yaml' ''");
