@@ -408,6 +408,11 @@ int main(int argc, char** argv) {
 
   const std::vector<std::string> remote_hosts = RemoteHosts(plan);
   std::string ssh_path;
+  if (Status reachable = CheckControlAddressForRemoteHosts(config, remote_hosts);
+      !reachable.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", reachable.message().c_str());
+    return kExitUsage;
+  }
   if (!remote_hosts.empty()) {
     // Environment is read here and nowhere else.
     ssh_path = FindExecutable("ssh", std::getenv("PATH"));

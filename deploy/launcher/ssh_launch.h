@@ -91,4 +91,29 @@ inline std::vector<std::string> RemoteHosts(const std::vector<ProcessSpec>& plan
   return remote;
 }
 
+// OK unless workers on `remote_hosts` could not dial the coordinator's
+// control_address: an ipc:// path, or a loopback host (127.x.x.x,
+// localhost, ::1), which on another machine is that machine. Errors:
+// InvalidArgument naming the key, its value, the first remote host and
+// what to set instead.
+inline Status CheckControlAddressForRemoteHosts(const Config& config,
+                                                const std::vector<std::string>& remote_hosts) {
+  if (remote_hosts.empty()) return Status::Ok();
+  const std::string& address = config.control_address;
+  std::string host;
+  if (address.rfind("tcp://", 0) == 0) {
+    host = address.substr(6, address.rfind(':') > 6 ? address.rfind(':') - 6 : std::string::npos);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+  }
+  const bool loopback = host.empty() || host == "localhost" || host == "::1" ||
+                        host.rfind("127.", 0) == 0;
+  if (!loopback) return Status::Ok();
+  return Status::InvalidArgument(
+      "`coordinator.control_address` = \"" + address + "\" cannot be dialled from " +
+      remote_hosts[0] + ", which runs workers: set it to tcp://NAME:PORT with this machine's "
+      "name or address as the workers resolve it (and control_bind to tcp://0.0.0.0:PORT)");
+}
+
 }  // namespace headway::launcher

@@ -172,6 +172,24 @@ TEST(SshLaunchTest, RemoteCommandsUseTheRemoteDirectories) {
   EXPECT_EQ(RemoteHosts(PlanLaunch(*config, options)), (std::vector<std::string>{"gpu-b"}));
 }
 
+TEST(SshLaunchTest, RemoteWorkersNeedAControlAddressTheyCanDial) {
+  Result<Config> config = ParseConfig(kBase);
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(CheckControlAddressForRemoteHosts(*config, {}).ok());  // all local
+  for (const char* address : {"tcp://127.0.0.1:5557", "tcp://localhost:5557", "tcp://[::1]:5557",
+                              "ipc:///tmp/headway.sock"}) {
+    config->control_address = address;
+    const Status status = CheckControlAddressForRemoteHosts(*config, {"gpu-b"});
+    EXPECT_FALSE(status.ok()) << address;
+    EXPECT_NE(status.message().find("coordinator.control_address"), std::string::npos);
+    EXPECT_NE(status.message().find("gpu-b"), std::string::npos) << status.message();
+  }
+  for (const char* address : {"tcp://head:5557", "tcp://10.0.0.1:5557"}) {
+    config->control_address = address;
+    EXPECT_TRUE(CheckControlAddressForRemoteHosts(*config, {"gpu-b"}).ok()) << address;
+  }
+}
+
 PreflightReport Report() {
   PreflightReport r;
   r.version = "git-abc";
