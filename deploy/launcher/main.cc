@@ -421,7 +421,8 @@ int main(int argc, char** argv) {
                    "on PATH here (install openssh-client)\n", remote_hosts[0].c_str());
       return kExitUsage;
     }
-    Result<PreflightReport> local = LocalPreflight(config_path, resolved.model_path);
+    Result<PreflightReport> local =
+        LocalPreflight(config_path, config.head_pattern_path, resolved.model_path);
     if (!local.ok() || !local->model_error.empty()) {
       std::fprintf(stderr, "headway-launch: preflight here: %s\n",
                    local.ok() ? local->model_error.c_str() : local.status().message().c_str());

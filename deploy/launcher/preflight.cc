@@ -16,12 +16,20 @@ namespace headway::launcher {
 const char* HeadwayVersion() { return HEADWAY_VERSION; }
 
 Result<PreflightReport> LocalPreflight(const std::string& config_path,
+                                       const std::string& head_pattern_path,
                                        const std::string& model_path) {
   PreflightReport report;
   report.version = HeadwayVersion();
-  Result<uint64_t> config_hash = FileXxh64(config_path);
-  if (!config_hash.ok()) return Status::NotFound("config " + config_hash.status().message());
-  report.config_hash = FormatXxh64(*config_hash);
+  Xxh64 config_hash;
+  if (Status s = HashFile(config_path, &config_hash); !s.ok()) {
+    return Status::NotFound("config: " + s.message());
+  }
+  if (!head_pattern_path.empty()) {
+    if (Status s = HashFile(head_pattern_path, &config_hash); !s.ok()) {
+      return Status::NotFound("model.head_pattern: " + s.message());
+    }
+  }
+  report.config_hash = FormatXxh64(config_hash.Digest());
   report.model_path = model_path;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(model_path, ec)) {
@@ -99,9 +107,9 @@ std::vector<std::string> PreflightProblems(const PreflightReport& local,
                        local.version + ": install the same build on every host");
   }
   if (remote.config_hash != local.config_hash) {
-    problems.push_back("the config file differs from this one (" + remote.config_hash +
-                       " there, " + local.config_hash +
-                       " here): copy it to the same path on every host");
+    problems.push_back("the config file (or its model.head_pattern file) differs from this "
+                       "one (" + remote.config_hash + " there, " + local.config_hash +
+                       " here): copy both to the same paths on every host");
   }
   if (!remote.model_error.empty()) {
     problems.push_back("model file " + remote.model_path + ": " + remote.model_error +

@@ -7,7 +7,8 @@
 // Report format: one `key=value` line each, in any order, unknown keys
 // ignored (a newer agent may say more):
 //   version=git-1a2b3c4d5e6f             HeadwayVersion() of the reporting binary
-//   config_hash=xxh64:0123456789abcdef   XXH64 of the config file's bytes
+//   config_hash=xxh64:0123456789abcdef   XXH64 of the config file's bytes, then
+//                                        the head-pattern file's when it names one
 //   model_path=/abs/path.gguf            the model file as that host resolves it
 //   model_bytes=98362432                 its size; absent when model_error is set
 //   model_checksum=xxh64:...             XXH64 of its bytes; absent likewise
@@ -36,12 +37,15 @@ struct PreflightReport {
   std::string model_error;       // "" when the model file was read
 };
 
-// This host's report for the config file at `config_path` and the model
-// file at `model_path` (already resolved against the model directory).
-// Hashes both files in full (about 50 ms per 100 MB from the page cache).
-// A model file that cannot be read is reported in model_error, not as an
-// error. Errors: NotFound when the config file cannot be read.
+// This host's report for the config file at `config_path`, the head-pattern
+// file it names (`head_pattern_path`, "" = none) and the model file at
+// `model_path` (already resolved against the model directory). Hashes the
+// files in full (about 30 ms per 100 MB from the page cache). A model file
+// that cannot be read is reported in model_error, not as an error.
+// Errors: NotFound (naming the file) when the config or head-pattern file
+// cannot be read.
 Result<PreflightReport> LocalPreflight(const std::string& config_path,
+                                       const std::string& head_pattern_path,
                                        const std::string& model_path);
 
 // The report as key=value lines (the format above), ending in a newline.

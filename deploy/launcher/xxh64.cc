@@ -117,18 +117,23 @@ std::string FormatXxh64(uint64_t hash) {
   return std::string("xxh64:") + hex;
 }
 
-Result<uint64_t> FileXxh64(const std::string& path) {
+Status HashFile(const std::string& path, Xxh64* hash) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
   }
   std::vector<unsigned char> piece(size_t(1) << 20);
-  Xxh64 hash;
   size_t n;
-  while ((n = std::fread(piece.data(), 1, piece.size(), file)) > 0) hash.Update(piece.data(), n);
+  while ((n = std::fread(piece.data(), 1, piece.size(), file)) > 0) hash->Update(piece.data(), n);
   const bool failed = std::ferror(file) != 0;
   std::fclose(file);
   if (failed) return Status::Unavailable("read error in " + path);
+  return Status::Ok();
+}
+
+Result<uint64_t> FileXxh64(const std::string& path) {
+  Xxh64 hash;
+  HW_RETURN_IF_ERROR(HashFile(path, &hash));
   return hash.Digest();
 }
 

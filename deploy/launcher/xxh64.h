@@ -36,8 +36,12 @@ uint64_t Xxh64Of(const void* data, size_t n_bytes);
 // "xxh64:" and the 16 lowercase hex digits of `hash`.
 std::string FormatXxh64(uint64_t hash);
 
-// XXH64 of the whole file at `path`, read in 1 MiB pieces. Errors: NotFound
-// when it cannot be opened; Unavailable on a read error (both name the path).
+// Feeds the whole file at `path` into *hash, read in 1 MiB pieces. Errors:
+// NotFound when it cannot be opened; Unavailable on a read error (both name
+// the path; *hash has then seen part of the file).
+Status HashFile(const std::string& path, Xxh64* hash);
+
+// XXH64 of the whole file at `path`. Errors: as HashFile.
 Result<uint64_t> FileXxh64(const std::string& path);
 
 }  // namespace headway::launcher

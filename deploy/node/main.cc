@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     }
     ResolveModelPath(*loaded, model_dir);
     Result<launcher::PreflightReport> report =
-        launcher::LocalPreflight(config_path, loaded->model_path);
+        launcher::LocalPreflight(config_path, loaded->head_pattern_path, loaded->model_path);
     if (!report.ok()) {
       std::fprintf(stderr, "headway-node: %s\n", report.status().message().c_str());
       return kExitUsage;

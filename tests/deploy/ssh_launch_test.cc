@@ -225,6 +225,30 @@ TEST(PreflightTest, ReportRoundTripsThroughText) {
           .ok());
 }
 
+TEST(PreflightTest, LocalReportHashesConfigHeadPatternAndModel) {
+  const std::string dir = testing::MakeTempDir("headway-preflight");
+  std::ofstream(dir + "/c.yaml") << "model: {path: m.gguf}\n";
+  std::ofstream(dir + "/heads.yaml") << "streaming: []\n";
+  std::ofstream(dir + "/m.gguf", std::ios::binary) << "GGUF-bytes";
+  Result<PreflightReport> plain = LocalPreflight(dir + "/c.yaml", "", dir + "/m.gguf");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->version, HeadwayVersion());
+  EXPECT_EQ(plain->model_bytes, 10);
+  EXPECT_EQ(plain->model_checksum, FormatXxh64(Xxh64Of("GGUF-bytes", 10)));
+  Result<PreflightReport> with_pattern =
+      LocalPreflight(dir + "/c.yaml", dir + "/heads.yaml", dir + "/m.gguf");
+  ASSERT_TRUE(with_pattern.ok());
+  EXPECT_NE(with_pattern->config_hash, plain->config_hash);  // the pattern is part of it
+
+  EXPECT_EQ(LocalPreflight(dir + "/c.yaml", dir + "/none.yaml", dir + "/m.gguf").status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(LocalPreflight(dir + "/none.yaml", "", dir + "/m.gguf").status().code(),
+            StatusCode::kNotFound);
+  Result<PreflightReport> no_model = LocalPreflight(dir + "/c.yaml", "", dir + "/none.gguf");
+  ASSERT_TRUE(no_model.ok());
+  EXPECT_EQ(no_model->model_error, "not found");
+}
+
 TEST(PreflightTest, EveryDifferenceIsOneProblemSayingWhatToFix) {
   const PreflightReport local = Report();
   PreflightReport remote = Report();
@@ -241,7 +265,7 @@ TEST(PreflightTest, EveryDifferenceIsOneProblemSayingWhatToFix) {
   EXPECT_NE(only_problem(r).find("same build"), std::string::npos);
   r = Report();
   r.config_hash = "xxh64:2";
-  EXPECT_NE(only_problem(r).find("config file differs"), std::string::npos);
+  EXPECT_NE(only_problem(r).find("config file (or its model.head_pattern file) differs"), std::string::npos);
   r = Report();
   r.model_error = "not found";
   EXPECT_NE(only_problem(r).find("/here/m.gguf: not found"), std::string::npos);
