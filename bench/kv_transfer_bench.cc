@@ -27,8 +27,9 @@
 // veth device only (KvTransferOptions::net_devices, UCX_NET_DEVICES), so
 // TCP crosses a real link as between hosts (transports default to tcp).
 // --tcp-seg-size and --mtu repeat every measurement per value (UCX's TCP
-// segment size, as UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE for every
-// process; the veth MTU), so UCX's defaults and a tuning compare in one run.
+// segment size: KvTransferOptions::tcp_seg_size for the agents,
+// UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE for ucx_perftest; the veth
+// MTU), so UCX's defaults and a tuning compare in one run.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -73,12 +74,12 @@ struct BenchOptions {
 // Where and with what UCX settings one measurement runs.
 struct Setting {
   std::string tls;
-  std::vector<std::string> env;           // "UCX_VAR=value" for every process
+  std::string tcp_seg_size;  // "" = UCX's; agents: KvTransferOptions, ucx_perftest: UCX_TCP_*
   const bench::VethLink* link = nullptr;  // null: this namespace, 127.0.0.1
 };
 
 // First thing in a forked agent child: joins its side of the link, if any,
-// and takes the setting's UCX variables (read by UCX in Create). Exits with
+// and returns the setting's agent options. Exits with
 // a message on stderr when the namespace cannot be entered.
 KvTransferOptions EnterSide(const Setting& setting, int side) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);  // the parent cleans up
@@ -93,10 +94,7 @@ KvTransferOptions EnterSide(const Setting& setting, int side) {
     }
     options.net_devices = setting.link->device(side);
   }
-  for (const std::string& var : setting.env) {
-    const size_t eq = var.find('=');
-    setenv(var.substr(0, eq).c_str(), var.substr(eq + 1).c_str(), 1);
-  }
+  options.tcp_seg_size = setting.tcp_seg_size;
   return options;
 }
 
@@ -246,7 +244,10 @@ bool OnPath(const std::string& program) {
 // namespace of the link if there is one (restricted to its veth end).
 std::string PerftestCommand(const Setting& setting, int side, const std::string& args) {
   std::string cmd = "env UCX_TLS='" + setting.tls + "' ";
-  for (const std::string& var : setting.env) cmd += var + " ";
+  if (!setting.tcp_seg_size.empty()) {
+    cmd += "UCX_TCP_TX_SEG_SIZE=" + setting.tcp_seg_size +
+           " UCX_TCP_RX_SEG_SIZE=" + setting.tcp_seg_size + " ";
+  }
   if (setting.link == nullptr) return cmd + "ucx_perftest" + args;
   return setting.link->ExecPrefix(side) + cmd +
          "UCX_NET_DEVICES=" + setting.link->device(side) + " ucx_perftest" + args;
@@ -392,7 +393,7 @@ int Main(int argc, char** argv) {
         Setting setting{tls, {}, veth ? &link : nullptr};
         std::string name = tls;
         if (seg != "default") {
-          setting.env = {"UCX_TCP_TX_SEG_SIZE=" + seg, "UCX_TCP_RX_SEG_SIZE=" + seg};
+          setting.tcp_seg_size = seg;
           name += " tcp_seg_size=" + seg;
         }
         if (mtu != 0) name += " mtu=" + std::to_string(mtu);
