@@ -66,6 +66,16 @@ struct KvTransferOptions {
   // listener (ucp_listener_create) with sockaddr connection establishment
   // could, and is not used.
   std::string net_devices;
+  // UCX's TCP segment size for sends and receives (UCX_TCP_TX_SEG_SIZE and
+  // UCX_TCP_RX_SEG_SIZE; UCX's memory-units syntax, e.g. "512k"); "" = those
+  // variables from the environment, else UCX's defaults (8 KiB send, 64 KiB
+  // receive). A send segment is the most a TCP active message carries in one
+  // piece: 8 KiB splits each 256 KiB block message into 32 fragments, 512k
+  // sends it whole (bench/README.md, over a veth link: 1.6x the bandwidth
+  // with MTU 9000, 1.15x with 1500). A value overrides the environment's;
+  // one UCX cannot use fails Create with Unavailable, one it cannot parse
+  // is ignored.
+  std::string tcp_seg_size;
   // Block messages sent and not yet acknowledged per WriteBlocks call
   // before it waits for acks; for a staged pool also bounds the staging
   // buffers (at most 8).

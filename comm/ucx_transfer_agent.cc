@@ -174,9 +174,10 @@ std::string UcxError(const char* what, ucs_status_t status) {
 }
 
 // Reads the UCX config (UCX_* environment variables, as UCX always does)
-// and applies `transports` as UCX_TLS and `net_devices` as UCX_NET_DEVICES.
+// and applies `transports` as UCX_TLS, `net_devices` as UCX_NET_DEVICES and
+// `tcp_seg_size` as UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE.
 Result<ucp_context_h> InitContext(const std::string& transports, const std::string& net_devices,
-                                  uint64_t features) {
+                                  const std::string& tcp_seg_size, uint64_t features) {
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return Status::Unavailable(UcxError("ucp_config_read", status));
@@ -194,6 +195,20 @@ Result<ucp_context_h> InitContext(const std::string& transports, const std::stri
       ucp_config_release(config);
       return Status::Unavailable(
           UcxError(("UCX network devices \"" + net_devices + "\" rejected").c_str(), status));
+    }
+  }
+  // Keys that ucp's own table lacks are kept by ucp_config_modify and set,
+  // by their name in the transport's table (TX_SEG_SIZE, not
+  // TCP_TX_SEG_SIZE), on every interface config that has them (only tcp's)
+  // when the worker opens its interfaces; an unusable value fails there, an
+  // unparsable one is skipped.
+  for (const char* key : {"TX_SEG_SIZE", "RX_SEG_SIZE"}) {
+    if (tcp_seg_size.empty()) break;
+    status = ucp_config_modify(config, key, tcp_seg_size.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      return Status::Unavailable(
+          UcxError(("UCX TCP segment size \"" + tcp_seg_size + "\" rejected").c_str(), status));
     }
   }
   ucp_params_t params{};
@@ -331,10 +346,11 @@ Status UcxTransferAgent::Init() {
   // WAKEUP gives the progress thread an fd to sleep on; should a transport
   // set refuse it, run without and let the thread poll with short sleeps.
   constexpr uint64_t kFeatures = UCP_FEATURE_AM;
+  const KvTransferOptions& o = options_;
   auto context =
-      InitContext(options_.transports, options_.net_devices, kFeatures | UCP_FEATURE_WAKEUP);
+      InitContext(o.transports, o.net_devices, o.tcp_seg_size, kFeatures | UCP_FEATURE_WAKEUP);
   bool wakeup = context.ok();
-  if (!wakeup) context = InitContext(options_.transports, options_.net_devices, kFeatures);
+  if (!wakeup) context = InitContext(o.transports, o.net_devices, o.tcp_seg_size, kFeatures);
   if (!context.ok()) return context.status();
   context_ = *context;
 

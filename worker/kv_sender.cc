@@ -40,6 +40,7 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   KvTransferOptions transfer_options;
   transfer_options.transports = options.transports;
   transfer_options.net_devices = options.net_devices;
+  transfer_options.tcp_seg_size = options.tcp_seg_size;
   std::unique_ptr<KvPoolMemory> memory;
   if (pool->on_device()) {
     HW_ASSIGN_OR_RETURN(memory,

@@ -21,6 +21,8 @@ struct KvSenderOptions {
   std::string transports;
   // UCX network devices (KvTransferOptions::net_devices); "" = UCX's choice.
   std::string net_devices;
+  // UCX's TCP segment size (KvTransferOptions::tcp_seg_size); "" = UCX's.
+  std::string tcp_seg_size;
   // Test-only fault injection (headway-worker reads it from the environment
   // variable HEADWAY_FAULT_TRANSFER_STALL_MS); 0 = off. When > 0, every
   // target of every plan writes its first ceil(n/2) blocks, logs a warning

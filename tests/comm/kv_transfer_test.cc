@@ -237,6 +237,30 @@ TEST(KvTransferAgentTest, SmallOutstandingCapStillWritesAll) {
   ExpectCopied(src, dst, copies, 2);
 }
 
+// tcp_seg_size reaches UCX's tcp transport: 512k segments carry whole
+// coalesced messages, and a size too small for UCX's own headers (100 bytes)
+// fails Create, which it would not if the key were dropped.
+TEST(KvTransferAgentTest, TcpSegSizeReachesTheTcpTransport) {
+  std::vector<uint8_t> src = MakePool(1), dst = MakePool(2);
+  KvTransferOptions options;
+  options.transports = "tcp";
+  options.tcp_seg_size = "512k";
+  auto sender = KvTransferAgent::Create(src.data(), kBlockBytes, kNumBlocks, options);
+  auto receiver = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
+  ASSERT_TRUE(sender.ok() && receiver.ok());
+  auto peer = (*sender)->Connect((*receiver)->local_info());
+  ASSERT_TRUE(peer.ok());
+  std::vector<BlockCopy> copies;
+  for (uint32_t b = 0; b < kNumBlocks; ++b) copies.push_back({b, b});
+  ASSERT_TRUE((*sender)->WriteBlocks(*peer, copies, kTimeout).ok());
+  ExpectCopied(src, dst, copies, 2);
+
+  options.tcp_seg_size = "100";
+  auto too_small = KvTransferAgent::Create(src.data(), kBlockBytes, kNumBlocks, options);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_EQ(too_small.status().code(), StatusCode::kUnavailable);
+}
+
 TEST(KvTransferAgentTest, DestroyedPeerFailsWithinTimeout) {
   std::vector<uint8_t> src = MakePool(1), dst = MakePool(2);
   auto sender = MakeAgent(src, "tcp");
