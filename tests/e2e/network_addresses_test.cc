@@ -68,13 +68,15 @@ class AddressesDeployment {
               dir_ + "/node.log") {}
 
   // Waits up to 90 s for /health to answer 200.
+  // Every instance ready (a 200 alone may be a decode instance serving
+  // while its prefill instance still loads).
   bool WaitReady() {
     const Clock::time_point deadline = Clock::now() + std::chrono::seconds(90);
-    while (HttpGet(http_port_, "/health", 5).status != 200 && Clock::now() < deadline &&
+    while (!EveryInstanceReady(HttpGet(http_port_, "/health", 5)) && Clock::now() < deadline &&
            coordinator_.Running() && node_.Running()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return HttpGet(http_port_, "/health", 5).status == 200;
+    return EveryInstanceReady(HttpGet(http_port_, "/health", 5));
   }
   std::string Logs() const { return coordinator_.Log() + "\n---- node:\n" + node_.Log(); }
   int http_port() const { return http_port_; }
