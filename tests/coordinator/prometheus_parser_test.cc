@@ -11,16 +11,10 @@
 #include <sstream>
 
 #include "tests/support/test_env.h"
+#include "tests/support/process.h"
 
 namespace headway::testing {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Samples of `expo` flattened as the reference JSON holds them.
 void ExpectMatchesReference(const PromExposition& expo, const nlohmann::json& reference) {
@@ -170,12 +164,12 @@ TEST(PrometheusParserTest, RejectsEachKindOfMistake) {
 // prometheus_client's own output, parsed by prometheus_client when the test
 // data was made: both parsers must see the same samples.
 TEST(PrometheusParserTest, AgreesWithPrometheusClientOnItsOutput) {
-  std::string text = ReadFile(TestDataPath("prometheus/client_python.txt"));
+  std::string text = ReadText(TestDataPath("prometheus/client_python.txt"));
   ASSERT_FALSE(text.empty());
   Result<PromExposition> r = ParsePrometheusText(text);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   nlohmann::json reference =
-      nlohmann::json::parse(ReadFile(TestDataPath("prometheus/client_python.json")));
+      nlohmann::json::parse(ReadText(TestDataPath("prometheus/client_python.json")));
   ExpectMatchesReference(*r, reference);
   EXPECT_EQ(*r->FindFamily("demo:requests_total")->help,
             "Requests served.\nSecond line with \\ backslash.");

@@ -10,6 +10,7 @@
 
 #include "tests/support/prometheus_parser.h"
 #include "tests/support/test_env.h"
+#include "tests/support/process.h"
 
 namespace headway {
 namespace {
@@ -323,13 +324,6 @@ TEST(ServingMetricsTest, ConcurrentCallersAreCountedExactly) {
   }
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The exposition for a fixed workload equals the stored file, and
 // prometheus_client parsed that file (when the test data was made) into
 // the same samples as Headway's parser does.
@@ -353,7 +347,7 @@ TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   m->OnInstanceDrained();
   const std::string text = m->RenderPrometheus();
 
-  std::string golden = ReadFile(testing::TestDataPath("prometheus/headway_rendered.txt"));
+  std::string golden = testing::ReadText(testing::TestDataPath("prometheus/headway_rendered.txt"));
   // Drop the leading "# made by" comment: it is not part of the render.
   if (golden.rfind("# made by", 0) == 0) golden = golden.substr(golden.find('\n') + 1);
   if (text != golden) {
@@ -364,7 +358,8 @@ TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   }
   PromExposition e = Scrape(*m);
   nlohmann::json reference =
-      nlohmann::json::parse(ReadFile(testing::TestDataPath("prometheus/headway_rendered.json")));
+      nlohmann::json::parse(
+          testing::ReadText(testing::TestDataPath("prometheus/headway_rendered.json")));
   std::vector<const testing::PromSample*> mine;
   for (const auto& f : e.families) {
     for (const auto& s : f.samples) mine.push_back(&s);

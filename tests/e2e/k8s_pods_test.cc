@@ -65,21 +65,6 @@ constexpr char kImageBinDir[] = "/opt/headway/bin";
 // the revision is a hash the test cannot know, so any will do.
 constexpr char kFakeRevision[] = "5d2c9a1f";
 
-struct TempDir {
-  std::string path = MakeTempDir("headway-k8s-pods");
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 std::string Replaced(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
@@ -255,7 +240,7 @@ std::vector<std::string> LaunchTexts(const std::string& config, int http_port,
 void RunPodsOf(const std::string& shipped_config,
                const std::function<std::string(const std::string&)>& edit = nullptr) {
   HW_REQUIRE_MODEL(SmolLm2Path());
-  TempDir dir;
+  ScopedTempDir dir("headway-k8s-pods");
   ASSERT_FALSE(dir.path.empty());
   const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
   std::string shipped = ReadText(SourceDir() + "/deploy/configs/" + shipped_config);

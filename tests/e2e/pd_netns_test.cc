@@ -48,15 +48,6 @@ double Metric(const std::string& page, const std::string& name) {
   return samples.empty() ? -1 : samples[0]->value;
 }
 
-// Removes a directory tree on scope exit.
-struct TempDir {
-  std::string path = MakeTempDir("headway-pd-netns");
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
 // The last `max_chars` of a process log, for failure messages.
 std::string Tail(const ChildProcess& p, size_t max_chars = 3000) {
   const std::string log = p.Log();
@@ -88,7 +79,7 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
   // A fresh namespace has every port free; FreePort only supplies numbers.
   const int http_port = FreePort();
   const int control_port = FreePort();
-  TempDir dir;
+  ScopedTempDir dir("headway-pd-netns");
   ASSERT_FALSE(dir.path.empty());
   const std::string config = dir.path + "/pd.yaml";
   DeploymentOptions pd = options;

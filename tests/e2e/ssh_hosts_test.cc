@@ -54,21 +54,6 @@ constexpr int kMaxTokens = 16;
 constexpr char kSshd[] = "/usr/sbin/sshd";
 constexpr char kSshKeygen[] = "/usr/bin/ssh-keygen";
 
-struct TempDir {
-  std::string path = MakeTempDir("headway-ssh-hosts");
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 std::string Tail(const ChildProcess& p, size_t max_chars = 4000) {
   const std::string log = p.Log();
   return p.log_path() + ":\n" + (log.size() > max_chars ? log.substr(log.size() - max_chars) : log);
@@ -339,7 +324,7 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
                 int stop_signal = SIGINT) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   SKIP_WITHOUT_SSHD();
-  TempDir dir;
+  ScopedTempDir dir("headway-ssh-hosts");
   ASSERT_FALSE(dir.path.empty());
   std::string error;
   const std::vector<std::string> expected = LocalTexts(pools_of, kv_transfer, dir.path, &error);
@@ -503,7 +488,7 @@ TEST(SshHostsTest, KilledLauncherLeavesNothingOnAnyHostSlow) {
 void ExpectRefused(HostState host2, const std::string& problem) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   SKIP_WITHOUT_SSHD();
-  TempDir dir;
+  ScopedTempDir dir("headway-ssh-hosts");
   ASSERT_FALSE(dir.path.empty());
   SshHosts hosts(dir.path, {HostState::kServing, host2});
   HW_SETUP_NETNS_LAN_OR_SKIP(hosts.lan());

@@ -27,6 +27,7 @@
 #include "deploy/launcher/launch_plan.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/test_env.h"
+#include "tests/support/process.h"
 
 namespace headway {
 namespace {
@@ -36,6 +37,7 @@ using namespace std::chrono_literals;
 using launcher::LaunchOptions;
 using launcher::PlanLaunch;
 using launcher::ProcessSpec;
+using testing::ReadText;
 
 // ---- plan (pure) -------------------------------------------------------------
 
@@ -158,13 +160,6 @@ int FreeTcpPort() {
   return port;
 }
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 void WriteFile(const fs::path& path, const std::string& text, bool executable = false) {
   std::ofstream(path) << text;
   if (executable) fs::permissions(path, fs::perms::owner_all, fs::perm_options::add);
@@ -254,8 +249,8 @@ class LauncherRun {
   }
 
   pid_t pid() const { return pid_; }
-  std::string Out() const { return ReadFile(out_); }
-  std::string Err() const { return ReadFile(err_); }
+  std::string Out() const { return ReadText(out_); }
+  std::string Err() const { return ReadText(err_); }
 
  private:
   fs::path out_;
@@ -368,10 +363,10 @@ TEST_F(LauncherTest, ReadyThenStopsEverythingOnSigterm) {
                                  run.ChildPid("worker i0r0"), run.ChildPid("worker i0r1")};
   for (pid_t pid : children) ASSERT_TRUE(pid > 0 && Alive(pid)) << run.Err();
 
-  EXPECT_EQ(ReadFile(dir_ / "coordinator.args"),
+  EXPECT_EQ(ReadText(dir_ / "coordinator.args"),
             "--config " + config.string() + " --model-dir /models --http-port " +
                 std::to_string(port) + "\n");
-  std::string worker_args = ReadFile(dir_ / "worker.args");
+  std::string worker_args = ReadText(dir_ / "worker.args");
   EXPECT_NE(worker_args.find("--model-dir /models --instance-id 0 --tp-rank 0"),
             std::string::npos) << worker_args;
   EXPECT_NE(worker_args.find("--instance-id 0 --tp-rank 1"), std::string::npos) << worker_args;

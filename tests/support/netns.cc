@@ -17,62 +17,30 @@
 #include <random>
 #include <thread>
 
+#include "tests/support/netns_util.h"
+
 namespace headway::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
+using netns::FindIp;
+using netns::kNetnsDir;
+using netns::RunQuietly;
 
 // Every namespace this file creates is named kPrefix + "<tag>-<pid>-<hex>-<a|b>",
 // so a later run can tell which ones a dead test process left behind.
 constexpr char kPrefix[] = "hwnet-";
-constexpr char kNetnsDir[] = "/var/run/netns/";
-
-// Runs a shell command quietly; true when it exits 0.
-bool Run(const std::string& command) {
-  const std::string quiet = "(" + command + ") >/dev/null 2>&1";
-  const int rc = std::system(quiet.c_str());
-  return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
-}
-
-std::string FindIp() {
-  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(path, X_OK) == 0) return path;
-  }
-  return "";
-}
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-// True while `pid` runs; a zombie (dead, not yet reaped by its parent)
-// counts as gone.
-bool ProcessRunning(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  // "pid (comm) S ...": the state follows the last ')', as comm may hold any.
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
-}
 
 // Deletes namespaces named by this file whose creating process is gone (a
 // test killed by a timeout never runs its destructor). Deleting the
 // namespace deletes its veth end and with it the peer.
 void DeleteOrphans(const std::string& ip) {
-  DIR* dir = opendir(kNetnsDir);
-  if (dir == nullptr) return;
-  std::vector<std::string> orphans;
-  while (dirent* e = readdir(dir)) {
-    const std::string name = e->d_name;
-    if (name.rfind(kPrefix, 0) != 0) continue;
-    // hwnet-<tag>-<pid>-<hex>-<side>: the pid is the third field.
-    const size_t tag_end = name.find('-', sizeof kPrefix - 1);
-    if (tag_end == std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + tag_end + 1));
-    if (pid > 0 && !ProcessRunning(pid)) orphans.push_back(name);
+  for (const std::string& name : netns::Orphans(kNetnsDir, kPrefix)) {
+    RunQuietly(ip + " netns del " + name);
   }
-  closedir(dir);
-  for (const std::string& name : orphans) Run(ip + " netns del " + name);
 }
 
 }  // namespace
@@ -97,9 +65,9 @@ NetnsPair::~NetnsPair() {
   }
   // Deleting a namespace destroys the veth end inside it, and with it the
   // peer; the root-side delete covers a failure before the move.
-  if (veth_in_root_) Run(ip_path_ + " link del " + veth_[0]);
+  if (veth_in_root_) RunQuietly(ip_path_ + " link del " + veth_[0]);
   for (int i = 0; i < 2; ++i) {
-    if (ns_created_[i]) Run(ip_path_ + " netns del " + ns_[i]);
+    if (ns_created_[i]) RunQuietly(ip_path_ + " netns del " + ns_[i]);
   }
 }
 
@@ -119,32 +87,32 @@ Status NetnsPair::Setup() {
   if (ip_path_.empty()) return Status::FailedPrecondition("iproute2's `ip` is not installed");
   const std::string& ip = ip_path_;
   DeleteOrphans(ip);
-  if (!Run(ip + " netns add " + ns_[0])) {
+  if (!RunQuietly(ip + " netns add " + ns_[0])) {
     return Status::FailedPrecondition(
         "`ip netns add` failed (no CAP_SYS_ADMIN, e.g. in an unprivileged container)");
   }
   ns_created_[0] = true;
-  if (!Run(ip + " netns add " + ns_[1])) {
+  if (!RunQuietly(ip + " netns add " + ns_[1])) {
     return Status::FailedPrecondition("second `ip netns add` failed");
   }
   ns_created_[1] = true;
-  if (!Run(ip + " link add " + veth_[0] + " type veth peer name " + veth_[1])) {
+  if (!RunQuietly(ip + " link add " + veth_[0] + " type veth peer name " + veth_[1])) {
     return Status::FailedPrecondition(
         "`ip link add ... type veth` failed (no veth support or CAP_NET_ADMIN)");
   }
   veth_in_root_ = true;
-  if (!Run(ip + " link set " + veth_[0] + " netns " + ns_[0])) {
+  if (!RunQuietly(ip + " link set " + veth_[0] + " netns " + ns_[0])) {
     return Status::Internal("moving " + veth_[0] + " into " + ns_[0]);
   }
   veth_in_root_ = false;  // namespace A owns the pair now
-  if (!Run(ip + " link set " + veth_[1] + " netns " + ns_[1])) {
+  if (!RunQuietly(ip + " link set " + veth_[1] + " netns " + ns_[1])) {
     return Status::Internal("moving " + veth_[1] + " into " + ns_[1]);
   }
   for (NetnsSide side : {NetnsSide::kA, NetnsSide::kB}) {
     const std::string in = ip + " -n " + name(side) + " ";
     const std::string& dev = device(side);
-    if (!Run(in + "addr add " + address(side) + "/24 dev " + dev) ||
-        !Run(in + "link set " + dev + " up") || !Run(in + "link set lo up")) {
+    if (!RunQuietly(in + "addr add " + address(side) + "/24 dev " + dev) ||
+        !RunQuietly(in + "link set " + dev + " up") || !RunQuietly(in + "link set lo up")) {
       return Status::Internal("configuring " + dev + " in " + name(side));
     }
   }
@@ -152,7 +120,7 @@ Status NetnsPair::Setup() {
   // slower under load), and UCX skips interfaces that are not IFF_RUNNING.
   const auto deadline = Clock::now() + Millis(5000);
   for (NetnsSide side : {NetnsSide::kA, NetnsSide::kB}) {
-    while (!Run(ip + " -n " + name(side) + " link show dev " + device(side) +
+    while (!RunQuietly(ip + " -n " + name(side) + " link show dev " + device(side) +
                 " | grep -q 'state UP'")) {
       if (Clock::now() > deadline) {
         return Status::Internal(device(side) + " in " + name(side) + " never came up");
@@ -179,34 +147,11 @@ Result<uint64_t> NetnsPair::ReceivedBytes(NetnsSide side) const {
 
 std::vector<std::string> NetnsPair::ExecArgv(NetnsSide side, const std::vector<std::string>& argv,
                                              const std::vector<std::string>& env) const {
-  std::vector<std::string> out = {ip_path_, "netns", "exec", name(side), "/usr/bin/env"};
-  out.insert(out.end(), env.begin(), env.end());
-  out.insert(out.end(), argv.begin(), argv.end());
-  return out;
+  return netns::ExecArgv(ip_path_, name(side), argv, env);
 }
 
 Status NetnsPair::RunInNamespace(NetnsSide side, const std::function<void()>& fn) const {
-  const std::string path = kNetnsDir + name(side);
-  Status status;
-  // A fresh thread that ends with `fn`, so no pooled thread of the process
-  // is left in the namespace.
-  std::thread thread([&] {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      status = Status::Internal(Errno("open " + path));
-      return;
-    }
-    const int rc = setns(fd, CLONE_NEWNET);
-    const int setns_errno = errno;
-    close(fd);
-    if (rc != 0) {
-      status = Status::Internal("setns " + path + ": " + std::strerror(setns_errno));
-      return;
-    }
-    fn();
-  });
-  thread.join();
-  return status;
+  return netns::RunIn(name(side), fn);
 }
 
 pid_t NetnsPair::ForkChild(const std::function<void()>& body) {

@@ -97,6 +97,18 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+ScopedTempDir::~ScopedTempDir() {
+  std::error_code ec;
+  if (!path.empty()) std::filesystem::remove_all(path, ec);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 std::string MakeTempDir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   char* dir = mkdtemp(tmpl.data());

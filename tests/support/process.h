@@ -49,4 +49,16 @@ int FreePort();
 // A fresh, empty directory under the system temp dir.
 std::string MakeTempDir(const std::string& prefix);
 
+// A MakeTempDir(prefix) directory, removed with all it holds on scope exit.
+struct ScopedTempDir {
+  explicit ScopedTempDir(const std::string& prefix) : path(MakeTempDir(prefix)) {}
+  ~ScopedTempDir();
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  std::string path;  // "" when it could not be made
+};
+
+// The whole content of the file at `path`; "" when it cannot be read.
+std::string ReadText(const std::string& path);
+
 }  // namespace headway::testing
