@@ -127,18 +127,13 @@ std::string Emit(const YAML::Node& node) {
 Result<std::string> PodConfig(const std::string& config_yaml, const Config& config,
                               bool has_head_pattern, const K8sOptions& options,
                               int control_port) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(config_yaml);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(std::string("config does not parse: ") + e.what());
-  }
-  root["coordinator"]["http_host"] = "0.0.0.0";
-  root["coordinator"]["control_address"] = "tcp://" + ControlServiceName(options) + "." +
-                                           options.namespace_name + ".svc:" +
-                                           std::to_string(control_port);
   // Workers dial the Service; the coordinator binds its pod's interfaces.
-  root["coordinator"]["control_bind"] = "tcp://0.0.0.0:" + std::to_string(control_port);
+  HW_ASSIGN_OR_RETURN(YAML::Node root,
+                      ConfigServingEverywhere(config_yaml,
+                                              "tcp://" + ControlServiceName(options) + "." +
+                                                  options.namespace_name + ".svc:" +
+                                                  std::to_string(control_port),
+                                              control_port));
   if (has_head_pattern) root["model"]["head_pattern"] = kK8sHeadPatternFile;
   for (size_t i = 0; i < config.pools.size(); ++i) {
     const PoolConfig& pool = config.pools[i];

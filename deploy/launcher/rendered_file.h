@@ -1,6 +1,8 @@
 // What `headway-launch render` writes, and what its renderers share.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <string>
 
 #include "common/status.h"
@@ -32,5 +34,13 @@ inline Result<int> ControlPortOf(const std::string& address, const std::string& 
   }
   return std::stoi(port);
 }
+
+// `config_yaml` (a config file's text) as a tree whose coordinator listens
+// on every interface of its machine: http_host 0.0.0.0, control_bind
+// tcp://0.0.0.0:`control_port`, and control_address `control_address`
+// (what workers elsewhere dial). Every other key stays as written.
+// Errors: InvalidArgument when the text does not parse.
+Result<YAML::Node> ConfigServingEverywhere(const std::string& config_yaml,
+                                           const std::string& control_address, int control_port);
 
 }  // namespace headway::launcher

@@ -19,16 +19,11 @@ Status CheckShellSafe(const std::string& option, const std::string& value) {
 }
 
 Result<std::string> RunConfig(const std::string& config_yaml, const Config& config, int port) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(config_yaml);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(std::string("config does not parse: ") + e.what());
-  }
-  root["coordinator"]["http_host"] = "0.0.0.0";
-  root["coordinator"]["control_address"] =
-      std::string("tcp://") + kCoordinatorHostMark + ":" + std::to_string(port);
-  root["coordinator"]["control_bind"] = "tcp://0.0.0.0:" + std::to_string(port);
+  HW_ASSIGN_OR_RETURN(
+      YAML::Node root,
+      ConfigServingEverywhere(
+          config_yaml, std::string("tcp://") + kCoordinatorHostMark + ":" + std::to_string(port),
+          port));
   if (!config.head_pattern_path.empty()) root["model"]["head_pattern"] = config.head_pattern_path;
   YAML::Emitter out;
   out << root;
