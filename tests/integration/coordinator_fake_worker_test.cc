@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -395,22 +396,25 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     return got_event;
   }
 
+  // Polls `done` every 5 ms until it holds (true) or `timeout` passes
+  // (false).
+  static bool WaitUntil(const std::function<bool()>& done, milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (!done()) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return true;
+  }
+
   // Waits until FreeBlocks() == `expected`.
   bool WaitFreeBlocks(int expected, milliseconds timeout) const {
-    auto deadline = Clock::now() + timeout;
-    while (FreeBlocks() != expected && Clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return FreeBlocks() == expected;
+    return WaitUntil([&] { return FreeBlocks() == expected; }, timeout);
   }
 
   // Waits until FreeBlocks(instance) == `expected`.
   bool WaitFreeBlocksOf(int instance, int expected, milliseconds timeout = milliseconds(5000)) const {
-    auto deadline = Clock::now() + timeout;
-    while (FreeBlocks(instance) != expected && Clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return FreeBlocks(instance) == expected;
+    return WaitUntil([&] { return FreeBlocks(instance) == expected; }, timeout);
   }
 
   static Reply ToReply(const httplib::Result& r) {
@@ -819,13 +823,10 @@ class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
   }
 
   bool WaitHealthStatus(const std::string& status, milliseconds timeout = milliseconds(30000)) {
-    auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
+    return WaitUntil([&] {
       const json body = Get("/health").body;
-      if (body.is_object() && body.value("status", "") == status) return true;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return false;
+      return body.is_object() && body.value("status", "") == status;
+    }, timeout);
   }
 
   // The sum of the series `name` (e.g. over instances); -1 when absent.
@@ -867,18 +868,16 @@ TEST_F(CoordinatorFailoverTest, RequestsNotYetSentMoveAndStreamingOnesFailWhenAW
   // Joins the second step, while the first (300 ms) runs.
   std::this_thread::sleep_for(milliseconds(100));
   std::future<Reply> produced = post("A story about the sea");
-  auto deadline = Clock::now() + milliseconds(10000);
-  while (!first->silent() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_TRUE(first->silent()) << "the third step never reached the worker";
+  ASSERT_TRUE(WaitUntil([&] { return first->silent(); }, milliseconds(10000)))
+      << "the third step never reached the worker";
   std::future<Reply> waiting1 = post("Once upon a time");
   std::future<Reply> waiting2 = post("In a galaxy far away");
   // Both wait in instance 0's queue behind its unanswered step.
-  deadline = Clock::now() + milliseconds(10000);
   auto num_waiting = [this] {
     const json body = Get("/health").body;
     return body.is_object() ? body["instances"][0].value("num_waiting", 0) : -1;
   };
-  while (num_waiting() < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
+  WaitUntil([&] { return num_waiting() >= 2; }, milliseconds(10000));
   ASSERT_EQ(num_waiting(), 2) << Get("/health").body.dump();
 
   std::unique_ptr<FakeWorker> second = Worker(1);
@@ -940,9 +939,7 @@ TEST_F(CoordinatorFailoverTest, WithoutAnotherInstanceUnstartedRequestsFail) {
   std::future<Reply> reply = std::async(std::launch::async, [this] {
     return Post(R"({"prompt": "Hi", "max_tokens": 4})");
   });
-  auto deadline = Clock::now() + milliseconds(10000);
-  while (!only->silent() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_TRUE(only->silent());
+  ASSERT_TRUE(WaitUntil([&] { return only->silent(); }, milliseconds(10000)));
   only.reset();
   Reply r = reply.get();
   ExpectError(r, 503, "no other mixed instance could take the request");
@@ -962,8 +959,7 @@ TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesI
   std::future<Reply> running = std::async(std::launch::async, [this] {
     return Post(R"({"prompt": "Tell me a story", "max_tokens": 40, "ignore_eos": true})");
   });
-  auto deadline = Clock::now() + milliseconds(10000);
-  while (first->num_plans() < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  WaitUntil([&] { return first->num_plans() >= 2; }, milliseconds(10000));
   ASSERT_GE(first->num_plans(), 2);
 
   Reply drain = PostTo("/admin/instances/0/drain", "");
@@ -987,9 +983,7 @@ TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesI
   EXPECT_EQ(finished.body["usage"]["completion_tokens"], 40);
   EXPECT_LE(first->num_plans() - plans_before, 40) << "instance 0 took new requests";
 
-  deadline = Clock::now() + milliseconds(5000);
-  while (!first->got_shutdown() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
-  EXPECT_TRUE(first->got_shutdown());
+  EXPECT_TRUE(WaitUntil([&] { return first->got_shutdown(); }, milliseconds(5000)));
   EXPECT_FALSE(first->shutdown_fault()) << "a drain is an orderly stop";
   EXPECT_TRUE(WaitHealthStatus("degraded"));
   EXPECT_EQ(Get("/health").body["instances"][0]["state"], "down");
@@ -1021,8 +1015,7 @@ TEST_F(CoordinatorShortDrainTest, RequestsLeftAtTheDrainTimeoutMove) {
   std::future<Reply> slow = std::async(std::launch::async, [this] {
     return Post(R"({"prompt": "Tell me a story", "max_tokens": 60, "ignore_eos": true})");
   });
-  auto deadline = Clock::now() + milliseconds(10000);
-  while (first->num_plans() < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  WaitUntil([&] { return first->num_plans() >= 2; }, milliseconds(10000));
   ASSERT_GE(first->num_plans(), 2);
   first->RequestDrain();
   EXPECT_TRUE(WaitHealthStatus("degraded"));
