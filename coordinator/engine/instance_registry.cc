@@ -206,7 +206,6 @@ std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
     h.instance_id = inst.id;
     h.tp_size = inst.tp_size;
     h.role = inst.role;
-    h.ready = inst.ready();
     const bool any_registered = std::any_of(inst.ranks.begin(), inst.ranks.end(),
                                             [](const RankState& r) { return r.registered; });
     h.state = inst.draining()   ? InstanceState::kDraining

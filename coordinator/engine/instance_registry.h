@@ -72,11 +72,13 @@ struct InstanceHealth {
   int instance_id = 0;
   int tp_size = 1;
   PoolRole role = PoolRole::kMixed;
-  bool ready = false;  // all ranks registered (draining or not)
   InstanceState state = InstanceState::kDown;
   size_t num_waiting = 0;
   size_t num_running = 0;
   std::vector<RankHealth> ranks;
+
+  // All ranks registered, draining or not.
+  bool ready() const { return state == InstanceState::kReady || state == InstanceState::kDraining; }
 };
 
 // True when a new request can be served by the instances of `health` (one

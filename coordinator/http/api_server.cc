@@ -392,7 +392,7 @@ std::pair<int, json> ApiServer::HandleHealth() const {
     instances.push_back({{"instance_id", h.instance_id},
                          {"role", PoolRoleName(h.role)},
                          {"tp_size", h.tp_size},
-                         {"ready", h.ready},
+                         {"ready", h.ready()},
                          {"state", InstanceStateName(h.state)},
                          {"num_waiting", h.num_waiting},
                          {"num_running", h.num_running},
