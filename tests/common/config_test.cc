@@ -250,6 +250,9 @@ TEST(ConfigTest, LimitsMustBePositive) {
               {"scheduler.max_num_batched_tokens", "0", ">= 1"});
   ExpectError(Edit(kFull, "max_model_len: 2048", "max_model_len: 0"),
               {"scheduler.max_model_len", "0", ">= 1"});
+  ExpectError(Edit(kFull, "control_address: tcp://127.0.0.1:5557",
+                   "control_address: tcp://127.0.0.1:5557\n  drain_timeout_ms: 0"),
+              {"coordinator.drain_timeout_ms", "0", ">= 1"});
 }
 
 TEST(ConfigTest, HttpPortRange) {
