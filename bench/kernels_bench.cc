@@ -2,6 +2,9 @@
 //   * decode attention over the paged KV pool (8 sequences, one new token
 //     each, SmolLM2-135M layer shape: 9 query heads, 3 KV heads, head_dim 64,
 //     block 16, shuffled block ids) at contexts 1K and 8K, as GB/s of K/V read;
+//   * prefill attention of one 2,048-token prompt in 512-token chunks (as
+//     the scheduler's default max_num_batched_tokens cuts it), same layer
+//     shape, as GFLOP/s of the causal QK^T and PV products;
 //   * memcpy bandwidth measured in the same run (one thread and all OpenMP
 //     threads), the ceiling decode attention should approach;
 //   * sgemm GFLOP/s for [16, 576] x [576, 1536]^T (an MLP up-projection of a
@@ -98,6 +101,39 @@ AttentionResult MeasureDecodeAttention(int num_seqs, int context, int repeats) {
   return {seconds, kv_bytes};
 }
 
+// Prefill attention of one `prompt`-token sequence run as chunks of `chunk`
+// rows, each chunk after AppendKv of its rows: GFLOP/s counting 4 * head_dim
+// flops per (query head, visible key) pair.
+double MeasurePrefillAttentionGflops(int prompt, int chunk, int repeats) {
+  const int num_heads = 9, num_kv_heads = 3, head_dim = 64, block_size = 16;
+  const KvCacheLayout layout{block_size, head_dim};
+  const int blocks_per_slot = (prompt + block_size - 1) / block_size;
+  const int num_blocks = num_kv_heads * blocks_per_slot;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> pool(size_t(num_blocks) * layout.BlockFloats());
+  for (float& x : pool) x = dist(rng);
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const LayerBlockTable table{ids.data(), num_kv_heads, blocks_per_slot};
+  const std::vector<SlotSpec> specs(num_kv_heads);
+  std::vector<float> q(size_t(chunk) * num_heads * head_dim), out(q.size());
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  const double seconds = MedianSeconds(repeats, [&] {
+    for (int begin = 0; begin < prompt; begin += chunk) {
+      const int32_t query_start[2] = {0, std::min(chunk, prompt - begin)};
+      const int32_t start_pos[1] = {begin};
+      const BatchLayout batch{1, query_start, start_pos};
+      cpu::PagedAttention(q.data(), pool.data(), batch, table, specs.data(), layout, num_heads,
+                          scale, out.data());
+    }
+  });
+  const double pairs = double(prompt) * (prompt + 1) / 2 * num_heads;
+  return pairs * 4 * head_dim / seconds / 1e9;
+}
+
 double MeasureSgemmGflops(int m, int n, int k, int repeats) {
   std::mt19937_64 rng(2);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -142,6 +178,9 @@ int main(int argc, char** argv) {
         gbps / copy.all_threads_gbps, i + 1 < contexts.size() ? "," : "");
   }
   std::printf("  ],\n");
+  const int prompt = 2048, chunk = 512;
+  std::printf("  \"prefill_attention\": {\"prompt\": %d, \"chunk\": %d, \"gflops\": %.2f},\n",
+              prompt, chunk, headway::MeasurePrefillAttentionGflops(prompt, chunk, repeats));
   const int m = 16, n = 1536, k = 576;
   std::printf("  \"sgemm\": {\"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.2f}\n}\n", m, n, k,
               headway::MeasureSgemmGflops(m, n, k, repeats));

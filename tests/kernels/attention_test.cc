@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -286,6 +287,74 @@ TEST(AttentionTest, RandomShapes) {
     c.seed = 1000 + trial;
     RunCase(c);
     if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// A row's output is the same bits however its sequence's rows are cut into
+// steps: all at once (prefill), in uneven chunks, or one per step (decode).
+// Preemption and recompute, chunked prefill and prefix caching rely on it:
+// the K/V a row writes does not depend on how it was scheduled.
+TEST(AttentionTest, RowBitsDoNotDependOnChunking) {
+  const int context = 90;
+  for (int bs : {1, 16, 32}) {
+    for (int hd : {64, 80}) {
+      SCOPED_TRACE("block_size=" + std::to_string(bs) + " head_dim=" + std::to_string(hd));
+      const std::vector<SlotSpec> specs = {SlotSpec{}, SlotSpec{20, 4}, SlotSpec{1, 3},
+                                           SlotSpec{16, 17}};
+      const int num_kv_heads = int(specs.size()), group = 3, num_heads = num_kv_heads * group;
+      const KvCacheLayout layout{bs, hd};
+      const int max_blocks = (context + bs - 1) / bs;
+      std::mt19937_64 rng(7 + bs + hd);
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      std::vector<int32_t> ids(size_t(num_kv_heads) * max_blocks);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::vector<float> pool(ids.size() * layout.BlockFloats(), kNaN);
+      for (int h = 0; h < num_kv_heads; ++h) {
+        for (int pos = 0; pos < context; ++pos) {
+          float* block = pool.data() + size_t(ids[size_t(h) * max_blocks + pos / bs]) *
+                                           layout.BlockFloats();
+          for (int d = 0; d < hd; ++d) {
+            block[layout.KOffset(pos % bs) + d] = unit(rng);
+            block[layout.VOffset(pos % bs) + d] = unit(rng) * 3.0f;
+          }
+        }
+      }
+      const LayerBlockTable table{ids.data(), num_kv_heads, max_blocks};
+      const size_t row_floats = size_t(num_heads) * hd;
+      std::vector<float> q(context * row_floats);
+      for (float& x : q) x = unit(rng) * 3.0f;
+      const float scale = 1.0f / std::sqrt(float(hd));
+
+      // Rows [begin, begin + n) as one step; returns their outputs.
+      auto run = [&](int begin, int n) {
+        const int32_t query_start[2] = {0, n};
+        const int32_t start_pos[1] = {begin};
+        std::vector<float> out(n * row_floats, kNaN);
+        cpu::PagedAttention(q.data() + begin * row_floats, pool.data(),
+                            BatchLayout{1, query_start, start_pos}, table, specs.data(), layout,
+                            num_heads, scale, out.data());
+        return out;
+      };
+      const std::vector<float> whole = run(0, context);
+      std::vector<float> chunked;
+      for (int begin = 0, i = 0; begin < context; ++i) {
+        const int n = std::min(context - begin, std::vector<int>{7, 13, 1, 30, 2}[i % 5]);
+        const std::vector<float> part = run(begin, n);
+        chunked.insert(chunked.end(), part.begin(), part.end());
+        begin += n;
+      }
+      std::vector<float> decoded;
+      for (int pos = 0; pos < context; ++pos) {
+        const std::vector<float> part = run(pos, 1);
+        decoded.insert(decoded.end(), part.begin(), part.end());
+      }
+      ASSERT_EQ(chunked.size(), whole.size());
+      ASSERT_EQ(decoded.size(), whole.size());
+      EXPECT_EQ(std::memcmp(chunked.data(), whole.data(), whole.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(decoded.data(), whole.data(), whole.size() * sizeof(float)), 0);
+      EXPECT_FALSE(std::isnan(whole.back()));
+    }
   }
 }
 
