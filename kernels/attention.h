@@ -28,8 +28,12 @@ void AppendKv(const float* k, const float* v, const BatchLayout& batch,
 // entries (recycled blocks) are never dereferenced. REQUIRES: every visible
 // position has a block id >= 0 (a -1 there is a broken invariant and aborts
 // through HW_CHECK). Softmax is computed online (FlashAttention, Dao et
-// al. 2022) in f32. Parallel (cpu::ParallelFor) over (token row, KV head); the query
-// heads of one KV head share each K/V read.
+// al. 2022) in f32, a whole block of keys at a time. Parallel
+// (cpu::ParallelFor) over tiles of up to 4 consecutive rows of a sequence
+// and one KV head: the tile's query vectors share each K/V read.
+// A row's output is the same bits whichever rows share its step (prefill
+// chunk, decode, any chunking) and for any thread count.
+// REQUIRES: head_dim % 8 == 0 (checked: HW_CHECK).
 void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,
                     const KvCacheLayout& layout, int num_heads, float scale, float* out);

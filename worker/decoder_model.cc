@@ -15,6 +15,10 @@ Result<std::unique_ptr<DecoderModel>> DecoderModel::Create(const ModelSpec& spec
                                                            std::unique_ptr<ModelWeights> weights,
                                                            Communicator* comm) {
   HW_RETURN_IF_ERROR(ValidateModel(spec, weights.get(), comm));
+  if (spec.head_dim % 8 != 0) {  // cpu::PagedAttention works on 8-float lanes
+    return Status::Unimplemented("head_dim " + std::to_string(spec.head_dim) +
+                                 " is not a multiple of 8, which the CPU attention kernel needs");
+  }
   return std::unique_ptr<DecoderModel>(new DecoderModel(spec, std::move(weights), comm));
 }
 
