@@ -16,8 +16,9 @@
 //
 // Exit status: 0 after a requested stop; 1 when a process failed to start,
 // the coordinator or an agent died, or the deployment was not ready in
-// time; 2 for a bad command line, config or missing model file, or a
-// remote host that failed the preflight (the message names the host).
+// time; 2 when nothing could be started: a bad command line, config or
+// missing model file, a Headway binary missing here, or a remote host that
+// failed the preflight (the message names the host).
 //
 // `headway-launch render k8s CONFIG -o DIR [options]` starts nothing: it
 // writes Kubernetes manifests for the config into DIR
@@ -406,6 +407,26 @@ int main(int argc, char** argv) {
   for (ProcessSpec& node : PlanNodes(plan, options)) processes.push_back(std::move(node));
   const int num_workers = int(plan.size()) - 1;
 
+  // This machine's binaries are checked before the preflight: a missing one
+  // is as fatal as a remote host failing it, and cheaper to find.
+  std::vector<std::pair<std::string, std::string>> binaries = {  // (host, binary)
+      {plan[0].host, plan[0].argv[0]}};
+  for (const ProcessSpec& spec : processes) {
+    if (spec.local && spec.name != "coordinator") {
+      binaries.emplace_back(spec.host, spec.argv[0]);                 // headway-node
+      binaries.emplace_back(spec.host, bin_dir + "/headway-worker");  // which it starts
+      break;
+    }
+  }
+  for (const auto& [host, binary] : binaries) {
+    if (access(binary.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "headway-launch: host %s (this machine): %s not found or not "
+                   "executable (build it, or pass --bin-dir); nothing was started\n",
+                   host.c_str(), binary.c_str());
+      return kExitUsage;
+    }
+  }
+
   const std::vector<std::string> remote_hosts = RemoteHosts(plan);
   std::string ssh_path;
   if (Status reachable = CheckControlAddressForRemoteHosts(config, remote_hosts);
@@ -439,22 +460,6 @@ int main(int argc, char** argv) {
                  "model of %lld bytes, %s\n", remote_hosts.size(),
                  remote_hosts.size() == 1 ? "" : "s", local->version.c_str(),
                  static_cast<long long>(local->model_bytes), local->model_checksum.c_str());
-  }
-
-  std::vector<std::string> binaries = {plan[0].argv[0]};
-  for (const ProcessSpec& spec : processes) {
-    if (spec.local && spec.instance_id < 0 && spec.name != "coordinator") {
-      binaries.push_back(spec.argv[0]);               // headway-node
-      binaries.push_back(bin_dir + "/headway-worker");  // which it starts
-      break;
-    }
-  }
-  for (const std::string& binary : binaries) {
-    if (access(binary.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "headway-launch: %s not found or not executable (build it, or pass "
-                   "--bin-dir)\n", binary.c_str());
-      return kExitFailure;
-    }
   }
 
   // The launcher takes its signals synchronously (sigtimedwait); children

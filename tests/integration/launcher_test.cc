@@ -447,13 +447,38 @@ TEST_F(LauncherTest, NotReadyInTimeStops) {
   EXPECT_NE(run.Err().find("did not answer 200"), std::string::npos) << run.Err();
 }
 
-TEST_F(LauncherTest, MissingBinaryIsReported) {
+// A binary missing here means nothing can start: exit status 2, like a
+// host failing the preflight, naming the binary and the host.
+TEST_F(LauncherTest, MissingBinaryExits2NamingItAndTheHost) {
   fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "nowhere").string()});
   std::optional<int> status = run.Wait(10s);
   ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(WEXITSTATUS(*status), 1);
-  EXPECT_NE(run.Err().find("headway-coordinator"), std::string::npos) << run.Err();
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 2) << run.Err();
+  EXPECT_NE(run.Err().find("host 127.0.0.1 (this machine): " + (dir_ / "nowhere").string() +
+                           "/headway-coordinator not found"),
+            std::string::npos)
+      << run.Err();
+}
+
+// Only the worker binary is missing: the agent would start and fail on
+// every restart; the launcher refuses before starting anything.
+TEST_F(LauncherTest, MissingWorkerBinaryExits2BeforeAnythingStarts) {
+  WriteStandIns();
+  fs::remove(dir_ / "bin/headway-worker");
+  fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
+  std::optional<int> status = run.Wait(10s);
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 2) << run.Err();
+  EXPECT_NE(run.Err().find("host 127.0.0.1 (this machine): " + (dir_ / "bin").string() +
+                           "/headway-worker not found"),
+            std::string::npos)
+      << run.Err();
+  EXPECT_EQ(run.Err().find("headway: started"), std::string::npos) << run.Err();
+  EXPECT_FALSE(fs::exists(dir_ / "coordinator.args"));
 }
 
 // The real thing: coordinator and worker binaries with the real model.
