@@ -481,6 +481,44 @@ TEST_F(LauncherTest, MissingWorkerBinaryExits2BeforeAnythingStarts) {
   EXPECT_FALSE(fs::exists(dir_ / "coordinator.args"));
 }
 
+// `headway-launch join` runs standby slots only, with one --host per host
+// of the slot's instance; anything else is refused with exit status 2
+// before any process starts.
+TEST_F(LauncherTest, JoinRefusesWhatIsNotAStandbySlot) {
+  WriteStandIns();
+  WriteFile(dir_ / "pool.yaml",
+            "model: {path: " + (dir_ / "model.gguf").string() + "}\n"
+            "coordinator: {http_port: " + std::to_string(FreeTcpPort()) + "}\n"
+            "pools: [{name: main, role: mixed, instances: {min: 1, max: 3, template: "
+            "{tp_size: 1, device: cpu, num_threads: 1}}}]\n");
+  const std::string config = (dir_ / "pool.yaml").string();
+  const std::string bin = (dir_ / "bin").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--pool", "main", "--group-index", "0"},
+       "slot 0 of pool `main` starts with the deployment (its first 1 do); standby slots are 1 "
+       "to 2"},
+      {{"--pool", "main", "--group-index", "3"}, "pool `main` has 3 instances (0 to 2)"},
+      {{"--pool", "other", "--group-index", "1"}, "the config has no such pool (pools: main)"},
+      {{"--pool", "main", "--group-index", "1", "--host", "a", "--host", "b"},
+       "--host given 2 times; instance 1 of pool `main` has 1 host"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"join", config, "--bin-dir", bin};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    LauncherRun run(dir_, args);
+    std::optional<int> status = run.Wait(10s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << *status << run.Err();
+    EXPECT_NE(run.Err().find(c.message), std::string::npos) << run.Err();
+    EXPECT_EQ(run.Err().find("headway: started"), std::string::npos) << run.Err();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "worker.args"));
+}
+
 // The real thing: coordinator and worker binaries with the real model.
 TEST_F(LauncherTest, StartsRealDeploymentAndStops) {
   const std::string coordinator = testing::BinaryPath("headway-coordinator");

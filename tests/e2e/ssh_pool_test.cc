@@ -1,12 +1,19 @@
-// `kill -9` of a remote worker under load, with the deployment launched over
-// ssh into network namespaces (tests/support/ssh_hosts.h): a prefill
-// instance on host1 and two decode instances, on host2 and host3. While
+// A pool's instances changing under load, with the deployment launched over
+// ssh into network namespaces (tests/support/ssh_hosts.h).
+//
+// `kill -9` of a remote worker: a prefill instance on host1 and two decode
+// instances, on host2 and host3. While
 // clients send completions without a pause, the decode worker on host3 is
 // killed. The decode instance on host2 keeps serving; no request hangs or
 // fails (none streams, so the coordinator starts the killed instance's
 // requests again on the other one); host3's node agent starts the worker
 // again, it registers and serves within kServeAgainBound; and every
 // instance's free blocks come back to what they were before the load.
+//
+// A standby slot on another host: a mixed pool {min: 1, max: 2} whose
+// template names host1; `headway-launch join --host host2` runs slot 1's
+// node agent on host2 over ssh; it joins and takes requests; SIGTERM to the
+// join drains it away and the slot is vacant again. No request fails.
 //
 // Needs the model, root (network namespaces, sshd) and openssh-server;
 // skips, saying which, without them.
@@ -19,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -152,7 +160,7 @@ std::optional<ProcInfo> WorkerOf(const std::string& dir, int instance) {
   return std::nullopt;
 }
 
-TEST(SshKillTest, KilledRemoteDecodeWorkerRestartsWhileTheOtherServes) {
+TEST(SshPoolTest, KilledRemoteDecodeWorkerRestartsWhileTheOtherServes) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   HW_SKIP_WITHOUT_SSHD();
   ScopedTempDir dir("headway-ssh-kill");
@@ -262,6 +270,93 @@ TEST(SshKillTest, KilledRemoteDecodeWorkerRestartsWhileTheOtherServes) {
     const std::string log = launcher.Log();
     ADD_FAILURE() << "launcher log (tail):\n"
                   << (log.size() > 6000 ? log.substr(log.size() - 6000) : log) << hosts.Logs();
+  }
+}
+
+TEST(SshPoolTest, StandbySlotJoinsOnAnotherHostOverSshAndDrainsAway) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  HW_SKIP_WITHOUT_SSHD();
+  ScopedTempDir dir("headway-ssh-join");
+  ASSERT_FALSE(dir.path.empty());
+  SshHosts hosts(dir.path, std::vector<HostState>(2, HostState::kServing));
+  HW_SETUP_NETNS_LAN_OR_SKIP(hosts.lan());
+  hosts.Start();
+  if (::testing::Test::HasFatalFailure()) return;
+  NetnsLan& lan = hosts.lan();
+
+  Coordinator coordinator{FreePort()};
+  const std::string config = dir.path + "/ssh.yaml";
+  const std::string pools =
+      "pools:\n  - name: main\n    role: mixed\n    instances:\n"
+      "      min: 1\n      max: 2\n"
+      "      template: {tp_size: 1, device: cpu, hosts: [host1], num_threads: 1}\n";
+  std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", coordinator.http_port,
+                                             FreePort(), false) +
+                               hosts.LaunchSection();
+  const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
+  ChildProcess launcher(
+      lan.ExecArgv(0, {BinaryPath("headway-launch"), config, "--model-dir", model_dir}),
+      dir.path + "/launch.log");
+  std::unique_ptr<ChildProcess> join;
+
+  const Status in_ns = lan.RunInNamespace(0, [&] {
+    ASSERT_GE(WaitFor([&] { return EveryInstanceReady(HttpGet(coordinator.http_port, "/health", 5)); },
+                      std::chrono::seconds(90)),
+              0)
+        << "never ready";
+    EXPECT_EQ(coordinator.StateOf(1), "vacant");
+    Load load(coordinator.http_port, 2);
+
+    const Clock::time_point joining = Clock::now();
+    join = std::make_unique<ChildProcess>(
+        lan.ExecArgv(0, {BinaryPath("headway-launch"), "join", config, "--pool", "main",
+                         "--group-index", "1", "--host", "host2", "--model-dir", model_dir}),
+        dir.path + "/join.log");
+    ASSERT_GE(WaitFor([&] { return coordinator.StateOf(1) == "ready"; }, std::chrono::seconds(60)),
+              0)
+        << coordinator.Health().dump();
+    const double joined = Seconds(joining);
+    const std::optional<ProcInfo> worker = WorkerOf(dir.path, 1);
+    ASSERT_TRUE(worker.has_value()) << "no worker of instance 1";
+    EXPECT_EQ(worker->net_ns, NamespaceInode(lan.name(2))) << worker->cmdline;
+    EXPECT_GE(WaitFor([&] { return coordinator.Metric("headway:generation_tokens_total", 1) > 0; },
+                      std::chrono::seconds(30)),
+              0)
+        << "the joined instance took no request";
+
+    const Clock::time_point leaving = Clock::now();
+    join->Signal(SIGTERM);
+    const int status = join->WaitExit(std::chrono::seconds(60));
+    const double left = Seconds(leaving);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << join->Log();
+    EXPECT_GE(WaitFor([&] { return coordinator.StateOf(1) == "vacant"; }, std::chrono::seconds(10)),
+              0)
+        << coordinator.Health().dump();
+    EXPECT_FALSE(WorkerOf(dir.path, 1).has_value());
+    // A little more load on the one instance left.
+    std::this_thread::sleep_for(milliseconds(500));
+    load.Stop();
+    EXPECT_TRUE(load.failures().empty())
+        << load.failures().size() << " of " << load.num_sent() << " failed; first: "
+        << load.failures().front();
+    EXPECT_TRUE(EveryInstanceReady(HttpGet(coordinator.http_port, "/health", 5)))
+        << coordinator.Health().dump();
+    std::printf("[ info     ] requests %d, failed %zu; slot 1 on host2 ready %.2f s after "
+                "`headway-launch join` started (preflight included), gone %.2f s after its "
+                "SIGTERM\n",
+                load.num_sent(), load.failures().size(), joined, left);
+  });
+  ASSERT_TRUE(in_ns.ok()) << in_ns.ToString();
+  if (join) join->Stop(std::chrono::seconds(60));
+
+  launcher.Signal(SIGINT);
+  const int status = launcher.WaitExit(std::chrono::seconds(60));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  if (::testing::Test::HasFailure()) {
+    const std::string log = launcher.Log();
+    ADD_FAILURE() << "launcher log (tail):\n"
+                  << (log.size() > 6000 ? log.substr(log.size() - 6000) : log)
+                  << (join ? "\njoin log:\n" + join->Log() : "") << hosts.Logs();
   }
 }
 
