@@ -398,7 +398,7 @@ int JoinMain(int argc, char** argv) {
   std::vector<std::string> remote_hosts;
   for (const std::string& h : hosts) {
     if (IsLocalHost(h)) {
-      for (const std::string binary : {bin_dir + "/headway-node", bin_dir + "/headway-worker"}) {
+      for (const std::string& binary : {bin_dir + "/headway-node", bin_dir + "/headway-worker"}) {
         if (access(binary.c_str(), X_OK) != 0) {
           std::fprintf(stderr, "headway-launch join: host %s (this machine): %s not found or not "
                        "executable (build it, or pass --bin-dir)\n", h.c_str(), binary.c_str());
@@ -459,7 +459,9 @@ int JoinMain(int argc, char** argv) {
     const std::string& node_model_dir = remote ? config.launch.model_dir : model_dir;
     if (!node_model_dir.empty()) argv.insert(argv.end(), {"--model-dir", node_model_dir});
     argv.insert(argv.end(), {"--bin-dir", node_bin_dir});
-    if (host != config_hosts[w]) argv.insert(argv.end(), {"--bind-host", host, "--advertise-host", host});
+    if (host != config_hosts[w]) {
+      argv.insert(argv.end(), {"--bind-host", host, "--advertise-host", host});
+    }
     argv.push_back("--drain-on-stdin-eof");
     ProcessSpec spec;
     spec.name = "node " + host + " (pool " + pool + " slot " + std::to_string(group_index) + ")";

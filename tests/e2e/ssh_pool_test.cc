@@ -77,6 +77,9 @@ struct Coordinator {
   int http_port = 0;
 
   json Health() const { return HttpGet(http_port, "/health", 5).json; }
+  bool EveryInstanceReady() const {
+    return ::headway::testing::EveryInstanceReady(HttpGet(http_port, "/health", 5));
+  }
 
   std::string StateOf(int instance) const {
     const json h = Health();
@@ -192,8 +195,7 @@ TEST(SshPoolTest, KilledRemoteDecodeWorkerRestartsWhileTheOtherServes) {
   // Everything that talks HTTP runs on threads in the launch host's
   // namespace: this one, and the load's clients it starts.
   const Status in_ns = lan.RunInNamespace(0, [&] {
-    ASSERT_GE(WaitFor([&] { return EveryInstanceReady(HttpGet(coordinator.http_port, "/health", 5)); },
-                      std::chrono::seconds(90)),
+    ASSERT_GE(WaitFor([&] { return coordinator.EveryInstanceReady(); }, std::chrono::seconds(90)),
               0)
         << "never ready";
     std::vector<long> free_at_start;
@@ -245,7 +247,7 @@ TEST(SshPoolTest, KilledRemoteDecodeWorkerRestartsWhileTheOtherServes) {
         << load.failures().size() << " of " << load.num_sent() << " failed; first: "
         << load.failures().front();
     EXPECT_LT(load.longest_s(), kRequestTimeoutS);
-    EXPECT_TRUE(EveryInstanceReady(HttpGet(coordinator.http_port, "/health", 5)))
+    EXPECT_TRUE(coordinator.EveryInstanceReady())
         << coordinator.Health().dump();
     for (int i = 0; i < 3; ++i) {
       EXPECT_GE(WaitFor([&] { return coordinator.FreeBlocks(i) == free_at_start[size_t(i)]; },
@@ -300,8 +302,7 @@ TEST(SshPoolTest, StandbySlotJoinsOnAnotherHostOverSshAndDrainsAway) {
   std::unique_ptr<ChildProcess> join;
 
   const Status in_ns = lan.RunInNamespace(0, [&] {
-    ASSERT_GE(WaitFor([&] { return EveryInstanceReady(HttpGet(coordinator.http_port, "/health", 5)); },
-                      std::chrono::seconds(90)),
+    ASSERT_GE(WaitFor([&] { return coordinator.EveryInstanceReady(); }, std::chrono::seconds(90)),
               0)
         << "never ready";
     EXPECT_EQ(coordinator.StateOf(1), "vacant");
@@ -339,7 +340,7 @@ TEST(SshPoolTest, StandbySlotJoinsOnAnotherHostOverSshAndDrainsAway) {
     EXPECT_TRUE(load.failures().empty())
         << load.failures().size() << " of " << load.num_sent() << " failed; first: "
         << load.failures().front();
-    EXPECT_TRUE(EveryInstanceReady(HttpGet(coordinator.http_port, "/health", 5)))
+    EXPECT_TRUE(coordinator.EveryInstanceReady())
         << coordinator.Health().dump();
     std::printf("[ info     ] requests %d, failed %zu; slot 1 on host2 ready %.2f s after "
                 "`headway-launch join` started (preflight included), gone %.2f s after its "
