@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -359,14 +360,23 @@ TEST_F(LauncherTest, ReadyThenStopsEverythingOnSigterm) {
   ASSERT_TRUE(run.WaitForStdout(
       "headway: ready at http://127.0.0.1:" + std::to_string(port) + " (2 workers) in", 30s))
       << run.Out() << run.Err();
+  // The stand-in /health answers before the agent has started (and logged)
+  // its workers.
   std::vector<pid_t> children = {run.ChildPid("coordinator"), run.ChildPid("node 127.0.0.1"),
-                                 run.ChildPid("worker i0r0"), run.ChildPid("worker i0r1")};
+                                 run.WaitForRestart("worker i0r0", -1, 10s),
+                                 run.WaitForRestart("worker i0r1", -1, 10s)};
   for (pid_t pid : children) ASSERT_TRUE(pid > 0 && Alive(pid)) << run.Err();
 
   EXPECT_EQ(ReadText(dir_ / "coordinator.args"),
             "--config " + config.string() + " --model-dir /models --http-port " +
                 std::to_string(port) + "\n");
-  std::string worker_args = ReadText(dir_ / "worker.args");
+  // Each stand-in writes its arguments once it runs.
+  std::string worker_args;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+    worker_args = ReadText(dir_ / "worker.args");
+    if (std::count(worker_args.begin(), worker_args.end(), '\n') >= 2) break;
+  }
   EXPECT_NE(worker_args.find("--model-dir /models --instance-id 0 --tp-rank 0"),
             std::string::npos) << worker_args;
   EXPECT_NE(worker_args.find("--instance-id 0 --tp-rank 1"), std::string::npos) << worker_args;
@@ -385,8 +395,9 @@ TEST_F(LauncherTest, WorkerDeathRestartsItsInstanceAndTheRestKeepsRunning) {
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
   ASSERT_TRUE(run.WaitForStdout("(2 workers)", 30s)) << run.Out() << run.Err();
   const pid_t coordinator = run.ChildPid("coordinator");
-  const pid_t rank0 = run.ChildPid("worker i0r0");
-  const pid_t rank1 = run.ChildPid("worker i0r1");
+  // The stand-in /health answers before the agent has started its workers.
+  const pid_t rank0 = run.WaitForRestart("worker i0r0", -1, 10s);
+  const pid_t rank1 = run.WaitForRestart("worker i0r1", -1, 10s);
   ASSERT_GT(rank1, 0);
   kill(rank1, SIGKILL);
   // Its agent stops rank 0 too (a TP group restarts together) and starts
@@ -412,7 +423,9 @@ TEST_F(LauncherTest, CoordinatorDeathStopsEverything) {
   fs::path config = WriteConfig(port, 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
   ASSERT_TRUE(run.WaitForStdout("(1 worker)", 30s)) << run.Out() << run.Err();
-  const pid_t worker = run.ChildPid("worker i0r0");
+  // The stand-in /health answers before the agent has started its worker.
+  const pid_t worker = run.WaitForRestart("worker i0r0", -1, 10s);
+  ASSERT_GT(worker, 0) << run.Err();
   kill(run.ChildPid("coordinator"), SIGKILL);
   std::optional<int> status = run.Wait(20s);
   ASSERT_TRUE(status.has_value());
