@@ -16,8 +16,13 @@
 //
 // Exit status: 0 after a requested stop; 1 when a process failed to start,
 // the coordinator or an agent died, or the deployment was not ready in
-// time; 2 for a bad command line, config or missing model file, or a
-// remote host that failed the preflight (the message names the host).
+// time; 2 when nothing could be started: a bad command line, config or
+// missing model file, a Headway binary missing here, or a remote host that
+// failed the preflight (the message names the host).
+//
+// `headway-launch join CONFIG --pool P --group-index G [--host H]...` runs
+// one standby slot of a running deployment, on the hosts its instance
+// names or on --host (JoinMain says more).
 //
 // `headway-launch render k8s CONFIG -o DIR [options]` starts nothing: it
 // writes Kubernetes manifests for the config into DIR
@@ -30,6 +35,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -316,14 +322,188 @@ int RenderMain(int argc, char** argv) {
   return WriteRendered(out_dir, *files);
 }
 
+// headway-launch join CONFIG --pool P --group-index G [--host H]...: runs a
+// standby slot's node agents, one per host of its instance, each over ssh
+// where the host is not this machine (after the same preflight as a
+// launch), with --drain-on-stdin-eof: SIGINT or SIGTERM closes their stdin
+// and the slot drains and leaves. Exit status: 0 once the slot left on
+// request; 1 when an agent could not start or exited on its own; 2 for a
+// bad command line or config, a slot that is not standby, a binary missing
+// here or a host that failed the preflight.
+int JoinMain(int argc, char** argv) {
+  CLI::App app{"Runs a standby slot of a pool (declared with min and max): its node agents, over "
+               "ssh for other hosts; SIGINT or SIGTERM drains it away.",
+               "headway-launch join"};
+  std::string config_path, pool, model_dir, bin_dir;
+  int group_index = -1;
+  std::vector<std::string> hosts;
+  app.add_option("config", config_path, "the running deployment's YAML")->required();
+  app.add_option("--pool", pool, "the pool whose slot joins")->required();
+  app.add_option("--group-index", group_index, "the slot: the instance's index in --pool")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--host", hosts,
+                 "where the slot's workers run, once per host of its instance in worker-index "
+                 "order (default: the hosts the config's instance names); workers on a host "
+                 "given here bind and advertise that name");
+  app.add_option("--model-dir", model_dir,
+                 "directory for a relative model.path here (default: $HEADWAY_MODEL_DIR, else "
+                 "~/.cache/headway/models)");
+  app.add_option("--bin-dir", bin_dir, "where headway-node is (default: beside this binary)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  // Environment is read here and nowhere else.
+  if (model_dir.empty()) {
+    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+  }
+  if (bin_dir.empty()) bin_dir = OwnDirectory();
+  std::error_code ec;
+  const std::filesystem::path absolute_config = std::filesystem::absolute(config_path, ec);
+  if (!ec) config_path = absolute_config.string();
+  Result<Config> loaded = LoadConfigFile(config_path);
+  Status valid = loaded.ok() ? ValidateConfig(*loaded) : loaded.status();
+  if (!valid.ok()) {
+    std::fprintf(stderr, "headway-launch join: config error: %s\n", valid.message().c_str());
+    return kExitUsage;
+  }
+  const Config& config = *loaded;
+  LaunchOptions options{config_path, bin_dir, model_dir, std::nullopt};
+  Result<std::vector<ProcessSpec>> leader =
+      WorkersOfGroupMember(config, PlanLaunch(config, options), pool, group_index, 0);
+  if (!leader.ok()) {
+    std::fprintf(stderr, "headway-launch join: %s\n", leader.status().message().c_str());
+    return kExitUsage;
+  }
+  const PoolConfig* slot_pool = nullptr;
+  for (const PoolConfig& p : config.pools) slot_pool = p.name == pool ? &p : slot_pool;
+  if (!slot_pool->IsStandby(group_index)) {
+    std::fprintf(stderr, "headway-launch join: --group-index %d: slot %d of pool `%s` starts with "
+                 "the deployment (its first %d do); standby slots are %d to %zu\n", group_index,
+                 group_index, pool.c_str(), slot_pool->NumInitial(), slot_pool->NumInitial(),
+                 slot_pool->instances.size() - 1);
+    return kExitUsage;
+  }
+  const std::vector<std::string>& config_hosts =
+      slot_pool->instances[size_t(group_index)].hosts;
+  if (hosts.empty()) hosts = config_hosts;
+  if (hosts.size() != config_hosts.size()) {
+    std::fprintf(stderr, "headway-launch join: --host given %zu times; instance %d of pool `%s` "
+                 "has %zu host%s\n", hosts.size(), group_index, pool.c_str(), config_hosts.size(),
+                 config_hosts.size() == 1 ? "" : "s");
+    return kExitUsage;
+  }
+  std::vector<std::string> remote_hosts;
+  for (const std::string& h : hosts) {
+    if (IsLocalHost(h)) {
+      for (const std::string& binary : {bin_dir + "/headway-node", bin_dir + "/headway-worker"}) {
+        if (access(binary.c_str(), X_OK) != 0) {
+          std::fprintf(stderr, "headway-launch join: host %s (this machine): %s not found or not "
+                       "executable (build it, or pass --bin-dir)\n", h.c_str(), binary.c_str());
+          return kExitUsage;
+        }
+      }
+    } else if (std::find(remote_hosts.begin(), remote_hosts.end(), h) == remote_hosts.end()) {
+      remote_hosts.push_back(h);
+    }
+  }
+  std::string ssh_path;
+  if (!remote_hosts.empty()) {
+    // Environment is read here and nowhere else.
+    ssh_path = FindExecutable("ssh", std::getenv("PATH"));
+    Config resolved = config;
+    ResolveModelPath(resolved, model_dir);
+    Result<PreflightReport> local =
+        LocalPreflight(config_path, config.head_pattern_path, resolved.model_path);
+    if (ssh_path.empty() || !local.ok() || !local->model_error.empty()) {
+      std::fprintf(stderr, "headway-launch join: %s\n",
+                   ssh_path.empty() ? "no `ssh` client is on PATH here (install openssh-client)"
+                   : local.ok()     ? ("preflight here: " + local->model_error).c_str()
+                                    : ("preflight here: " + local.status().message()).c_str());
+      return kExitUsage;
+    }
+    if (!PreflightRemoteHosts(ssh_path, config, config_path, bin_dir, remote_hosts, *local)) {
+      std::fprintf(stderr, "headway-launch join: preflight failed; nothing was started\n");
+      return kExitUsage;
+    }
+  }
+
+  const sigset_t original_mask = BlockSupervisorSignals();
+  int agent_stdin[2];
+  if (pipe2(agent_stdin, O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "headway-launch join: pipe failed\n");
+    return kExitFailure;
+  }
+  Supervised supervised(original_mask);
+  supervised.agent_stdin_writer = agent_stdin[1];
+  // A worker drains for at most drain_timeout_ms, then gives up on a
+  // silent coordinator after heartbeat_timeout_ms more.
+  const auto drain_grace = std::chrono::milliseconds(config.drain_timeout_ms +
+                                                     config.heartbeat_timeout_ms) +
+                           kAgentStopGrace;
+  auto leave = [&](int exit_code) {
+    close(supervised.agent_stdin_writer);
+    supervised.agent_stdin_writer = -1;
+    supervised.group.Stop(supervised.agent_pids, drain_grace, 0);
+    return exit_code;
+  };
+  for (size_t w = 0; w < hosts.size(); ++w) {
+    const std::string& host = hosts[w];
+    const bool remote = !IsLocalHost(host);
+    const std::string node_bin_dir = remote ? RemoteBinDir(config.launch, bin_dir) : bin_dir;
+    std::vector<std::string> argv = {node_bin_dir + "/headway-node", "--config", config_path,
+                                     "--pool", pool, "--group-index", std::to_string(group_index),
+                                     "--worker-index", std::to_string(w)};
+    const std::string& node_model_dir = remote ? config.launch.model_dir : model_dir;
+    if (!node_model_dir.empty()) argv.insert(argv.end(), {"--model-dir", node_model_dir});
+    argv.insert(argv.end(), {"--bin-dir", node_bin_dir});
+    if (host != config_hosts[w]) {
+      argv.insert(argv.end(), {"--bind-host", host, "--advertise-host", host});
+    }
+    argv.push_back("--drain-on-stdin-eof");
+    ProcessSpec spec;
+    spec.name = "node " + host + " (pool " + pool + " slot " + std::to_string(group_index) + ")";
+    spec.host = host;
+    spec.argv = remote ? SshArgv(ssh_path, config.launch, host, argv, true) : argv;
+    spec.stdin_fd = agent_stdin[0];
+    Result<pid_t> pid = supervised.group.Start(spec);
+    if (!pid.ok()) {
+      std::fprintf(stderr, "headway-launch join: %s\n", pid.status().message().c_str());
+      return leave(kExitFailure);
+    }
+    supervised.agent_pids.push_back(*pid);
+    std::fprintf(stderr, "headway: started %s (pid %d): %s\n", spec.name.c_str(),
+                 static_cast<int>(*pid), ShellCommand(spec.argv).c_str());
+  }
+  close(agent_stdin[0]);
+  for (;;) {
+    std::optional<int> sig = WaitSignal(std::chrono::milliseconds(1000));
+    if (IsStopSignal(sig)) {
+      std::fprintf(stderr, "headway: %s received, draining slot %d of pool `%s` away\n",
+                   *sig == SIGINT ? "SIGINT" : "SIGTERM", group_index, pool.c_str());
+      return leave(0);
+    }
+    if (std::optional<ExitedChild> exited = supervised.group.ReapExited()) {
+      std::fprintf(stderr, "headway: %s (pid %d) %s; the slot leaves\n", exited->name.c_str(),
+                   static_cast<int>(exited->pid), DescribeWaitStatus(exited->wait_status).c_str());
+      return leave(kExitFailure);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "render") return RenderMain(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "join") return JoinMain(argc - 1, argv + 1);
   CLI::App app{"Starts a Headway deployment (coordinator and workers) from a YAML config."};
   app.footer("headway-launch render k8s|slurm CONFIG -o DIR writes Kubernetes manifests or a "
              "SLURM batch script for the config instead (see headway-launch render k8s --help, "
-             "headway-launch render slurm --help).");
+             "headway-launch render slurm --help); headway-launch join CONFIG --pool P "
+             "--group-index G runs a standby slot of a running deployment (see headway-launch "
+             "join --help).");
   std::string config_path;
   std::string model_dir;
   std::string bin_dir;
@@ -406,6 +586,26 @@ int main(int argc, char** argv) {
   for (ProcessSpec& node : PlanNodes(plan, options)) processes.push_back(std::move(node));
   const int num_workers = int(plan.size()) - 1;
 
+  // This machine's binaries are checked before the preflight: a missing one
+  // is as fatal as a remote host failing it, and cheaper to find.
+  std::vector<std::pair<std::string, std::string>> binaries = {  // (host, binary)
+      {plan[0].host, plan[0].argv[0]}};
+  for (const ProcessSpec& spec : processes) {
+    if (spec.local && spec.name != "coordinator") {
+      binaries.emplace_back(spec.host, spec.argv[0]);                 // headway-node
+      binaries.emplace_back(spec.host, bin_dir + "/headway-worker");  // which it starts
+      break;
+    }
+  }
+  for (const auto& [host, binary] : binaries) {
+    if (access(binary.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "headway-launch: host %s (this machine): %s not found or not "
+                   "executable (build it, or pass --bin-dir); nothing was started\n",
+                   host.c_str(), binary.c_str());
+      return kExitUsage;
+    }
+  }
+
   const std::vector<std::string> remote_hosts = RemoteHosts(plan);
   std::string ssh_path;
   if (Status reachable = CheckControlAddressForRemoteHosts(config, remote_hosts);
@@ -439,22 +639,6 @@ int main(int argc, char** argv) {
                  "model of %lld bytes, %s\n", remote_hosts.size(),
                  remote_hosts.size() == 1 ? "" : "s", local->version.c_str(),
                  static_cast<long long>(local->model_bytes), local->model_checksum.c_str());
-  }
-
-  std::vector<std::string> binaries = {plan[0].argv[0]};
-  for (const ProcessSpec& spec : processes) {
-    if (spec.local && spec.instance_id < 0 && spec.name != "coordinator") {
-      binaries.push_back(spec.argv[0]);               // headway-node
-      binaries.push_back(bin_dir + "/headway-worker");  // which it starts
-      break;
-    }
-  }
-  for (const std::string& binary : binaries) {
-    if (access(binary.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "headway-launch: %s not found or not executable (build it, or pass "
-                   "--bin-dir)\n", binary.c_str());
-      return kExitFailure;
-    }
   }
 
   // The launcher takes its signals synchronously (sigtimedwait); children

@@ -8,7 +8,7 @@
 //   headway-node --config C (--host H | --node-rank R |
 //                            --pool P --group-index G --worker-index W)
 //                [--model-dir DIR] [--bin-dir DIR] [--bind-host B]
-//                [--advertise-host A] [--exit-on-stdin-eof]
+//                [--advertise-host A] [--exit-on-stdin-eof | --drain-on-stdin-eof]
 //   headway-node --preflight --config C [--model-dir DIR]
 //
 // --bind-host and --advertise-host are passed to every worker it starts
@@ -32,7 +32,8 @@
 // worker that exits 0 was released by a drain (POST
 // /admin/instances/N/drain): its instance starts again at once. With --exit-on-stdin-eof
 // (headway-launch passes it, keeping a pipe open) the agent also stops when
-// its stdin closes, so it never outlives its launcher.
+// its stdin closes, so it never outlives its launcher; with
+// --drain-on-stdin-eof (headway-launch join) it drains as on SIGTERM first.
 //
 // --preflight starts nothing: it prints this host's preflight report (its
 // version, the config file's hash, the model file's path, size and
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
   std::string config_path, host, model_dir, bin_dir, bind_host, advertise_host;
   int node_rank = -1;
   bool exit_on_stdin_eof = false;
+  bool drain_on_stdin_eof = false;
   bool preflight = false;
   app.add_option("--config", config_path, "deployment YAML")->required();
   CLI::Option* host_opt = app.add_option("--host", host, "this node, as the config names it");
@@ -147,6 +149,10 @@ int main(int argc, char** argv) {
                  "name, e.g. the pod IP)");
   app.add_flag("--exit-on-stdin-eof", exit_on_stdin_eof,
                "stop the workers and exit when stdin closes (headway-launch's pipe)");
+  app.add_flag("--drain-on-stdin-eof", drain_on_stdin_eof,
+               "when stdin closes, drain the workers' instances (as SIGTERM does) and exit "
+               "(headway-launch join: a joined slot leaves without failing a request)")
+      ->excludes("--exit-on-stdin-eof");
   app.add_flag("--preflight", preflight,
                "print this host's version, config hash and model file size and checksum, and "
                "exit (headway-launch runs it over ssh before starting)");
@@ -268,9 +274,12 @@ int main(int argc, char** argv) {
                                : node::ProcessRunner::Mode::kNow);
       return 0;
     }
-    if (exit_on_stdin_eof && StdinClosed()) {
-      std::fprintf(stderr, "headway-node: stdin closed (the launcher is gone), stopping\n");
-      supervisor.StopAll(node::ProcessRunner::Mode::kNow);
+    if ((exit_on_stdin_eof || drain_on_stdin_eof) && StdinClosed()) {
+      std::fprintf(stderr, "headway-node: stdin closed (the launcher is gone), %s\n",
+                   drain_on_stdin_eof ? "draining the workers' instances, then stopping"
+                                      : "stopping");
+      supervisor.StopAll(drain_on_stdin_eof ? node::ProcessRunner::Mode::kDrain
+                                            : node::ProcessRunner::Mode::kNow);
       return 0;
     }
     std::vector<std::string> log;

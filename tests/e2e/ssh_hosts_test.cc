@@ -1,23 +1,12 @@
-// headway-launch over ssh, with network namespaces as the hosts: one
-// namespace is the machine the launcher (and so the coordinator) runs on,
-// each of the others runs its own sshd (Debian's openssh-server) on port 22
-// of its address, all on one bridge (tests/support/netns_lan.h) with an
-// /etc/hosts naming every host. The test makes a throwaway host key and
-// client key, lists the host key in a known_hosts file and points the
-// config's `launch:` section at both, so ssh runs with BatchMode and strict
-// host key checking as it would between machines. Each sshd sets
-// HEADWAY_MODEL_DIR for its sessions (sshd_config SetEnv): that host's
-// model directory, so one host can lack the model or hold a different file.
-//
-// What a real cluster adds and this does not: separate file systems (all
-// hosts here see the same binaries and config at the same paths, which is
-// what the preflight checks for anyway), separate kernels and clocks, and
-// real network latency.
+// headway-launch over ssh, with network namespaces as the hosts
+// (tests/support/ssh_hosts.h: each runs its own sshd; the launcher runs in
+// a namespace of its own). Deployments come up, answer as they do on one
+// machine, run each worker in its host's namespace and leave nothing behind
+// when stopped; the preflight refuses hosts it must refuse.
 //
 // Needs the model, root (network namespaces, sshd) and openssh-server;
 // skips, saying which, without them.
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,9 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <memory>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -43,6 +29,7 @@
 #include "tests/support/netns_lan.h"
 #include "tests/support/process.h"
 #include "tests/support/prometheus_parser.h"
+#include "tests/support/ssh_hosts.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -51,8 +38,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxTokens = 16;
-constexpr char kSshd[] = "/usr/sbin/sshd";
-constexpr char kSshKeygen[] = "/usr/bin/ssh-keygen";
 
 std::string Tail(const ChildProcess& p, size_t max_chars = 4000) {
   const std::string log = p.Log();
@@ -72,203 +57,16 @@ std::vector<nlohmann::json> Prompts() {
   return {all[0], all[1], all[2]};
 }
 
-// Runs `argv` to completion; true when it exits 0.
-bool RunToEnd(const std::vector<std::string>& argv, const std::string& log) {
-  ChildProcess p(argv, log);
-  const int status = p.WaitExit(std::chrono::seconds(30));
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-// A process as /proc shows it.
-struct ProcInfo {
-  pid_t pid = 0;
-  std::string cmdline;  // arguments joined with spaces
-  ino_t net_ns = 0;     // inode of its network namespace
-};
-
-std::vector<ProcInfo> Processes() {
-  std::vector<ProcInfo> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    ProcInfo info;
-    info.pid = pid_t(std::stol(name));
-    std::string raw = ReadText(entry.path().string() + "/cmdline");
-    for (char& c : raw) {
-      if (c == '\0') c = ' ';
-    }
-    info.cmdline = raw;
-    struct stat st;
-    if (stat((entry.path().string() + "/ns/net").c_str(), &st) == 0) info.net_ns = st.st_ino;
-    out.push_back(info);
-  }
-  return out;
-}
-
-ino_t NamespaceInode(const std::string& netns_name) {
-  struct stat st;
-  return stat(("/run/netns/" + netns_name).c_str(), &st) == 0 ? st.st_ino : 0;
-}
-
-// What one remote host does when the launcher calls.
-enum class HostState { kServing, kNoModel, kWrongModel, kNoSshd };
-
-// Member 0 of the LAN is the launch host ("launchhost"); member i >= 1 is
-// "host<i>", running sshd unless its state is kNoSshd.
-class SshHosts {
- public:
-  SshHosts(const std::string& dir, std::vector<HostState> states)
-      : dir_(dir), states_(std::move(states)), lan_("ssh", int(states_.size()) + 1) {}
-  ~SshHosts() { sshd_.clear(); }  // before the LAN goes
-
-  NetnsLan& lan() { return lan_; }
-  static std::string HostName(int i) { return "host" + std::to_string(i); }
-  int num_hosts() const { return int(states_.size()); }
-
-  // Keys, /etc/hosts, known_hosts, one sshd per serving host; waits until
-  // each listens. Fails the test on any error.
-  void Start() {
-    ASSERT_TRUE(RunToEnd({kSshKeygen, "-q", "-t", "ed25519", "-N", "", "-f", dir_ + "/host_key"},
-                         dir_ + "/keygen.log"));
-    ASSERT_TRUE(RunToEnd({kSshKeygen, "-q", "-t", "ed25519", "-N", "", "-f", dir_ + "/client_key"},
-                         dir_ + "/keygen.log"));
-    std::filesystem::copy_file(dir_ + "/client_key.pub", dir_ + "/authorized_keys");
-    std::istringstream host_pub(ReadText(dir_ + "/host_key.pub"));
-    std::string key_type, key_body;
-    host_pub >> key_type >> key_body;
-    std::string hosts = "127.0.0.1 localhost\n" + lan_.address(0) + " launchhost\n";
-    std::ofstream known(dir_ + "/known_hosts");
-    for (int i = 1; i <= num_hosts(); ++i) {
-      hosts += lan_.address(i) + " " + HostName(i) + "\n";
-      known << HostName(i) << "," << lan_.address(i) << " " << key_type << " " << key_body << "\n";
-    }
-    known.close();
-    ASSERT_TRUE(lan_.WriteHosts(hosts).ok());
-    // sshd's privilege separation directory (the ssh.service unit makes it).
-    std::error_code ec;
-    std::filesystem::create_directories("/run/sshd", ec);
-
-    const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
-    for (int i = 1; i <= num_hosts(); ++i) {
-      const HostState state = states_[size_t(i - 1)];
-      if (state == HostState::kNoSshd) continue;
-      std::string host_models = model_dir;
-      if (state != HostState::kServing) {
-        host_models = dir_ + "/models-" + HostName(i);
-        std::filesystem::create_directories(host_models);
-      }
-      if (state == HostState::kWrongModel) {
-        // Same name and size, other bytes: only the checksum tells.
-        const std::string path = host_models + "/" +
-                                 std::filesystem::path(SmolLm2Path()).filename().string();
-        std::ofstream(path, std::ios::binary).close();
-        std::filesystem::resize_file(path, std::filesystem::file_size(SmolLm2Path()));
-      }
-      const std::string config = dir_ + "/sshd_config-" + HostName(i);
-      std::ofstream(config) << "ListenAddress " << lan_.address(i) << ":22\n"
-                            << "HostKey " << dir_ << "/host_key\n"
-                            << "AuthorizedKeysFile " << dir_ << "/authorized_keys\n"
-                            << "PidFile none\n"
-                            << "UsePAM no\n"
-                            << "StrictModes no\n"
-                            << "PermitRootLogin prohibit-password\n"
-                            << "PubkeyAuthentication yes\n"
-                            << "PasswordAuthentication no\n"
-                            << "KbdInteractiveAuthentication no\n"
-                            << "SetEnv HEADWAY_MODEL_DIR=" << host_models << "\n";
-      sshd_.push_back(std::make_unique<ChildProcess>(
-          lan_.ExecArgv(i, {kSshd, "-D", "-e", "-f", config}),
-          dir_ + "/sshd-" + HostName(i) + ".log"));
-    }
-    for (int i = 1; i <= num_hosts(); ++i) {
-      if (states_[size_t(i - 1)] == HostState::kNoSshd) continue;
-      bool listening = false;
-      const std::string address = lan_.address(i);
-      const Status joined = lan_.RunInNamespace(0, [&] {
-        const auto deadline = Clock::now() + std::chrono::seconds(10);
-        while (!listening && Clock::now() < deadline) {
-          const int fd = socket(AF_INET, SOCK_STREAM, 0);
-          sockaddr_in sa{};
-          sa.sin_family = AF_INET;
-          sa.sin_port = htons(22);
-          inet_pton(AF_INET, address.c_str(), &sa.sin_addr);
-          listening = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
-          close(fd);
-          if (!listening) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-      });
-      ASSERT_TRUE(joined.ok()) << joined.ToString();
-      ASSERT_TRUE(listening) << HostName(i) << "'s sshd does not listen\n" << Logs();
-    }
-  }
-
-  // The `launch:` section pointing at the test's keys.
-  std::string LaunchSection() const {
-    return "launch:\n  user: root\n  port: 22\n  key: " + dir_ + "/client_key\n  known_hosts: " +
-           dir_ + "/known_hosts\n  connect_timeout_s: 5\n";
-  }
-
-  std::string Logs() const {
-    std::string all;
-    for (const auto& p : sshd_) all += Tail(*p, 1500) + "\n";
-    return all;
-  }
-
- private:
-  std::string dir_;
-  std::vector<HostState> states_;
-  NetnsLan lan_;
-  std::vector<std::unique_ptr<ChildProcess>> sshd_;
-};
-
-bool Skipping(std::string* why) {
-  if (geteuid() != 0) {
-    *why = "needs root (network namespaces, sshd)";
-    return true;
-  }
-  if (access(kSshd, X_OK) != 0 || access(kSshKeygen, X_OK) != 0) {
-    *why = std::string(kSshd) + " not found: install openssh-server (deploy/setup.sh)";
-    return true;
-  }
-  return false;
-}
-
-#define SKIP_WITHOUT_SSHD()                      \
-  do {                                           \
-    std::string why_;                            \
-    if (Skipping(&why_)) GTEST_SKIP() << why_;   \
-  } while (0)
-
-// The deployment's YAML: `pools` (a `pools:` list naming hosts), the
-// coordinator on `coordinator_host` (the launch host's name, or 127.0.0.1).
-std::string ConfigYaml(const std::string& pools, const std::string& coordinator_host,
-                       int http_port, int control_port, bool kv_transfer) {
-  std::string yaml = "model:\n  path: " +
-                     std::filesystem::path(SmolLm2Path()).filename().string() +
-                     "\n  served_name: smollm2\n"
-                     "coordinator:\n  http_host: 0.0.0.0\n  http_port: " +
-                     std::to_string(http_port) + "\n  control_address: tcp://" +
-                     coordinator_host + ":" + std::to_string(control_port) +
-                     "\n  control_bind: tcp://0.0.0.0:" + std::to_string(control_port) +
-                     "\ncache:\n  block_size: 16\n  kv_memory_mb: 64\n"
-                     "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 256\n"
-                     "  max_model_len: 1024\n";
-  if (kv_transfer) yaml += "kv_transfer:\n  transports: tcp\n  timeout_ms: 5000\n";
-  return yaml + pools;
-}
-
-// `pools_of(host_of)`: the pools list, with host_of(i) naming host i
-// (1-based) — 127.0.0.1 for the local reference run, hostI over ssh.
+// `pools_of(host_of)`: a pools list, with host_of(i) naming host i.
 using PoolsOf = std::function<std::string(const std::function<std::string(int)>&)>;
 
 // Greedy texts of headway-launch running `pools` all on this machine.
-std::vector<std::string> LocalTexts(const PoolsOf& pools_of, bool kv_transfer,
+std::vector<std::string> LocalTexts(const std::string& pools, bool kv_transfer,
                                     const std::string& dir, std::string* error) {
   const int http_port = FreePort();
   const std::string config = dir + "/local.yaml";
-  std::ofstream(config) << ConfigYaml(pools_of([](int) { return std::string("127.0.0.1"); }),
-                                      "127.0.0.1", http_port, FreePort(), kv_transfer);
+  std::ofstream(config) << SshDeploymentYaml(pools, "127.0.0.1", http_port, FreePort(),
+                                             kv_transfer);
   ChildProcess launcher({BinaryPath("headway-launch"), config, "--model-dir",
                          std::filesystem::path(SmolLm2Path()).parent_path().string()},
                         dir + "/local-launch.log");
@@ -297,40 +95,67 @@ double ReadySeconds(const std::string& log) {
   return in == std::string::npos ? -1 : std::atof(log.c_str() + in + 4);
 }
 
-// A Headway binary (build/bin/headway-...) other than the launcher, or an
-// ssh client or shell running one.
-bool IsHeadwayProcess(const ProcInfo& p) {
-  return p.cmdline.find("bin/headway-") != std::string::npos &&
-         p.cmdline.find("bin/headway-launch") == std::string::npos;
+// Bytes sent by member `i`'s network interfaces (loopback left out) so
+// far, from /proc/net/dev as a thread in its namespace sees it; -1 if
+// unreadable.
+long long TxBytes(const NetnsLan& lan, int i) {
+  long long total = -1;
+  const Status joined = lan.RunInNamespace(i, [&] {
+    std::istringstream dev(ReadText("/proc/thread-self/net/dev"));
+    std::string line;
+    while (std::getline(dev, line)) {
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos || line.find('|') != std::string::npos) continue;
+      std::string name = line.substr(0, colon);
+      name.erase(0, name.find_first_not_of(' '));
+      if (name == "lo") continue;
+      std::istringstream fields(line.substr(colon + 1));
+      long long value = 0;
+      for (int field = 0; field < 9 && fields >> value; ++field) {
+      }
+      total = std::max(total, 0LL) + value;  // the 9th field: transmitted bytes
+    }
+  });
+  return joined.ok() ? total : -1;
 }
 
-// Processes of this test's deployment: their command line names its directory.
-std::vector<ProcInfo> HeadwayProcessesOf(const std::string& dir) {
-  std::vector<ProcInfo> found;
-  for (const ProcInfo& p : Processes()) {
-    if (p.cmdline.find(dir) != std::string::npos && IsHeadwayProcess(p)) found.push_back(p);
-  }
-  return found;
-}
+// A deployment over ssh for RunOverSsh.
+struct SshRun {
+  int num_hosts = 1;
+  // The pools list, with host_of(i) naming host i (1-based) — 127.0.0.1
+  // for the local reference run, hostI over ssh.
+  PoolsOf pools_of;
+  // The local reference run's pools; "" = pools_of on 127.0.0.1.
+  std::string reference_pools;
+  // kv_transfer over UCX TCP; instance 0 is then the prefill instance.
+  bool kv_transfer = false;
+  // Which host (1-based) runs instance i's rank r.
+  std::function<int(int instance, int rank)> host_of_worker;
+  int stop_signal = SIGINT;
+};
 
-// The deployment `pools_of` describes on `num_hosts` hosts over ssh: it
-// comes up, answers as the local run does, every worker runs in its host's
-// namespace, and `stop_signal` to the launcher leaves nothing of Headway
-// anywhere: SIGINT is a stop (exit status 0); after SIGKILL the ssh
-// sessions die with the launcher and each remote agent sees its stdin end.
-// `host_of_worker`: which host (1-based) runs instance i's rank r.
-void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
-                const std::function<int(int instance, int rank)>& host_of_worker,
-                int stop_signal = SIGINT) {
+// The deployment `run` describes over ssh: it comes up, answers as the
+// local reference run does, every worker runs in its host's namespace, a
+// disaggregated one moves its KV blocks across hosts (the prefill host
+// sends at least as many bytes as the coordinator counts moved) with no
+// fallback to local prefill, and `stop_signal` to the launcher leaves
+// nothing of Headway anywhere: SIGINT is a stop (exit status 0); after
+// SIGKILL the ssh sessions die with the launcher and each remote agent sees
+// its stdin end.
+void RunOverSsh(const SshRun& run) {
   HW_REQUIRE_MODEL(SmolLm2Path());
-  SKIP_WITHOUT_SSHD();
+  HW_SKIP_WITHOUT_SSHD();
   ScopedTempDir dir("headway-ssh-hosts");
   ASSERT_FALSE(dir.path.empty());
   std::string error;
-  const std::vector<std::string> expected = LocalTexts(pools_of, kv_transfer, dir.path, &error);
+  const std::string reference_pools =
+      !run.reference_pools.empty() ? run.reference_pools
+                                   : run.pools_of([](int) { return std::string("127.0.0.1"); });
+  const std::vector<std::string> expected = LocalTexts(
+      reference_pools, run.kv_transfer && run.reference_pools.empty(), dir.path, &error);
   ASSERT_FALSE(expected.empty()) << error;
 
-  SshHosts hosts(dir.path, std::vector<HostState>(size_t(num_hosts), HostState::kServing));
+  SshHosts hosts(dir.path, std::vector<HostState>(size_t(run.num_hosts), HostState::kServing));
   HW_SETUP_NETNS_LAN_OR_SKIP(hosts.lan());
   hosts.Start();
   if (::testing::Test::HasFatalFailure()) return;
@@ -338,8 +163,9 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
 
   const int http_port = FreePort();
   const std::string config = dir.path + "/ssh.yaml";
-  std::ofstream(config) << ConfigYaml(pools_of([](int i) { return SshHosts::HostName(i); }),
-                                      "launchhost", http_port, FreePort(), kv_transfer) +
+  std::ofstream(config) << SshDeploymentYaml(
+                               run.pools_of([](int i) { return SshHosts::HostName(i); }),
+                               "launchhost", http_port, FreePort(), run.kv_transfer) +
                                hosts.LaunchSection();
   // The launcher's model dir is the real one; each host finds its own.
   const Clock::time_point launched = Clock::now();
@@ -350,9 +176,7 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
 
   bool ready = false;
   double ready_s = -1;
-  std::vector<std::string> got;
-  std::string metrics_page;
-  const Status in_ns = lan.RunInNamespace(0, [&] {
+  Status in_ns = lan.RunInNamespace(0, [&] {
     const auto deadline = Clock::now() + std::chrono::seconds(90);
     while (Clock::now() < deadline && launcher.Running()) {
       if (EveryInstanceReady(HttpGet(http_port, "/health", 5))) {
@@ -362,22 +186,43 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    if (!ready) return;
+  });
+  ASSERT_TRUE(in_ns.ok()) << in_ns.ToString();
+  ASSERT_TRUE(ready) << "never ready over ssh\n" << Tail(launcher) << hosts.Logs();
+  // The launcher's "ready" is its first /health 200 (possibly degraded),
+  // probed every 1.2 s at most, so its line may come after the test saw
+  // every instance ready; every instance ready is the test's own measure.
+  const auto said_ready_by = Clock::now() + std::chrono::seconds(5);
+  while (ReadySeconds(launcher.Log()) < 0 && Clock::now() < said_ready_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("[ info     ] over ssh on %d hosts: headway-launch said ready after %.2f s, every "
+              "instance ready after %.2f s (preflight included)\n",
+              run.num_hosts, ReadySeconds(launcher.Log()), ready_s);
+
+  const int prefill_host = run.kv_transfer ? run.host_of_worker(0, 0) : 0;
+  const long long tx_before = run.kv_transfer ? TxBytes(lan, prefill_host) : 0;
+  std::vector<std::string> got;
+  std::string metrics_page;
+  in_ns = lan.RunInNamespace(0, [&] {
     got = GreedyTexts(
         [&](const std::string& body) { return HttpPost(http_port, "/v1/completions", body, 60); },
         Prompts(), kMaxTokens, 1);
     metrics_page = HttpGet(http_port, "/metrics", 10).body;
   });
   ASSERT_TRUE(in_ns.ok()) << in_ns.ToString();
-  ASSERT_TRUE(ready) << "never ready over ssh\n" << Tail(launcher) << hosts.Logs();
-  // The launcher's "ready" is its first /health 200 (possibly degraded);
-  // every instance ready is the test's own measure.
-  std::printf("[ info     ] over ssh on %d hosts: headway-launch said ready after %.2f s, every "
-              "instance ready after %.2f s (preflight included)\n",
-              num_hosts, ReadySeconds(launcher.Log()), ready_s);
-  if (kv_transfer) {
+  if (run.kv_transfer) {
+    // UCX runs on TCP alone (kv_transfer.transports); the bytes it moved
+    // left the prefill host through its network interface.
+    const long long tx_bytes = TxBytes(lan, prefill_host) - tx_before;
+    const double kv_bytes = Metric(metrics_page, "headway:kv_transfer_bytes_total");
     EXPECT_GT(Metric(metrics_page, "headway:kv_transfer_blocks_total"), 0) << metrics_page;
+    EXPECT_GT(kv_bytes, 0) << metrics_page;
+    EXPECT_GE(double(tx_bytes), kv_bytes) << "the prefill host sent less than the KV bytes moved";
     EXPECT_EQ(Metric(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
+    std::printf("[ info     ] KV bytes moved %.0f (%.0f blocks); %s sent %lld bytes meanwhile\n",
+                kv_bytes, Metric(metrics_page, "headway:kv_transfer_blocks_total"),
+                SshHosts::HostName(prefill_host).c_str(), tx_bytes);
   }
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -394,14 +239,9 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
       continue;
     }
     if (p.cmdline.find("headway-worker") == std::string::npos) continue;
-    std::istringstream words(p.cmdline);
-    std::string word;
-    int instance = -1, rank = -1;
-    while (words >> word) {
-      if (word == "--instance-id") words >> instance;
-      if (word == "--tp-rank") words >> rank;
-    }
-    const int host = host_of_worker(instance, rank);
+    const int instance = FlagValue(p.cmdline, "--instance-id");
+    const int rank = FlagValue(p.cmdline, "--tp-rank");
+    const int host = run.host_of_worker(instance, rank);
     EXPECT_EQ(p.net_ns, NamespaceInode(lan.name(host)))
         << "worker i" << instance << "r" << rank << " (pid " << p.pid << ") should run on "
         << SshHosts::HostName(host);
@@ -409,6 +249,7 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
   }
   EXPECT_GT(num_workers, 0);
 
+  const int stop_signal = run.stop_signal;
   launcher.Signal(stop_signal);
   const int status = launcher.WaitExit(std::chrono::seconds(60));
   if (stop_signal == SIGINT) {
@@ -444,50 +285,82 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
 // cross between hosts over UCX on TCP. A few seconds: the default suite's
 // multi-host test.
 TEST(SshHostsTest, DisaggregatedPairOnTwoHostsServesAsLocalRun) {
-  RunOverSsh(
-      2,
-      [](const std::function<std::string(int)>& host) {
-        return "pools:\n"
-               "  - name: prefill\n    role: prefill\n    instances:\n"
-               "      - {tp_size: 1, device: cpu, hosts: [" + host(1) + "], num_threads: 1}\n"
-               "  - name: decode\n    role: decode\n    instances:\n"
-               "      - {tp_size: 1, device: cpu, hosts: [" + host(2) + "], num_threads: 1}\n";
-      },
-      true, [](int instance, int) { return instance + 1; });
+  RunOverSsh({.num_hosts = 2,
+              .pools_of =
+                  [](const std::function<std::string(int)>& host) {
+                    return "pools:\n"
+                           "  - name: prefill\n    role: prefill\n    instances:\n"
+                           "      - {tp_size: 1, device: cpu, hosts: [" + host(1) +
+                           "], num_threads: 1}\n"
+                           "  - name: decode\n    role: decode\n    instances:\n"
+                           "      - {tp_size: 1, device: cpu, hosts: [" + host(2) +
+                           "], num_threads: 1}\n";
+                  },
+              .kv_transfer = true,
+              .host_of_worker = [](int instance, int) { return instance + 1; }});
+}
+
+// deploy/configs/pd-hetero.yaml across three hosts: prefill at TP 1 on
+// host1, decode at TP 3 on host2 (rank 0) and host3 (ranks 1 and 2, Gloo
+// between the hosts). Each KV head goes from host1 to the host of the
+// decode rank that owns it. Greedy outputs equal a colocated (mixed TP 1)
+// run's. About 50 s on two cores, the local reference run included.
+TEST(SshHostsTest, PdHeteroAcrossThreeHostsServesAsColocatedRun) {
+  RunOverSsh({.num_hosts = 3,
+              .pools_of =
+                  [](const std::function<std::string(int)>& host) {
+                    return "pools:\n"
+                           "  - name: prefill\n    role: prefill\n    instances:\n"
+                           "      - {tp_size: 1, device: cpu, hosts: [" + host(1) +
+                           "], num_threads: 1}\n"
+                           "  - name: decode\n    role: decode\n    instances:\n"
+                           "      - {tp_size: 3, device: cpu, hosts: [" + host(2) + ", " +
+                           host(3) + ", " + host(3) + "], num_threads: 1, collective: gloo}\n";
+                  },
+              .reference_pools = "pools:\n  - name: main\n    role: mixed\n    instances:\n"
+                                 "      - {tp_size: 1, device: cpu, hosts: [127.0.0.1], "
+                                 "num_threads: 1}\n",
+              .kv_transfer = true,
+              .host_of_worker = [](int instance, int rank) {
+                return instance == 0 ? 1 : rank == 0 ? 2 : 3;
+              }});
 }
 
 // One TP group of 3 ranks, a rank per host, all-reducing over Gloo across
 // the bridge. About 30 s on two cores: labelled slow.
 TEST(SshHostsTest, TpGroupAcrossThreeHostsServesAsLocalRunSlow) {
-  RunOverSsh(
-      3,
-      [](const std::function<std::string(int)>& host) {
-        return "pools:\n  - name: main\n    role: mixed\n    instances:\n"
-               "      - {tp_size: 3, device: cpu, hosts: [" + host(1) + ", " + host(2) + ", " +
-               host(3) + "], num_threads: 1, collective: gloo}\n";
-      },
-      false, [](int, int rank) { return rank + 1; });
+  RunOverSsh({.num_hosts = 3,
+              .pools_of =
+                  [](const std::function<std::string(int)>& host) {
+                    return "pools:\n  - name: main\n    role: mixed\n    instances:\n"
+                           "      - {tp_size: 3, device: cpu, hosts: [" + host(1) + ", " +
+                           host(2) + ", " + host(3) + "], num_threads: 1, collective: gloo}\n";
+                  },
+              .host_of_worker = [](int, int rank) { return rank + 1; }});
 }
 
 // The launcher killed outright (no chance to stop anything itself): its
 // ssh sessions die with it (PR_SET_PDEATHSIG), and every remote agent,
 // its stdin ended, stops its workers. Labelled slow.
 TEST(SshHostsTest, KilledLauncherLeavesNothingOnAnyHostSlow) {
-  RunOverSsh(
-      2,
-      [](const std::function<std::string(int)>& host) {
-        return "pools:\n  - name: main\n    role: mixed\n    instances:\n"
-               "      - {tp_size: 1, device: cpu, hosts: [" + host(1) + "], num_threads: 1}\n"
-               "      - {tp_size: 1, device: cpu, hosts: [" + host(2) + "], num_threads: 1}\n";
-      },
-      false, [](int instance, int) { return instance + 1; }, SIGKILL);
+  RunOverSsh({.num_hosts = 2,
+              .pools_of =
+                  [](const std::function<std::string(int)>& host) {
+                    return "pools:\n  - name: main\n    role: mixed\n    instances:\n"
+                           "      - {tp_size: 1, device: cpu, hosts: [" + host(1) +
+                           "], num_threads: 1}\n"
+                           "      - {tp_size: 1, device: cpu, hosts: [" + host(2) +
+                           "], num_threads: 1}\n";
+                  },
+              .host_of_worker = [](int instance, int) { return instance + 1; },
+              .stop_signal = SIGKILL});
 }
 
 // A launch that the preflight on host2 refuses: exit status 2, a message
 // naming host2 and containing `problem`, and nothing started anywhere.
 void ExpectRefused(HostState host2, const std::string& problem) {
   HW_REQUIRE_MODEL(SmolLm2Path());
-  SKIP_WITHOUT_SSHD();
+  HW_SKIP_WITHOUT_SSHD();
   ScopedTempDir dir("headway-ssh-hosts");
   ASSERT_FALSE(dir.path.empty());
   SshHosts hosts(dir.path, {HostState::kServing, host2});
@@ -499,7 +372,7 @@ void ExpectRefused(HostState host2, const std::string& problem) {
       "pools:\n  - name: main\n    role: mixed\n    instances:\n"
       "      - {tp_size: 1, device: cpu, hosts: [host1], num_threads: 1}\n"
       "      - {tp_size: 1, device: cpu, hosts: [host2], num_threads: 1}\n";
-  std::ofstream(config) << ConfigYaml(pools, "launchhost", FreePort(), FreePort(), false) +
+  std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", FreePort(), FreePort(), false) +
                                hosts.LaunchSection();
   ChildProcess launcher(
       hosts.lan().ExecArgv(0, {BinaryPath("headway-launch"), config, "--model-dir",

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -359,14 +360,23 @@ TEST_F(LauncherTest, ReadyThenStopsEverythingOnSigterm) {
   ASSERT_TRUE(run.WaitForStdout(
       "headway: ready at http://127.0.0.1:" + std::to_string(port) + " (2 workers) in", 30s))
       << run.Out() << run.Err();
+  // The stand-in /health answers before the agent has started (and logged)
+  // its workers.
   std::vector<pid_t> children = {run.ChildPid("coordinator"), run.ChildPid("node 127.0.0.1"),
-                                 run.ChildPid("worker i0r0"), run.ChildPid("worker i0r1")};
+                                 run.WaitForRestart("worker i0r0", -1, 10s),
+                                 run.WaitForRestart("worker i0r1", -1, 10s)};
   for (pid_t pid : children) ASSERT_TRUE(pid > 0 && Alive(pid)) << run.Err();
 
   EXPECT_EQ(ReadText(dir_ / "coordinator.args"),
             "--config " + config.string() + " --model-dir /models --http-port " +
                 std::to_string(port) + "\n");
-  std::string worker_args = ReadText(dir_ / "worker.args");
+  // Each stand-in writes its arguments once it runs.
+  std::string worker_args;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(20ms)) {
+    worker_args = ReadText(dir_ / "worker.args");
+    if (std::count(worker_args.begin(), worker_args.end(), '\n') >= 2) break;
+  }
   EXPECT_NE(worker_args.find("--model-dir /models --instance-id 0 --tp-rank 0"),
             std::string::npos) << worker_args;
   EXPECT_NE(worker_args.find("--instance-id 0 --tp-rank 1"), std::string::npos) << worker_args;
@@ -385,8 +395,9 @@ TEST_F(LauncherTest, WorkerDeathRestartsItsInstanceAndTheRestKeepsRunning) {
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
   ASSERT_TRUE(run.WaitForStdout("(2 workers)", 30s)) << run.Out() << run.Err();
   const pid_t coordinator = run.ChildPid("coordinator");
-  const pid_t rank0 = run.ChildPid("worker i0r0");
-  const pid_t rank1 = run.ChildPid("worker i0r1");
+  // The stand-in /health answers before the agent has started its workers.
+  const pid_t rank0 = run.WaitForRestart("worker i0r0", -1, 10s);
+  const pid_t rank1 = run.WaitForRestart("worker i0r1", -1, 10s);
   ASSERT_GT(rank1, 0);
   kill(rank1, SIGKILL);
   // Its agent stops rank 0 too (a TP group restarts together) and starts
@@ -412,7 +423,9 @@ TEST_F(LauncherTest, CoordinatorDeathStopsEverything) {
   fs::path config = WriteConfig(port, 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
   ASSERT_TRUE(run.WaitForStdout("(1 worker)", 30s)) << run.Out() << run.Err();
-  const pid_t worker = run.ChildPid("worker i0r0");
+  // The stand-in /health answers before the agent has started its worker.
+  const pid_t worker = run.WaitForRestart("worker i0r0", -1, 10s);
+  ASSERT_GT(worker, 0) << run.Err();
   kill(run.ChildPid("coordinator"), SIGKILL);
   std::optional<int> status = run.Wait(20s);
   ASSERT_TRUE(status.has_value());
@@ -447,13 +460,76 @@ TEST_F(LauncherTest, NotReadyInTimeStops) {
   EXPECT_NE(run.Err().find("did not answer 200"), std::string::npos) << run.Err();
 }
 
-TEST_F(LauncherTest, MissingBinaryIsReported) {
+// A binary missing here means nothing can start: exit status 2, like a
+// host failing the preflight, naming the binary and the host.
+TEST_F(LauncherTest, MissingBinaryExits2NamingItAndTheHost) {
   fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
   LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "nowhere").string()});
   std::optional<int> status = run.Wait(10s);
   ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(WEXITSTATUS(*status), 1);
-  EXPECT_NE(run.Err().find("headway-coordinator"), std::string::npos) << run.Err();
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 2) << run.Err();
+  EXPECT_NE(run.Err().find("host 127.0.0.1 (this machine): " + (dir_ / "nowhere").string() +
+                           "/headway-coordinator not found"),
+            std::string::npos)
+      << run.Err();
+}
+
+// Only the worker binary is missing: the agent would start and fail on
+// every restart; the launcher refuses before starting anything.
+TEST_F(LauncherTest, MissingWorkerBinaryExits2BeforeAnythingStarts) {
+  WriteStandIns();
+  fs::remove(dir_ / "bin/headway-worker");
+  fs::path config = WriteConfig(FreeTcpPort(), 1, (dir_ / "model.gguf").string());
+  LauncherRun run(dir_, {config.string(), "--bin-dir", (dir_ / "bin").string()});
+  std::optional<int> status = run.Wait(10s);
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 2) << run.Err();
+  EXPECT_NE(run.Err().find("host 127.0.0.1 (this machine): " + (dir_ / "bin").string() +
+                           "/headway-worker not found"),
+            std::string::npos)
+      << run.Err();
+  EXPECT_EQ(run.Err().find("headway: started"), std::string::npos) << run.Err();
+  EXPECT_FALSE(fs::exists(dir_ / "coordinator.args"));
+}
+
+// `headway-launch join` runs standby slots only, with one --host per host
+// of the slot's instance; anything else is refused with exit status 2
+// before any process starts.
+TEST_F(LauncherTest, JoinRefusesWhatIsNotAStandbySlot) {
+  WriteStandIns();
+  WriteFile(dir_ / "pool.yaml",
+            "model: {path: " + (dir_ / "model.gguf").string() + "}\n"
+            "coordinator: {http_port: " + std::to_string(FreeTcpPort()) + "}\n"
+            "pools: [{name: main, role: mixed, instances: {min: 1, max: 3, template: "
+            "{tp_size: 1, device: cpu, num_threads: 1}}}]\n");
+  const std::string config = (dir_ / "pool.yaml").string();
+  const std::string bin = (dir_ / "bin").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--pool", "main", "--group-index", "0"},
+       "slot 0 of pool `main` starts with the deployment (its first 1 do); standby slots are 1 "
+       "to 2"},
+      {{"--pool", "main", "--group-index", "3"}, "pool `main` has 3 instances (0 to 2)"},
+      {{"--pool", "other", "--group-index", "1"}, "the config has no such pool (pools: main)"},
+      {{"--pool", "main", "--group-index", "1", "--host", "a", "--host", "b"},
+       "--host given 2 times; instance 1 of pool `main` has 1 host"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"join", config, "--bin-dir", bin};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    LauncherRun run(dir_, args);
+    std::optional<int> status = run.Wait(10s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << *status << run.Err();
+    EXPECT_NE(run.Err().find(c.message), std::string::npos) << run.Err();
+    EXPECT_EQ(run.Err().find("headway: started"), std::string::npos) << run.Err();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "worker.args"));
 }
 
 // The real thing: coordinator and worker binaries with the real model.
