@@ -343,10 +343,11 @@ TEST_F(HttpSecurityTest, HugePromptsAreRefusedBeforeTokenizing) {
   ExpectOpenAiError(r.status, r.body, 400, "at least");
   std::printf("refused: 50 MB body %.3f s, 8 MB prompt %.3f s, 8 MB chat message %.3f s\n",
               fifty_mb_s, eight_mb_s, chat_s);
-  // Tokenizing 8 MB takes seconds (the 50 MB: 27.9 s).
-  EXPECT_LT(fifty_mb_s, 3.0);
-  EXPECT_LT(eight_mb_s, 3.0);
-  EXPECT_LT(chat_s, 3.0);
+  // Tokenizing 8 MB took 10 s on a 2-core machine; the refusals take
+  // a fraction of that even on a busy one.
+  EXPECT_LT(fifty_mb_s, 5.0);
+  EXPECT_LT(eight_mb_s, 5.0);
+  EXPECT_LT(chat_s, 5.0);
   // A prompt whose bytes may fit is tokenized and checked exactly: 2000
   // bytes of words are about 440 tokens.
   r = Post("/v1/completions", json{{"prompt", text.substr(0, 2000)}, {"max_tokens", 1}}.dump());
