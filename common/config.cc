@@ -87,7 +87,12 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   HW_RETURN_IF_ERROR(CheckKeys(node, path,
                                {"http_host", "http_port", "control_address", "control_bind",
                                 "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                                "drain_timeout_ms"}));
+                                "drain_timeout_ms", "api_key", "api_key_file",
+                                "metrics_require_api_key", "ssl_certfile", "ssl_keyfile",
+                                "http_max_body_bytes", "http_max_header_bytes",
+                                "http_max_json_depth", "http_max_connections",
+                                "http_read_timeout_ms", "http_keep_alive_timeout_ms"}));
+  HW_RETURN_IF_ERROR(ParseHttpApiKeys(node, config.http));
   if (node["http_host"]) {
     HW_RETURN_IF_ERROR(ReadString(node["http_host"], "coordinator.http_host", config.http_host));
   }
@@ -519,6 +524,7 @@ Status ValidateConfig(const Config& config) {
                         std::to_string(config.heartbeat_interval_ms));
   }
   HW_RETURN_IF_ERROR(CheckAtLeast("coordinator.drain_timeout_ms", config.drain_timeout_ms, 1));
+  HW_RETURN_IF_ERROR(ValidateHttpApiConfig(config.http));
   const int block_size = config.block_size;
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     return BadValue("cache.block_size", std::to_string(block_size),
@@ -664,6 +670,11 @@ Result<Config> LoadConfigFile(const std::string& path) {
       if (!ec) pattern = base / pattern;
     }
     config->head_pattern_path = pattern.lexically_normal().string();
+  }
+  {
+    std::error_code ec;
+    const std::filesystem::path base = std::filesystem::absolute(path, ec).parent_path();
+    if (!ec) ResolveHttpApiPaths(config->http, base.string());
   }
   return config;
 }

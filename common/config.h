@@ -13,6 +13,7 @@
 //     heartbeat_interval_ms: 1000
 //     heartbeat_timeout_ms: 10000
 //     drain_timeout_ms: 25000      # a draining instance's requests get this long
+//     api_key: [key-a]             # and the HTTP keys of common/http_config.h
 //   cache:
 //     block_size: 16
 //     kv_memory_mb: 256            # per CPU worker
@@ -64,6 +65,7 @@
 #include <string>
 #include <vector>
 
+#include "common/http_config.h"
 #include "common/launch_config.h"
 #include "common/status.h"
 
@@ -155,6 +157,8 @@ struct Config {
   // after this long move to another instance or fail, as if it went down.
   // Kubernetes' default terminationGracePeriodSeconds is 30 s.
   int drain_timeout_ms = 25000;
+  // API keys, TLS and the HTTP limits (common/http_config.h).
+  HttpApiConfig http;
   // cache
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per CPU worker, MiB

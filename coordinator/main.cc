@@ -4,6 +4,7 @@
 //   headway-coordinator --config deploy.yaml [--model-dir DIR]
 //       [--http-host H] [--http-port P] [--control-address tcp://H:P]
 //       [--control-bind tcp://H:P] [--api-key KEY]
+//       [--ssl-certfile CERT.pem --ssl-keyfile KEY.pem]
 //
 // The HTTP API binds http_host:http_port; the control ROUTER binds
 // control_bind (default: control_address), and workers dial
@@ -11,8 +12,11 @@
 // binds only addresses, interface names and *); a listening host that does
 // not resolve is a configuration error naming its key.
 //
-// The API key may also come from $HEADWAY_API_KEY (the flag wins); when
-// set, /v1/* requests need `Authorization: Bearer KEY`.
+// API keys: --api-key (else $HEADWAY_API_KEY), coordinator.api_key and
+// the lines of coordinator.api_key_file all admit requests; with any of
+// them, every path but /health, /live and /ready (and /metrics, unless
+// coordinator.metrics_require_api_key) needs `Authorization: Bearer KEY`.
+// --ssl-certfile and --ssl-keyfile (or coordinator.ssl_*) serve HTTPS only.
 //
 // Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a configuration
 // or model error found at startup, 1 for other startup failures.
@@ -56,7 +60,7 @@ int Fail(int code, const std::string& what, const Status& status) {
 // The command line; empty strings and -1 mean "not given".
 struct Flags {
   std::string config_path, model_dir, http_host, control_address, control_bind, api_key,
-      log_level = "info";
+      ssl_certfile, ssl_keyfile, log_level = "info";
   int http_port = -1;
 };
 
@@ -77,7 +81,12 @@ void AddFlags(CLI::App& app, Flags* flags) {
                  "ZeroMQ address the ROUTER binds, e.g. tcp://0.0.0.0:5557 (overrides "
                  "coordinator.control_bind)");
   app.add_option("--api-key", flags->api_key,
-                 "require `Authorization: Bearer KEY` on /v1/* (default: $HEADWAY_API_KEY)");
+                 "require `Authorization: Bearer KEY` (default: $HEADWAY_API_KEY); adds to "
+                 "coordinator.api_key and coordinator.api_key_file");
+  app.add_option("--ssl-certfile", flags->ssl_certfile,
+                 "PEM certificate chain: serve HTTPS only (overrides coordinator.ssl_certfile)");
+  app.add_option("--ssl-keyfile", flags->ssl_keyfile,
+                 "PEM private key of --ssl-certfile (overrides coordinator.ssl_keyfile)");
   app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error");
 }
 
@@ -88,6 +97,8 @@ void ApplyFlags(const Flags& flags, headway::Config* config) {
   if (flags.http_port >= 0) config->http_port = flags.http_port;
   if (!flags.control_address.empty()) config->control_address = flags.control_address;
   if (!flags.control_bind.empty()) config->control_bind = flags.control_bind;
+  if (!flags.ssl_certfile.empty()) config->http.ssl_certfile = flags.ssl_certfile;
+  if (!flags.ssl_keyfile.empty()) config->http.ssl_keyfile = flags.ssl_keyfile;
   headway::ResolveModelPath(*config, flags.model_dir);
 }
 
@@ -163,13 +174,22 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
-headway::ApiServerOptions ApiOptionsOf(const headway::Config& config, const std::string& api_key) {
+// The API server's options: the config's, with every API key (config,
+// key file, flag) in one list. Errors: those of ReadApiKeyFile.
+headway::Result<headway::ApiServerOptions> ApiOptionsOf(const headway::Config& config,
+                                                        const std::string& api_key) {
   headway::ApiServerOptions options;
   options.http_host = config.http_host;
   options.http_port = config.http_port;
   options.served_model_name = config.served_model_name;
   options.max_model_len = config.max_model_len;
-  options.api_key = api_key;
+  options.http = config.http;
+  if (!config.http.api_key_file.empty()) {
+    auto keys = headway::ReadApiKeyFile(config.http.api_key_file);
+    if (!keys.ok()) return keys.status();
+    options.http.api_keys.insert(options.http.api_keys.end(), keys->begin(), keys->end());
+  }
+  if (!api_key.empty()) options.http.api_keys.push_back(api_key);
   return options;
 }
 
@@ -179,10 +199,13 @@ int Serve(headway::Engine& engine, headway::ApiServer& api, const headway::Confi
           int port, const sigset_t& signals) {
   engine.Start();
   std::thread http([&api] { api.Serve(); });
-  spdlog::info("serving {} ({}) on http://{}:{}; control bound to {}, workers dial {}",
-               config.served_model_name, config.model_path, config.http_host, port,
+  spdlog::info("serving {} ({}) on {}://{}:{}; control bound to {}, workers dial {}",
+               config.served_model_name, config.model_path,
+               config.http.ssl_certfile.empty() ? "http" : "https", config.http_host, port,
                config.ControlBindAddress(), config.control_address);
-  std::printf("headway-coordinator: listening on http://%s:%d\n", config.http_host.c_str(), port);
+  const char* scheme = config.http.ssl_certfile.empty() ? "http" : "https";
+  std::printf("headway-coordinator: listening on %s://%s:%d\n", scheme, config.http_host.c_str(),
+              port);
   std::fflush(stdout);
 
   int signal_number = 0;
@@ -236,12 +259,15 @@ int main(int argc, char** argv) {
     config.served_model_name = std::filesystem::path(config.model_path).stem().string();
   }
 
+  Result<ApiServerOptions> api_options = ApiOptionsOf(config, flags.api_key);
+  if (!api_options.ok()) return Fail(2, "coordinator.api_key_file", api_options.status());
+
   const sigset_t signals = BlockStopSignals();
   auto server = ControlServer::Bind(*control_bind);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
-  ApiServer api(ApiOptionsOf(config, flags.api_key), &engine, tokenizer->get(),
-                chat_template.get());
+  ApiServer api(std::move(api_options).value(), &engine, tokenizer->get(), chat_template.get());
+  if (Status s = api.LoadTls(); !s.ok()) return Fail(2, "TLS", s);
   Result<int> port = api.Bind();
   if (!port.ok()) return Fail(1, "HTTP server", port.status());
   return Serve(engine, api, config, *port, signals);

@@ -22,7 +22,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   python3-pip python3-venv unzip curl
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
-  libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
+  libcpp-httplib-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
   libopenblas-dev libpcre2-dev libucx-dev ucx-utils libgloo-dev
   libgtest-dev libgmock-dev
   openssh-client openssh-server

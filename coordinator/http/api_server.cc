@@ -3,14 +3,14 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cstdio>
 
 #include "coordinator/http/chat_request.h"
+#include "coordinator/http/http_listener.h"
 #include "coordinator/metrics/metrics.h"
 #include "coordinator/http/openai_response.h"
+#include "coordinator/http/request_limits.h"
 #include "coordinator/http/tokenize_request.h"
 
 namespace headway {
@@ -40,6 +40,38 @@ bool IsEmpty(const OutputStream::Update& u) {
   return u.text.empty() && u.tokens.empty() && !u.final.has_value();
 }
 
+// The bytes of the request's headers as sent ("Name: value\r\n" each),
+// without the ones httplib adds itself.
+size_t HeaderBytes(const httplib::Request& req) {
+  size_t bytes = 0;
+  for (const auto& [name, value] : req.headers) {
+    if (name == "REMOTE_ADDR" || name == "REMOTE_PORT" || name == "LOCAL_ADDR" ||
+        name == "LOCAL_PORT") {
+      continue;
+    }
+    bytes += name.size() + value.size() + 4;
+  }
+  return bytes;
+}
+
+// A request refused before its body was read: the unread body would be
+// taken for the next request, so the connection closes after the answer.
+void RefuseBeforeBody(httplib::Response& res) {
+  res.set_header("Connection", "close");
+  HttpListener::CloseAfterResponse();
+}
+
+HttpListenerOptions ListenerOptions(const HttpApiConfig& http) {
+  HttpListenerOptions o;
+  o.max_connections = http.max_connections;
+  o.max_header_bytes = http.max_header_bytes;
+  o.read_timeout = std::chrono::milliseconds(http.read_timeout_ms);
+  o.keep_alive_timeout = std::chrono::milliseconds(http.keep_alive_timeout_ms);
+  o.ssl_certfile = http.ssl_certfile;
+  o.ssl_keyfile = http.ssl_keyfile;
+  return o;
+}
+
 // The state a streaming response's content provider keeps between calls.
 struct StreamState {
   std::shared_ptr<OutputStream> stream;
@@ -59,58 +91,80 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
       chat_template_(chat_template),
       limits_{options_.served_model_name, int(tokenizer->vocab_size()), options_.max_model_len},
       created_unix_s_(UnixSeconds()),
-      server_(std::make_unique<httplib::Server>()),
+      api_keys_(options_.http.api_keys),
+      max_token_bytes_(MaxTokenBytes(*tokenizer)),
+      server_(std::make_unique<HttpListener>(ListenerOptions(options_.http))),
       id_rng_(std::random_device{}()) {
   ConfigureConnections();
-  RequireApiKey();
+  CheckHeadersAndKey();
   AddRoutes();
   AddErrorHandlers();
 }
 
 void ApiServer::ConfigureConnections() {
-  int num_threads = options_.num_http_threads;
-  server_->new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
-  // Remember the listening socket: Debian's cpp-httplib listens with a
-  // backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library), and
-  // 32 clients connecting at once overflowed it (netstat: "listen queue of a
-  // socket overflowed"), failing requests. Bind() widens it.
-  server_->set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd_ = sock;
-  });
-  server_->set_read_timeout(std::chrono::seconds(30));
-  server_->set_write_timeout(std::chrono::seconds(30));
+  // httplib answers 413 itself (AddErrorHandlers words it).
+  server_->set_payload_max_length(size_t(options_.http.max_body_bytes));
 }
 
-void ApiServer::RequireApiKey() {
+void ApiServer::CheckHeadersAndKey() {
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const bool guarded = req.path.rfind("/v1/", 0) == 0 || req.path.rfind("/admin/", 0) == 0;
-    if (!guarded || Authorized(req.get_header_value("Authorization"))) {
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (HeaderBytes(req) > size_t(options_.http.max_header_bytes)) {
+      ApiError e{431,
+                 "the request's headers exceed coordinator.http_max_header_bytes = " +
+                     std::to_string(options_.http.max_header_bytes) + " bytes",
+                 "invalid_request_error", "", ""};
+      Reply(res, 431, e.ToJson());
+      RefuseBeforeBody(res);
+      return httplib::Server::HandlerResponse::Handled;
     }
-    ApiError e{401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)",
-               "invalid_request_error", "", "invalid_api_key"};
-    Reply(res, 401, e.ToJson());
-    return httplib::Server::HandlerResponse::Handled;
+    // Probes stay open for Kubernetes and load balancers, which send no key.
+    const bool probe = req.path == "/health" || req.path == "/live" || req.path == "/ready";
+    const bool open = probe || (req.path == "/metrics" && !options_.http.metrics_require_api_key);
+    if (!open && !Authorized(req.get_header_value("Authorization"))) {
+      ApiError e{401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)",
+                 "invalid_request_error", "", "invalid_api_key"};
+      Reply(res, 401, e.ToJson());
+      RefuseBeforeBody(res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // httplib bounds only a body with a Content-Length (payload_max_length);
+    // it would read a chunked one, or one that ends with the connection
+    // (which it expects of these methods), without limit.
+    const bool body_method = req.method == "POST" || req.method == "PUT" ||
+                             req.method == "PATCH" || req.method == "DELETE" || req.method == "PRI";
+    if (req.has_header("Transfer-Encoding") || (body_method && !req.has_header("Content-Length"))) {
+      ApiError e{411,
+                 "a request body needs a Content-Length header and no Transfer-Encoding (e.g. "
+                 "curl -d '...')",
+                 "invalid_request_error", "", ""};
+      Reply(res, 411, e.ToJson());
+      RefuseBeforeBody(res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
 }
 
 void ApiServer::AddRoutes() {
   server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = CheckBody(req.body)) return Reply(res, e->http_status, e->ToJson());
     std::variant<Prepared, ApiError> p = PrepareCompletion(req.body);
     if (auto* e = std::get_if<ApiError>(&p)) return Reply(res, e->http_status, e->ToJson());
     Respond(std::move(std::get<Prepared>(p)), res);
   });
   server_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = CheckBody(req.body)) return Reply(res, e->http_status, e->ToJson());
     std::variant<Prepared, ApiError> p = PrepareChat(req.body);
     if (auto* e = std::get_if<ApiError>(&p)) return Reply(res, e->http_status, e->ToJson());
     Respond(std::move(std::get<Prepared>(p)), res);
   });
   server_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = CheckBody(req.body)) return Reply(res, e->http_status, e->ToJson());
     auto [status, body] = HandleTokenize(req.body);
     Reply(res, status, body);
   });
   server_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = CheckBody(req.body)) return Reply(res, e->http_status, e->ToJson());
     auto [status, body] = HandleDetokenize(req.body);
     Reply(res, status, body);
   });
@@ -135,25 +189,25 @@ void ApiServer::AddRoutes() {
   server_->Get("/live", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, json{{"status", "live"}});
   });
-  // Prometheus scrapes stay open without the API key, as on vLLM.
+  // Open without the API key unless metrics_require_api_key (CheckHeadersAndKey).
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(engine_->metrics().RenderPrometheus(), kPrometheusContentType);
   });
 }
 
 void ApiServer::AddErrorHandlers() {
-  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  const int64_t max_body_bytes = options_.http.max_body_bytes;
+  server_->set_error_handler([max_body_bytes](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
-    // httplib answers 400 itself to a POST it cannot read: most often one
-    // without Content-Length (`curl -X POST` with no -d).
+    // httplib answers 400 itself to a request it cannot read: a body cut
+    // short, or a head or body still arriving at http_read_timeout_ms.
     std::string message = "no route for " + req.method + " " + req.path;
-    if (res.status != 404) {
+    if (res.status == 413) {
+      message = "the request body exceeds coordinator.http_max_body_bytes = " +
+                std::to_string(max_body_bytes) + " bytes";
+    } else if (res.status != 404) {
       message = "cannot read the request " + req.method + " " + req.path + " (HTTP " +
                 std::to_string(res.status) + ")";
-      if (req.method == "POST" && !req.has_header("Content-Length") &&
-          !req.has_header("Transfer-Encoding")) {
-        message += ": a POST needs a Content-Length header (e.g. curl -d '')";
-      }
     }
     ApiError e{res.status, message, res.status == 404 ? "NotFoundError" : "invalid_request_error",
                "", ""};
@@ -175,40 +229,26 @@ void ApiServer::AddErrorHandlers() {
 
 ApiServer::~ApiServer() { Stop(); }
 
-Result<int> ApiServer::Bind() {
-  int port = options_.http_port;
-  if (port == 0) {
-    port = server_->bind_to_any_port(options_.http_host);
-    if (port <= 0) {
-      return Status::Unavailable("cannot bind HTTP on " + options_.http_host + " (any port)");
-    }
-  } else if (!server_->bind_to_port(options_.http_host, port)) {
-    return Status::Unavailable("cannot bind HTTP on " + options_.http_host + ":" +
-                               std::to_string(port) + " (in use or not a local address)");
-  }
-  // Linux applies a new backlog when listen() is called again (capped by
-  // net.core.somaxconn).
-  if (listen_fd_ >= 0 && ::listen(listen_fd_, kListenBacklog) != 0) {
-    spdlog::warn("cannot raise the HTTP listen backlog to {}", kListenBacklog);
-  }
-  return port;
-}
+Status ApiServer::LoadTls() { return server_->LoadTls(); }
 
-void ApiServer::Serve() { server_->listen_after_bind(); }
+Result<int> ApiServer::Bind() { return server_->Bind(options_.http_host, options_.http_port); }
+
+void ApiServer::Serve() { server_->Serve(); }
 
 void ApiServer::Stop() {
-  if (server_) server_->stop();
+  if (server_) server_->Stop();
 }
 
 bool ApiServer::Authorized(const std::string& authorization) const {
-  if (options_.api_key.empty()) return true;
-  const std::string expected = "Bearer " + options_.api_key;
-  // Constant time in the key's length: no early exit on the first mismatch.
-  unsigned diff = authorization.size() != expected.size();
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= unsigned(char(i < authorization.size() ? authorization[i] : 0) ^ expected[i]);
-  }
-  return diff == 0;
+  return api_keys_.Admits(authorization);
+}
+
+std::optional<ApiError> ApiServer::CheckBody(const std::string& body) const {
+  return CheckJsonDepth(body, options_.http.max_json_depth);
+}
+
+std::optional<ApiError> ApiServer::CheckPromptBytes(size_t bytes, const char* param) const {
+  return headway::CheckPromptBytes(bytes, max_token_bytes_, options_.max_model_len, param);
 }
 
 std::string ApiServer::NewId(const char* prefix) {
@@ -248,6 +288,7 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareCompletion(const s
   } else {
     // As vLLM: special-token texts in a prompt (a chat template applied by
     // the client) become their tokens.
+    if (auto e = CheckPromptBytes(req.prompt_text.size(), "prompt")) return *e;
     if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
     std::vector<int32_t> text_ids = tokenizer_->Encode(req.prompt_text, /*parse_special=*/true);
     ids.insert(ids.end(), text_ids.begin(), text_ids.end());
@@ -271,6 +312,7 @@ std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
     }
     return ApiError::BadRequest(prompt.status().message(), "messages");
   }
+  if (auto e = CheckPromptBytes(prompt->size(), "messages")) return *e;
   // The template writes BOS itself when the model wants one.
   std::vector<int32_t> ids = tokenizer_->Encode(*prompt, /*parse_special=*/true);
   if (ids.empty()) return ApiError::BadRequest("the chat prompt encodes to no tokens", "messages");
@@ -358,6 +400,7 @@ std::pair<int, json> ApiServer::HandleTokenize(const std::string& body) const {
     if (auto* e = std::get_if<ApiError>(&chat)) return Error(*e);
     ids = std::move(std::get<std::vector<int32_t>>(chat));
   } else {
+    if (auto e = CheckPromptBytes(req.prompt.size(), "prompt")) return Error(*e);
     if (req.add_special_tokens && tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) {
       ids.push_back(tokenizer_->bos_id());
     }

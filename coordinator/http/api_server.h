@@ -10,12 +10,19 @@
 // Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}
 // with vLLM's HTTP codes (400, 401, 404, 500, 503).
 //
-// API key: when ApiServerOptions::api_key is set, every /v1/ path needs
-// `Authorization: Bearer <key>` (else 401); /health, /metrics, /tokenize and
-// /detokenize stay open, as in vLLM.
+// API keys: when ApiServerOptions::http.api_keys is not empty, every path
+// but the probes /health, /live and /ready needs `Authorization: Bearer
+// <key>` with one of them (else 401). /metrics is open, as on vLLM, where
+// Prometheus scrapes without a key, unless http.metrics_require_api_key.
 //
-// Each HTTP connection runs on a thread of httplib's pool; handlers tokenize
-// there and wait for the Engine. A streaming response first waits for the
+// Limits (common/http_config.h; README "Security"): a body over
+// max_body_bytes gets 413, headers over max_header_bytes 431, JSON nested
+// over max_json_depth 400, a prompt whose bytes cannot fit max_model_len
+// tokens 400 before it is tokenized (request_limits.h); connections,
+// deadlines and TLS are the HttpListener's (http_listener.h).
+//
+// Each HTTP connection runs on a thread of its own (HttpListener); handlers
+// tokenize there and wait for the Engine. A streaming response first waits for the
 // request's first output (so a request refused at admission still gets its
 // own HTTP status), then sends SSE chunks as the engine pushes text. When a
 // chunk cannot be written (the client went away) the request is cancelled:
@@ -27,26 +34,30 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <variant>
 
 #include <nlohmann/json.hpp>
 
+#include "common/http_config.h"
 #include "common/status.h"
 #include "coordinator/tokenizer/chat_template.h"
+#include "coordinator/http/api_keys.h"
 #include "coordinator/http/completion_request.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/http/stream_renderer.h"
 #include "coordinator/tokenizer/tokenizer.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace headway {
+
+class HttpListener;
 
 struct ApiServerOptions {
   std::string http_host = "127.0.0.1";
@@ -54,8 +65,9 @@ struct ApiServerOptions {
   std::string served_model_name;
   int max_model_len = 2048;
   std::chrono::milliseconds request_timeout{600000};  // engine deadline per request
-  int num_http_threads = 64;             // concurrent connections served
-  std::string api_key;                   // "" = no authentication
+  // Every key that admits a request (config, key file and --api-key
+  // together; none = no authentication), TLS files and limits.
+  HttpApiConfig http;
 };
 
 class ApiServer {
@@ -69,6 +81,10 @@ class ApiServer {
 
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
+
+  // Loads the TLS certificate and key when http.ssl_certfile is set. Errors:
+  // InvalidArgument naming the file and the reason. Call before Bind.
+  Status LoadTls();
 
   // Binds the listening socket and returns the port (the chosen one when
   // http_port is 0). Unavailable naming host and port if it cannot bind.
@@ -105,15 +121,16 @@ class ApiServer {
   std::pair<int, nlohmann::json> HandleDetokenize(const std::string& body) const;
 
   // True when `authorization` (the header's value, "" when absent) carries
-  // the API key, or when no key is set. Compares in constant time.
+  // one of the API keys, or when none is set. Compares in constant time
+  // (api_keys.h).
   bool Authorized(const std::string& authorization) const;
 
  private:
-  // The constructor's parts, in order. The HTTP thread pool, socket options
-  // (Bind widens the listen backlog) and timeouts:
+  // The constructor's parts, in order. Body size and write timeout:
   void ConfigureConnections();
-  // 401 for a /v1/ path without the API key (when one is set).
-  void RequireApiKey();
+  // 431 for headers over the limit, then 401 for a guarded path without a
+  // valid API key (when keys are set).
+  void CheckHeadersAndKey();
   // The endpoints (the table at the top of this file).
   void AddRoutes();
   // OpenAI-style JSON for unrouted paths and for handlers that threw (500).
@@ -128,6 +145,10 @@ class ApiServer {
     bool logprobs = false;
   };
 
+  // 400 for a body nested deeper than http.max_json_depth.
+  std::optional<ApiError> CheckBody(const std::string& body) const;
+  // 400 for a prompt of `bytes` bytes that cannot fit max_model_len.
+  std::optional<ApiError> CheckPromptBytes(size_t bytes, const char* param) const;
   std::variant<Prepared, ApiError> PrepareCompletion(const std::string& body) const;
   std::variant<Prepared, ApiError> PrepareChat(const std::string& body) const;
   // Runs `p` and writes the response (JSON or SSE) into `res`.
@@ -147,9 +168,9 @@ class ApiServer {
   const ChatTemplate* const chat_template_;
   const CompletionLimits limits_;
   const int64_t created_unix_s_;
-  std::unique_ptr<httplib::Server> server_;
-  static constexpr int kListenBacklog = 1024;
-  int listen_fd_ = -1;  // the HTTP listening socket, once bound
+  const ApiKeys api_keys_;
+  const size_t max_token_bytes_;  // MaxTokenBytes(*tokenizer_)
+  std::unique_ptr<HttpListener> server_;
 
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;  // guarded by id_mu_

@@ -759,7 +759,9 @@ TEST_F(CoordinatorApiKeyTest, V1NeedsTheKey) {
   r = PostTo("/v1/completions", body, "s3cret");
   EXPECT_EQ(r.status, 200) << r.body.dump();
   EXPECT_EQ(r.body["choices"][0]["text"], "aa");
-  EXPECT_EQ(PostTo("/tokenize", R"({"prompt": "x"})").status, 200);
+  // The tokenizer endpoints need the key too; the probes do not.
+  EXPECT_EQ(PostTo("/tokenize", R"({"prompt": "x"})").status, 401);
+  EXPECT_EQ(PostTo("/tokenize", R"({"prompt": "x"})", "s3cret").status, 200);
 }
 
 TEST_F(CoordinatorFakeWorkerTest, AbortedStreamsFreeTheirBlocks) {
