@@ -14,8 +14,9 @@
 // The API key may also come from $HEADWAY_API_KEY (the flag wins); when
 // set, /v1/* requests need `Authorization: Bearer KEY`.
 //
-// Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a configuration
-// or model error found at startup, 1 for other startup failures.
+// Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a bad command
+// line, or a configuration or model error found at startup, 1 for other
+// startup failures.
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -78,7 +79,9 @@ void AddFlags(CLI::App& app, Flags* flags) {
                  "coordinator.control_bind)");
   app.add_option("--api-key", flags->api_key,
                  "require `Authorization: Bearer KEY` on /v1/* (default: $HEADWAY_API_KEY)");
-  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error");
+  // spdlog reads an unknown name as "off": a typo would silence the log.
+  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }
 
 // The command line's overrides of the config, then the model path resolved
@@ -203,7 +206,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Headway coordinator: OpenAI-compatible API, scheduling and KV allocation"};
   Flags flags;
   AddFlags(app, &flags);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (105, 106, ...) would read as a crash to a supervisor.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
   if (flags.model_dir.empty()) {
     flags.model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));

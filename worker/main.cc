@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11's own codes (105, 106, ...) would make the node agent restart it.
+    return app.exit(e) == 0 ? 0 : 2;
   }
 
   Result<std::chrono::milliseconds> inject_stall = ParseStallEnv(std::getenv(kStallEnv));
