@@ -88,7 +88,9 @@ TEST_F(BadConfigExitTest, BadFlagsExit2InEveryProcess) {
               {"--http-port"});
   ExpectExit2({BinaryPath("headway-coordinator"), "--config", config, "--log-level", "loud"},
               {"--log-level"});
-  ExpectExit2({BinaryPath("headway-coordinator"), "--no-such-flag"}, {"--no-such-flag"});
+  ExpectExit2({BinaryPath("headway-coordinator"), "--config", config, "--no-such-flag"},
+              {"--no-such-flag"});
+  ExpectExit2({BinaryPath("headway-coordinator")}, {"--config is required"});
   ExpectExit2({BinaryPath("headway-worker"), "--config", config, "--instance-id", "0"},
               {"--tp-rank"});
   ExpectExit2({BinaryPath("headway-worker"), "--config", config, "--instance-id", "7",
