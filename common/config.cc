@@ -98,7 +98,7 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   HW_RETURN_IF_ERROR(CheckKeys(node, path,
                                {"http_host", "http_port", "control_address", "control_bind",
                                 "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                                "drain_timeout_ms"}));
+                                "drain_timeout_ms", "control_max_message_mb"}));
   if (node["http_host"]) {
     HW_RETURN_IF_ERROR(ReadString(node["http_host"], "coordinator.http_host", config.http_host));
   }
@@ -128,6 +128,11 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   if (node["heartbeat_timeout_ms"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_timeout_ms"], "coordinator.heartbeat_timeout_ms",
                                config.heartbeat_timeout_ms));
+  }
+  if (node["control_max_message_mb"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["control_max_message_mb"],
+                               "coordinator.control_max_message_mb",
+                               config.control_max_message_mb));
   }
   if (node["drain_timeout_ms"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["drain_timeout_ms"], "coordinator.drain_timeout_ms",
@@ -532,6 +537,8 @@ Status ValidateConfig(const Config& config) {
                     "greater than coordinator.heartbeat_interval_ms = " +
                         std::to_string(config.heartbeat_interval_ms));
   }
+  HW_RETURN_IF_ERROR(CheckRange("coordinator.control_max_message_mb",
+                                config.control_max_message_mb, 1, 4096, "(MiB)"));
   HW_RETURN_IF_ERROR(CheckRange("coordinator.drain_timeout_ms", config.drain_timeout_ms, 1,
                                 kMaxTimeoutMs, "(ms)"));
   const int block_size = config.block_size;

@@ -12,6 +12,7 @@
 //     control_bind: tcp://0.0.0.0:5557        # optional: what the coordinator binds
 //     heartbeat_interval_ms: 1000
 //     heartbeat_timeout_ms: 10000
+//     control_max_message_mb: 64   # larger control messages drop their peer
 //     drain_timeout_ms: 25000      # a draining instance's requests get this long
 //   cache:
 //     block_size: 16
@@ -150,6 +151,11 @@ struct Config {
   }
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;     // a worker silent this long is down
+  // The largest control message (ZMQ_MAXMSGSIZE on the coordinator's ROUTER
+  // and every worker's DEALER), MiB: a peer that sends more is disconnected
+  // before the message is buffered. The default is far above the largest
+  // real step plan or result (README "Control plane").
+  int control_max_message_mb = 64;
   // A draining instance (admin endpoint, or SIGTERM to its worker) takes no
   // new request and leaves once its requests have ended; those still there
   // after this long move to another instance or fail, as if it went down.

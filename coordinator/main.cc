@@ -245,7 +245,9 @@ int main(int argc, char** argv) {
   }
 
   const sigset_t signals = BlockStopSignals();
-  auto server = ControlServer::Bind(*control_bind);
+  ControlChannelOptions control_options;
+  control_options.max_message_bytes = int64_t(config.control_max_message_mb) << 20;
+  auto server = ControlServer::Bind(*control_bind, control_options);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
   ApiServer api(ApiOptionsOf(config, flags.api_key), &engine, tokenizer->get(),

@@ -287,6 +287,10 @@ TEST(ConfigTest, NumbersAreRangeCheckedBeforeArithmetic) {
               {"kv_transfer.timeout_ms", "2147483647", "[1, 86400000] (ms)"});
   ExpectError(std::string(kFull) + "launch:\n  connect_timeout_s: 2147483647\n",
               {"launch.connect_timeout_s", "2147483647", "[1, 3600]"});
+  ExpectError(Edit(kFull, coordinator, coordinator + "\n  control_max_message_mb: 5000"),
+              {"coordinator.control_max_message_mb", "5000", "[1, 4096] (MiB)"});
+  ExpectError(Edit(kFull, coordinator, coordinator + "\n  control_max_message_mb: 0"),
+              {"coordinator.control_max_message_mb", "0", "[1, 4096] (MiB)"});
   // The bounds themselves are allowed.
   EXPECT_TRUE(ParseConfig(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 16777216")).ok());
   EXPECT_TRUE(ParseConfig(Edit(kFull, "max_model_len: 2048", "max_model_len: 16777216")).ok());
