@@ -177,6 +177,16 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   return Status::Ok();
 }
 
+Status ParseChat(const YAML::Node& node, Config& config) {
+  HW_RETURN_IF_ERROR(RequireMap(node, "chat"));
+  HW_RETURN_IF_ERROR(CheckKeys(node, "chat", {"parse_special_in_content"}));
+  if (node["parse_special_in_content"]) {
+    HW_RETURN_IF_ERROR(ReadBool(node["parse_special_in_content"], "chat.parse_special_in_content",
+                                config.chat_parse_special_in_content));
+  }
+  return Status::Ok();
+}
+
 Status ParseKvTransfer(const YAML::Node& node, Config& config) {
   const std::string path = "kv_transfer";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
@@ -354,7 +364,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
       CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools",
-                           "host_addresses", "launch"}));
+                           "host_addresses", "launch", "chat"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -362,6 +372,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(ParseModel(root["model"], config));
   if (root["coordinator"]) HW_RETURN_IF_ERROR(ParseCoordinator(root["coordinator"], config));
   if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
+  if (root["chat"]) HW_RETURN_IF_ERROR(ParseChat(root["chat"], config));
   if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
   if (root["kv_transfer"]) HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
   if (root["host_addresses"]) {

@@ -14,6 +14,8 @@
 //     heartbeat_timeout_ms: 10000
 //     control_max_message_mb: 64   # larger control messages drop their peer
 //     drain_timeout_ms: 25000      # a draining instance's requests get this long
+//   chat:
+//     parse_special_in_content: false   # true: special tokens from message text too (vLLM)
 //   cache:
 //     block_size: 16
 //     kv_memory_mb: 256            # per CPU worker
@@ -161,6 +163,11 @@ struct Config {
   // after this long move to another instance or fail, as if it went down.
   // Kubernetes' default terminationGracePeriodSeconds is 30 s.
   int drain_timeout_ms = 25000;
+  // chat
+  // false: special tokens only where the chat template writes them; a
+  // message's "<|im_start|>" stays text. true: from the whole prompt,
+  // message contents included (vLLM's behaviour).
+  bool chat_parse_special_in_content = false;
   // cache
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per CPU worker, MiB

@@ -173,6 +173,7 @@ headway::ApiServerOptions ApiOptionsOf(const headway::Config& config, const std:
   options.served_model_name = config.served_model_name;
   options.max_model_len = config.max_model_len;
   options.api_key = api_key;
+  options.parse_special_in_content = config.chat_parse_special_in_content;
   return options;
 }
 

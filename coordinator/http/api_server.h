@@ -56,6 +56,10 @@ struct ApiServerOptions {
   std::chrono::milliseconds request_timeout{600000};  // engine deadline per request
   int num_http_threads = 64;             // concurrent connections served
   std::string api_key;                   // "" = no authentication
+  // Chat prompts: false = special tokens only where the chat template
+  // writes them, never from message contents; true = from the whole
+  // prompt, contents included, as vLLM does (config chat.parse_special_in_content).
+  bool parse_special_in_content = false;
 };
 
 class ApiServer {

@@ -307,6 +307,24 @@ TEST(ConfigTest, DuplicateKeysAreRefusedWithKeyAndLine) {
               {"duplicate key `pools[0].instances[0].tp_size`"});
 }
 
+TEST(ConfigTest, ControlMessageLimitAndChatSpecialTokens) {
+  Result<Config> defaults = ParseConfig(kFull);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->control_max_message_mb, 64);
+  EXPECT_FALSE(defaults->chat_parse_special_in_content);
+  Result<Config> set = ParseConfig(
+      Edit(kFull, "control_address: tcp://127.0.0.1:5557",
+           "control_address: tcp://127.0.0.1:5557\n  control_max_message_mb: 8") +
+      "chat:\n  parse_special_in_content: true\n");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->control_max_message_mb, 8);
+  EXPECT_TRUE(set->chat_parse_special_in_content);
+  ExpectError(std::string(kFull) + "chat:\n  parse_special_in_content: yes\n",
+              {"chat.parse_special_in_content", "yes", "true or false"});
+  ExpectError(std::string(kFull) + "chat:\n  split_special_tokens: true\n",
+              {"unknown key `chat.split_special_tokens`", "parse_special_in_content"});
+}
+
 TEST(ConfigTest, HttpPortRange) {
   ExpectError(Edit(kFull, "http_port: 8000", "http_port: 70000"),
               {"coordinator.http_port", "70000", "[0, 65535]"});
