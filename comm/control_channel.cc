@@ -4,6 +4,7 @@
 
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <initializer_list>
@@ -53,6 +54,26 @@ std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
 
 enum class ReadResult { kNone, kDropped, kMessage };
 
+// Every PeerName is printable ASCII without spaces; anything else is a peer
+// that is not a Headway worker (a DEALER without an identity gets ZeroMQ's
+// binary one).
+bool IsPrintableIdentity(const std::string& identity) {
+  if (identity.empty()) return false;
+  for (unsigned char c : identity) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+// InvalidArgument when `payload` is over the socket's limit.
+Status CheckSize(const std::string& payload, int64_t max_bytes, const std::string& to) {
+  if (int64_t(payload.size()) <= max_bytes) return Status::Ok();
+  return Status::InvalidArgument("control message to " + to + " is " +
+                                 std::to_string(payload.size()) + " bytes, over the limit of " +
+                                 std::to_string(max_bytes) +
+                                 " (coordinator.control_max_message_mb)");
+}
+
 // Reads one message if one is ready, without waiting. A ROUTER (`routed`)
 // sees two frames, the sender's identity (Inbound::peer) and the payload; a
 // DEALER sees the payload alone (peer left empty). kDropped: a malformed
@@ -76,9 +97,15 @@ ReadResult ReadEnvelope(zmq::socket_t& socket, bool routed, Inbound* out, int* s
   Inbound inbound;
   if (routed) inbound.peer = frames[0].to_string();
   zmq::message_t& payload = frames.back();
+  if (routed && !IsPrintableIdentity(inbound.peer)) {
+    spdlog::warn("control channel: dropped a message of {} bytes from a peer whose identity is "
+                 "not a worker's: \"{}\"",
+                 payload.size(), EscapeForLog(inbound.peer));
+    return ReadResult::kDropped;
+  }
   if (!inbound.envelope.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    spdlog::warn("control channel: dropped an unparsable message from {}",
-                 routed ? inbound.peer : std::string("the coordinator"));
+    spdlog::warn("control channel: dropped an unparsable message of {} bytes from {}",
+                 payload.size(), routed ? "`" + inbound.peer + "`" : std::string("the coordinator"));
     return ReadResult::kDropped;
   }
   if (src_fd != nullptr) *src_fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
@@ -92,12 +119,18 @@ constexpr const char* kMonitorEndpoint = "inproc://headway-control-monitor";
 
 class ZmqControlServer final : public ControlServer {
  public:
-  ZmqControlServer()
-      : context_(1),
+  explicit ZmqControlServer(const ControlChannelOptions& options)
+      : options_(options),
+        context_(1),
         socket_(context_, zmq::socket_type::router),
         monitor_(context_, zmq::socket_type::pair) {}
 
-  ~ZmqControlServer() override { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+  ~ZmqControlServer() override {
+    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    // What control_max_message_mb must stay above, for this deployment.
+    spdlog::info("control channel: largest message received {} bytes, sent {} bytes (limit {})",
+                 largest_received_, largest_sent_, options_.max_message_bytes);
+  }
 
   Status Bind(const std::string& address) {
     try {
@@ -108,6 +141,7 @@ class ZmqControlServer final : public ControlServer {
       // rank's route. A restarted worker gets the identity once its dead
       // predecessor's connection has closed.
       socket_.set(zmq::sockopt::linger, 0);
+      socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
       if (zmq_socket_monitor(socket_.handle(), kMonitorEndpoint,
                              ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
         throw zmq::error_t();
@@ -126,6 +160,8 @@ class ZmqControlServer final : public ControlServer {
     if (!envelope.SerializeToString(&payload)) {
       return Status::Internal("cannot serialize control message for peer " + peer);
     }
+    HW_RETURN_IF_ERROR(CheckSize(payload, options_.max_message_bytes, "peer " + peer));
+    largest_sent_ = std::max(largest_sent_, payload.size());
     try {
       if (!socket_.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
           !socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
@@ -157,6 +193,7 @@ class ZmqControlServer final : public ControlServer {
       switch (ReadEnvelope(socket_, /*routed=*/true, &inbound, &fd)) {
         case ReadResult::kMessage:
           NoteConnection(inbound.peer, fd);
+          largest_received_ = std::max(largest_received_, inbound.envelope.ByteSizeLong());
           return inbound;
         case ReadResult::kDropped:
           continue;
@@ -225,6 +262,7 @@ class ZmqControlServer final : public ControlServer {
     disconnected_.push_back(std::move(peer));
   }
 
+  const ControlChannelOptions options_;
   // Declared before the sockets so that it is destroyed after them.
   zmq::context_t context_;
   zmq::socket_t socket_;
@@ -235,16 +273,20 @@ class ZmqControlServer final : public ControlServer {
   std::deque<std::string> disconnected_;  // reported by the next Receive calls
   // Descriptors whose connection closed and that no new connection uses yet.
   std::unordered_set<int> closed_fds_;
+  size_t largest_received_ = 0;  // payload bytes
+  size_t largest_sent_ = 0;
 };
 
 class ZmqControlClient final : public ControlClient {
  public:
-  ZmqControlClient() : context_(1), socket_(context_, zmq::socket_type::dealer) {}
+  explicit ZmqControlClient(const ControlChannelOptions& options)
+      : options_(options), context_(1), socket_(context_, zmq::socket_type::dealer) {}
 
   Status Connect(const std::string& address, const std::string& peer_name) {
     try {
       socket_.set(zmq::sockopt::routing_id, peer_name);
       socket_.set(zmq::sockopt::linger, 0);
+      socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
       socket_.connect(address);
     } catch (const zmq::error_t& e) {
       return Status::InvalidArgument("cannot connect to control address `" + address +
@@ -258,6 +300,7 @@ class ZmqControlClient final : public ControlClient {
     if (!envelope.SerializeToString(&payload)) {
       return Status::Internal("cannot serialize control message");
     }
+    HW_RETURN_IF_ERROR(CheckSize(payload, options_.max_message_bytes, "the coordinator"));
     try {
       if (!socket_.send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
         return Status::Unavailable("control send to the coordinator would block");
@@ -286,6 +329,7 @@ class ZmqControlClient final : public ControlClient {
   }
 
  private:
+  const ControlChannelOptions options_;
   zmq::context_t context_;
   zmq::socket_t socket_;
 };
@@ -296,10 +340,27 @@ std::string PeerName(int instance_id, int tp_rank) {
   return "i" + std::to_string(instance_id) + "r" + std::to_string(tp_rank);
 }
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Bind(const std::string& address) {
+std::string EscapeForLog(const std::string& bytes, size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const size_t n = std::min(bytes.size(), max_bytes);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x20 && c <= 0x7e && c != '\\') {
+      out += char(c);
+    } else {
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  if (bytes.size() > n) out += "...";
+  return out;
+}
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Bind(const std::string& address,
+                                                           const ControlChannelOptions& options) {
   std::unique_ptr<ZmqControlServer> server;
   try {
-    server = std::make_unique<ZmqControlServer>();
+    server = std::make_unique<ZmqControlServer>(options);
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(std::string("cannot create a ZeroMQ socket: ") + e.what());
   }
@@ -307,11 +368,12 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Bind(const std::string& ad
   return std::unique_ptr<ControlServer>(std::move(server));
 }
 
-Result<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string& address,
-                                                              const std::string& peer_name) {
+Result<std::unique_ptr<ControlClient>> ControlClient::Connect(
+    const std::string& address, const std::string& peer_name,
+    const ControlChannelOptions& options) {
   std::unique_ptr<ZmqControlClient> client;
   try {
-    client = std::make_unique<ZmqControlClient>();
+    client = std::make_unique<ZmqControlClient>(options);
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(std::string("cannot create a ZeroMQ socket: ") + e.what());
   }

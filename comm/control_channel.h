@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,24 @@ namespace headway {
 
 // Routing identity of a worker.
 std::string PeerName(int instance_id, int tp_rank);
+
+// `bytes` as printable ASCII for a log line: bytes 0x20..0x7e except `\` as
+// they are, every other byte as \xNN, at most `max_bytes` input bytes
+// (then "..."). Identities and payloads from the network go through this, so
+// garbage on the control port cannot write control characters into a log.
+std::string EscapeForLog(const std::string& bytes, size_t max_bytes = 64);
+
+// The default of ControlChannelOptions::max_message_bytes, 64 MiB: well above
+// the largest real message (README "Control plane" gives the measured sizes).
+inline constexpr int64_t kDefaultControlMaxMessageBytes = int64_t(64) << 20;
+
+// Limits of one control socket.
+struct ControlChannelOptions {
+  // ZMQ_MAXMSGSIZE: ZeroMQ closes the connection of a peer that sends a
+  // larger message, before buffering it; sending a larger one is refused
+  // (InvalidArgument). Bytes, >= 1.
+  int64_t max_message_bytes = kDefaultControlMaxMessageBytes;
+};
 
 // What the server receives: a message and who sent it, or the news that a
 // peer's connection closed.
@@ -45,15 +64,19 @@ class ControlServer {
  public:
   // Binds `address` (e.g. "tcp://127.0.0.1:5557"). Unavailable if the
   // address is in use or malformed (message names the address).
-  static Result<std::unique_ptr<ControlServer>> Bind(const std::string& address);
+  static Result<std::unique_ptr<ControlServer>> Bind(const std::string& address,
+                                                     const ControlChannelOptions& options = {});
   virtual ~ControlServer() = default;
 
   // Sends to one peer. Unavailable if the peer is unknown to ZeroMQ
-  // (ROUTER_MANDATORY) or the send would block.
+  // (ROUTER_MANDATORY) or the send would block; InvalidArgument if the
+  // message is larger than max_message_bytes (the peer would drop it).
   virtual Status Send(const std::string& peer, const proto::Envelope& envelope) = 0;
 
   // Waits up to `timeout` for one message or disconnect. nullopt on
-  // timeout. Messages that do not parse are dropped and logged.
+  // timeout. Messages that do not parse, and messages from a routing
+  // identity that is not printable ASCII (0x21..0x7e; every PeerName is),
+  // are dropped and logged through EscapeForLog.
   // kDisconnected names the routing identity of the last message that came
   // over the closed connection, once per connection; a connection that
   // never delivered a message (a peer refused for a duplicate identity, a
@@ -69,9 +92,12 @@ class ControlClient {
   // Connects to `address` with routing identity `peer_name`. Connecting is
   // asynchronous in ZeroMQ, so this fails only for a malformed address.
   static Result<std::unique_ptr<ControlClient>> Connect(const std::string& address,
-                                                        const std::string& peer_name);
+                                                        const std::string& peer_name,
+                                                        const ControlChannelOptions& options = {});
   virtual ~ControlClient() = default;
 
+  // Unavailable if the send would block or fails; InvalidArgument if the
+  // message is larger than max_message_bytes.
   virtual Status Send(const proto::Envelope& envelope) = 0;
   // Waits up to `timeout` for one message; nullopt on timeout.
   virtual std::optional<proto::Envelope> Receive(std::chrono::milliseconds timeout) = 0;

@@ -18,6 +18,7 @@ namespace headway {
 namespace {
 
 using yaml::BadValue;
+using yaml::CheckRange;
 using yaml::CheckKeys;
 using yaml::Describe;
 using yaml::ReadBool;
@@ -29,6 +30,16 @@ using yaml::RequireMap;
 
 // Instances of one pool, slots included (`count` or `max`).
 constexpr int kMaxInstancesPerPool = 256;
+
+// Upper bounds, checked before any arithmetic: sums of two timeouts stay in
+// an int, kv_memory_mb << 20 in an int64_t, and a typo of a few extra digits
+// is refused rather than overflowing into a negative size or deadline.
+constexpr int64_t kMaxTimeoutMs = 24 * 3600 * 1000;  // a day
+constexpr int64_t kMaxKvMemoryMb = int64_t(1) << 24;  // 16 TiB per worker
+constexpr int64_t kMaxTpSize = 1024;
+constexpr int64_t kMaxThreads = 4096;
+constexpr int64_t kMaxNumSeqs = 1 << 16;
+constexpr int64_t kMaxTokens = 1 << 24;  // max_model_len, max_num_batched_tokens
 
 Status CheckAtLeast(const std::string& key, int64_t value, int64_t min);
 
@@ -87,7 +98,7 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   HW_RETURN_IF_ERROR(CheckKeys(node, path,
                                {"http_host", "http_port", "control_address", "control_bind",
                                 "heartbeat_interval_ms", "heartbeat_timeout_ms",
-                                "drain_timeout_ms", "api_key", "api_key_file",
+                                "drain_timeout_ms", "control_max_message_mb", "api_key", "api_key_file",
                                 "metrics_require_api_key", "ssl_certfile", "ssl_keyfile",
                                 "http_max_body_bytes", "http_max_header_bytes",
                                 "http_max_json_depth", "http_max_connections",
@@ -122,6 +133,11 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   if (node["heartbeat_timeout_ms"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["heartbeat_timeout_ms"], "coordinator.heartbeat_timeout_ms",
                                config.heartbeat_timeout_ms));
+  }
+  if (node["control_max_message_mb"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["control_max_message_mb"],
+                               "coordinator.control_max_message_mb",
+                               config.control_max_message_mb));
   }
   if (node["drain_timeout_ms"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["drain_timeout_ms"], "coordinator.drain_timeout_ms",
@@ -162,6 +178,16 @@ Status ParseCache(const YAML::Node& node, Config& config) {
     if (config.recycling_granularity != "kv_head" && config.recycling_granularity != "layer") {
       return BadValue(key, "\"" + config.recycling_granularity + "\"", "one of kv_head, layer");
     }
+  }
+  return Status::Ok();
+}
+
+Status ParseChat(const YAML::Node& node, Config& config) {
+  HW_RETURN_IF_ERROR(RequireMap(node, "chat"));
+  HW_RETURN_IF_ERROR(CheckKeys(node, "chat", {"parse_special_in_content"}));
+  if (node["parse_special_in_content"]) {
+    HW_RETURN_IF_ERROR(ReadBool(node["parse_special_in_content"], "chat.parse_special_in_content",
+                                config.chat_parse_special_in_content));
   }
   return Status::Ok();
 }
@@ -343,7 +369,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
       CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools",
-                           "host_addresses", "launch"}));
+                           "host_addresses", "launch", "chat"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -351,6 +377,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(ParseModel(root["model"], config));
   if (root["coordinator"]) HW_RETURN_IF_ERROR(ParseCoordinator(root["coordinator"], config));
   if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
+  if (root["chat"]) HW_RETURN_IF_ERROR(ParseChat(root["chat"], config));
   if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
   if (root["kv_transfer"]) HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
   if (root["host_addresses"]) {
@@ -388,12 +415,13 @@ bool IsValidDevice(const std::string& device) {
 }
 
 Status ValidateInstance(const InstanceConfig& instance, const std::string& path) {
-  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "tp_size"), instance.tp_size, 1));
+  HW_RETURN_IF_ERROR(CheckRange(Child(path, "tp_size"), instance.tp_size, 1, kMaxTpSize));
   if (!IsValidDevice(instance.device)) {
     return BadValue(Child(path, "device"), "\"" + instance.device + "\"",
                     "\"cpu\" or \"cuda:N\" (N = GPU index)");
   }
-  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "num_threads"), instance.num_threads, 0));
+  HW_RETURN_IF_ERROR(
+      CheckRange(Child(path, "num_threads"), instance.num_threads, 0, kMaxThreads, "(0 = all)"));
   const std::string& c = instance.collective;
   if (!c.empty() && c != "gloo" && c != "shm" && c != "nccl") {
     return BadValue(Child(path, "collective"), "\"" + c + "\"", "\"gloo\", \"shm\" or \"nccl\"");
@@ -411,8 +439,8 @@ Status ValidateInstance(const InstanceConfig& instance, const std::string& path)
       }
     }
   }
-  HW_RETURN_IF_ERROR(CheckAtLeast(Child(path, "collective_timeout_ms"),
-                                  instance.collective_timeout_ms, 1));
+  HW_RETURN_IF_ERROR(CheckRange(Child(path, "collective_timeout_ms"),
+                                instance.collective_timeout_ms, 1, kMaxTimeoutMs, "(ms)"));
   const size_t num_hosts = instance.hosts.size();
   if (num_hosts != 1 && num_hosts != static_cast<size_t>(instance.tp_size)) {
     return BadValue(Child(path, "hosts"), "a list of " + std::to_string(num_hosts) + " hosts",
@@ -516,30 +544,39 @@ Status ValidateConfig(const Config& config) {
                           scheme + "...), e.g. tcp://0.0.0.0:5557");
     }
   }
-  HW_RETURN_IF_ERROR(
-      CheckAtLeast("coordinator.heartbeat_interval_ms", config.heartbeat_interval_ms, 1));
+  HW_RETURN_IF_ERROR(CheckRange("coordinator.heartbeat_interval_ms",
+                                config.heartbeat_interval_ms, 1, kMaxTimeoutMs, "(ms)"));
+  HW_RETURN_IF_ERROR(CheckRange("coordinator.heartbeat_timeout_ms", config.heartbeat_timeout_ms,
+                                1, kMaxTimeoutMs, "(ms)"));
   if (config.heartbeat_timeout_ms <= config.heartbeat_interval_ms) {
     return BadValue("coordinator.heartbeat_timeout_ms", std::to_string(config.heartbeat_timeout_ms),
                     "greater than coordinator.heartbeat_interval_ms = " +
                         std::to_string(config.heartbeat_interval_ms));
   }
-  HW_RETURN_IF_ERROR(CheckAtLeast("coordinator.drain_timeout_ms", config.drain_timeout_ms, 1));
+  HW_RETURN_IF_ERROR(CheckRange("coordinator.control_max_message_mb",
+                                config.control_max_message_mb, 1, 4096, "(MiB)"));
+  HW_RETURN_IF_ERROR(CheckRange("coordinator.drain_timeout_ms", config.drain_timeout_ms, 1,
+                                kMaxTimeoutMs, "(ms)"));
   HW_RETURN_IF_ERROR(ValidateHttpApiConfig(config.http));
   const int block_size = config.block_size;
   if (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0) {
     return BadValue("cache.block_size", std::to_string(block_size),
                     "a power of two in [1, 256]");
   }
-  HW_RETURN_IF_ERROR(CheckAtLeast("cache.kv_memory_mb", config.kv_memory_mb, 1));
+  HW_RETURN_IF_ERROR(
+      CheckRange("cache.kv_memory_mb", config.kv_memory_mb, 1, kMaxKvMemoryMb, "(MiB)"));
   if (!(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0)) {
     return BadValue("cache.gpu_memory_utilization", std::to_string(config.gpu_memory_utilization),
                     "a fraction in (0, 1] of the GPU's memory");
   }
-  HW_RETURN_IF_ERROR(CheckAtLeast("kv_transfer.timeout_ms", config.kv_transfer_timeout_ms, 1));
-  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_num_seqs", config.max_num_seqs, 1));
+  HW_RETURN_IF_ERROR(CheckRange("kv_transfer.timeout_ms", config.kv_transfer_timeout_ms, 1,
+                                kMaxTimeoutMs, "(ms)"));
   HW_RETURN_IF_ERROR(
-      CheckAtLeast("scheduler.max_num_batched_tokens", config.max_num_batched_tokens, 1));
-  HW_RETURN_IF_ERROR(CheckAtLeast("scheduler.max_model_len", config.max_model_len, 1));
+      CheckRange("scheduler.max_num_seqs", config.max_num_seqs, 1, kMaxNumSeqs));
+  HW_RETURN_IF_ERROR(CheckRange("scheduler.max_num_batched_tokens",
+                                config.max_num_batched_tokens, 1, kMaxTokens, "(tokens)"));
+  HW_RETURN_IF_ERROR(
+      CheckRange("scheduler.max_model_len", config.max_model_len, 1, kMaxTokens, "(tokens)"));
 
   if (config.pools.empty()) {
     return Status::InvalidArgument(
@@ -647,8 +684,8 @@ Result<WorkerAddresses> WorkerAddressesOf(const Config& config, int instance_id,
 
 Result<Config> ParseConfig(const std::string& yaml_text) {
   Config config;
+  HW_ASSIGN_OR_RETURN(const YAML::Node root, yaml::LoadDocument(yaml_text));
   try {
-    const YAML::Node root = YAML::Load(yaml_text);
     HW_RETURN_IF_ERROR(ParseDocument(root, config));
   } catch (const YAML::Exception& e) {
     return yaml::SyntaxError(e);

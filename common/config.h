@@ -12,8 +12,11 @@
 //     control_bind: tcp://0.0.0.0:5557        # optional: what the coordinator binds
 //     heartbeat_interval_ms: 1000
 //     heartbeat_timeout_ms: 10000
+//     control_max_message_mb: 64   # larger control messages drop their peer
 //     drain_timeout_ms: 25000      # a draining instance's requests get this long
 //     api_key: [key-a]             # and the HTTP keys of common/http_config.h
+//   chat:
+//     parse_special_in_content: false   # true: special tokens from message text too (vLLM)
 //   cache:
 //     block_size: 16
 //     kv_memory_mb: 256            # per CPU worker
@@ -152,6 +155,11 @@ struct Config {
   }
   int heartbeat_interval_ms = 1000;
   int heartbeat_timeout_ms = 10000;     // a worker silent this long is down
+  // The largest control message (ZMQ_MAXMSGSIZE on the coordinator's ROUTER
+  // and every worker's DEALER), MiB: a peer that sends more is disconnected
+  // before the message is buffered. The default is far above the largest
+  // real step plan or result (README "Control plane").
+  int control_max_message_mb = 64;
   // A draining instance (admin endpoint, or SIGTERM to its worker) takes no
   // new request and leaves once its requests have ended; those still there
   // after this long move to another instance or fail, as if it went down.
@@ -159,6 +167,11 @@ struct Config {
   int drain_timeout_ms = 25000;
   // API keys, TLS and the HTTP limits (common/http_config.h).
   HttpApiConfig http;
+  // chat
+  // false: special tokens only where the chat template writes them; a
+  // message's "<|im_start|>" stays text. true: from the whole prompt,
+  // message contents included (vLLM's behaviour).
+  bool chat_parse_special_in_content = false;
   // cache
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per CPU worker, MiB

@@ -17,6 +17,10 @@ namespace {
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as little-endian u32
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr int kMaxArrayDepth = 4;
+// Bounds for the header's counts: one byte per entry, loose on purpose, so
+// that a file cut short inside an entry is reported at that entry.
+constexpr uint64_t kMinMetadataEntryBytes = 1;
+constexpr uint64_t kMinTensorInfoBytes = 1;
 
 // Metadata value types (gguf.md `enum gguf_metadata_value_type`).
 enum class ValueType : uint32_t {
@@ -66,6 +70,25 @@ class Cursor {
                             " but the file has " + std::to_string(remaining()) + " left");
   }
 
+  // A count read from the file (`who` says `count` `unit`) that the rest of
+  // the file cannot hold, each taking at least `min_bytes_each`: a flipped
+  // or garbage count reads as such, not as a file short by exabytes.
+  Status CountTooLarge(const std::string& who, uint64_t count, const std::string& unit,
+                       uint64_t min_bytes_each) const {
+    return Status::DataLoss("truncated or corrupt file " + path_ + ": " + who + " says " +
+                            std::to_string(count) + " " + unit + ", but the file has only " +
+                            std::to_string(remaining()) + " bytes left at offset " +
+                            std::to_string(pos_) +
+                            (min_bytes_each > 1 ? " (each takes at least " +
+                                                      std::to_string(min_bytes_each) + ")"
+                                                : std::string()));
+  }
+
+  // True when `count` items of at least `min_bytes_each` bytes cannot fit.
+  bool CannotHold(uint64_t count, uint64_t min_bytes_each) const {
+    return count > remaining() / min_bytes_each;
+  }
+
   Status ReadBytes(void* out, uint64_t n, const std::string& what) {
     if (n > remaining()) return Truncated(what, n);
     std::memcpy(out, data_ + pos_, n);
@@ -81,7 +104,7 @@ class Cursor {
   Status ReadString(std::string* out, const std::string& what) {
     uint64_t len = 0;
     HW_RETURN_IF_ERROR(Read(&len, what + " (string length)"));
-    if (len > remaining()) return Truncated(what + " (string of " + std::to_string(len) + " bytes)", len);
+    if (len > remaining()) return CountTooLarge(what + " (string length)", len, "bytes", 1);
     out->assign(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
     return Status::Ok();
@@ -106,6 +129,24 @@ Status ReadScalar(Cursor& cur, const std::string& what, GgufValue* out) {
     out->value = static_cast<uint64_t>(v);
   }
   return Status::Ok();
+}
+
+// The fewest bytes a value of `type` takes in the file (1 for an unknown
+// type, which ReadValue then names).
+uint64_t MinValueBytes(uint32_t type) {
+  switch (static_cast<ValueType>(type)) {
+    case ValueType::kUInt16:
+    case ValueType::kInt16: return 2;
+    case ValueType::kUInt32:
+    case ValueType::kInt32:
+    case ValueType::kFloat32: return 4;
+    case ValueType::kUInt64:
+    case ValueType::kInt64:
+    case ValueType::kFloat64:
+    case ValueType::kString: return 8;        // the length
+    case ValueType::kArray: return 4 + 8;     // element type, length
+    default: return 1;
+  }
 }
 
 Status ReadValue(Cursor& cur, uint32_t type, const std::string& what, int depth,
@@ -146,10 +187,10 @@ Status ReadValue(Cursor& cur, uint32_t type, const std::string& what, int depth,
       uint64_t count = 0;
       HW_RETURN_IF_ERROR(cur.Read(&elem_type, what + " (array element type)"));
       HW_RETURN_IF_ERROR(cur.Read(&count, what + " (array length)"));
-      // Every element takes at least one byte: a larger count cannot fit, and
-      // checking first keeps a corrupt count from allocating without bound.
-      if (count > cur.remaining()) {
-        return cur.Truncated(what + " (array of " + std::to_string(count) + " elements)", count);
+      // Checking first keeps a corrupt count from allocating without bound.
+      const uint64_t min_bytes = MinValueBytes(elem_type);
+      if (cur.CannotHold(count, min_bytes)) {
+        return cur.CountTooLarge(what + " (array length)", count, "elements", min_bytes);
       }
       GgufValue::Array items(count);
       for (uint64_t i = 0; i < count; ++i) {
@@ -354,10 +395,12 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   uint64_t n_kv = 0;
   HW_RETURN_IF_ERROR(cur.Read(&n_tensors, "header (tensor count)"));
   HW_RETURN_IF_ERROR(cur.Read(&n_kv, "header (metadata count)"));
-  // Each metadata entry takes well over one byte: a larger count is corrupt,
-  // and checking first keeps it from driving a huge loop.
-  if (n_kv > cur.remaining()) {
-    return cur.Truncated("metadata (" + std::to_string(n_kv) + " entries)", n_kv);
+  // Checking the counts first keeps a corrupt one from driving a huge loop.
+  if (cur.CannotHold(n_kv, kMinMetadataEntryBytes)) {
+    return cur.CountTooLarge("the header", n_kv, "metadata entries", kMinMetadataEntryBytes);
+  }
+  if (cur.CannotHold(n_tensors, kMinTensorInfoBytes)) {
+    return cur.CountTooLarge("the header", n_tensors, "tensors", kMinTensorInfoBytes);
   }
 
   // Metadata.
@@ -386,8 +429,8 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   }
 
   // Tensor infos.
-  if (n_tensors > cur.remaining()) {
-    return cur.Truncated("tensor infos (" + std::to_string(n_tensors) + " tensors)", n_tensors);
+  if (cur.CannotHold(n_tensors, kMinTensorInfoBytes)) {
+    return cur.CountTooLarge("the header", n_tensors, "tensors", kMinTensorInfoBytes);
   }
   file->tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {

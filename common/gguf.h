@@ -86,7 +86,10 @@ class GgufFile {
   // and tensor info, alignment, and that each tensor's data lies inside the
   // file. Errors: NotFound (no file), FailedPrecondition (not a readable
   // regular file), DataLoss (wrong magic, truncated file, tensor out of
-  // bounds, duplicate key or tensor, misaligned offset; the message names the
+  // bounds, duplicate key or tensor, misaligned offset, a count (metadata
+  // entries, tensors, array or string length) larger than the rest of the
+  // file can hold: "the header says N tensors, but the file has only M
+  // bytes left at offset P"; the message names the
   // file and the offending part, e.g. "metadata entry 7 'x'" or
   // "tensor info 3 'blk.0.attn_q.weight'"), Unimplemented (unknown tensor
   // type or version), Internal (mmap failed).

@@ -32,6 +32,8 @@ struct Streaming {
   SlotSpec spec;
 };
 
+constexpr int64_t kMaxPositions = int64_t(1) << 24;
+
 Result<Streaming> ParseStreaming(const YAML::Node& node) {
   Streaming out;
   if (!node) return out;
@@ -45,15 +47,14 @@ Result<Streaming> ParseStreaming(const YAML::Node& node) {
         "head sees (an integer >= 1)");
   }
   HW_RETURN_IF_ERROR(ReadInt(node["window"], "streaming.window", out.spec.window));
-  if (out.spec.window < 1) {
-    return BadValue("streaming.window", std::to_string(out.spec.window), "an integer >= 1");
-  }
+  // Positions fit in 24 bits (scheduler.max_model_len's bound): a bigger
+  // window would only overflow the window arithmetic of the kernels.
+  HW_RETURN_IF_ERROR(
+      yaml::CheckRange("streaming.window", out.spec.window, 1, kMaxPositions, "(positions)"));
   if (node["sink"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["sink"], "streaming.sink", out.spec.sink));
-    if (out.spec.sink < 0) {
-      return BadValue("streaming.sink", std::to_string(out.spec.sink),
-                      "an integer >= 0 (0 = no attention sink)");
-    }
+    HW_RETURN_IF_ERROR(yaml::CheckRange("streaming.sink", out.spec.sink, 0, kMaxPositions,
+                                        "(positions; 0 = no attention sink)"));
   }
   out.present = true;
   return out;
@@ -164,8 +165,8 @@ Result<std::vector<SlotSpec>> ParseHeadPattern(const std::string& yaml_text,
                                    " has no layers or KV heads; load its spec first");
   }
   std::vector<SlotSpec> slots;
+  HW_ASSIGN_OR_RETURN(const YAML::Node root, yaml::LoadDocument(yaml_text));
   try {
-    const YAML::Node root = YAML::Load(yaml_text);
     HW_RETURN_IF_ERROR(ParseDocument(root, spec, slots));
   } catch (const YAML::Exception& e) {
     return yaml::SyntaxError(e);

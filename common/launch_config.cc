@@ -32,10 +32,9 @@ Status ParseLaunchSection(const YAML::Node& node, LaunchConfig* launch) {
   if (out.ssh_port < 1 || out.ssh_port > 65535) {
     return yaml::BadValue("launch.port", std::to_string(out.ssh_port), "a TCP port, 1 to 65535");
   }
-  if (out.connect_timeout_s < 1) {
-    return yaml::BadValue("launch.connect_timeout_s", std::to_string(out.connect_timeout_s),
-                          "at least 1 (seconds)");
-  }
+  // The launcher adds its own margin to it (an int of seconds).
+  HW_RETURN_IF_ERROR(
+      yaml::CheckRange("launch.connect_timeout_s", out.connect_timeout_s, 1, 3600, "(seconds)"));
   // Passed to ssh as `-l USER`: a leading '-' would be read as an option.
   if (!out.ssh_user.empty() && out.ssh_user[0] == '-') {
     return yaml::BadValue("launch.user", "\"" + out.ssh_user + "\"", "a login name");

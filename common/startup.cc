@@ -4,6 +4,7 @@
 
 #include "common/deployment_check.h"
 #include "common/head_pattern.h"
+#include "common/model_tensors.h"
 
 namespace headway {
 
@@ -26,6 +27,9 @@ Result<StartupModel> OpenAndCheckModel(const Config& config, const StartupCheckO
   if (!file.ok()) return fail(StartupCheck::kModelFile, file.status());
   Result<ModelSpec> spec = LoadModelSpec(**file);
   if (!spec.ok()) return fail(StartupCheck::kModelSpec, spec.status());
+  if (Status s = CheckModelTensors(**file, *spec); !s.ok()) {
+    return fail(StartupCheck::kModelSpec, s);
+  }
   if (Status s = ApplyHeadPattern(config, *spec); !s.ok()) {
     return fail(StartupCheck::kHeadPattern, s);
   }

@@ -28,7 +28,8 @@ std::string DefaultModelDir(const char* headway_model_dir, const char* home);
 enum class StartupCheck {
   kSupported,       // CheckSupported: the config needs what this build lacks
   kModelFile,       // GgufFile::Open: the model file is missing or corrupt
-  kModelSpec,       // LoadModelSpec: the file's metadata is not a model we serve
+  kModelSpec,       // LoadModelSpec, CheckModelTensors: the file's metadata is not a
+                    // model we serve, or its tensors do not match it
   kHeadPattern,     // ApplyHeadPattern: model.head_pattern does not fit
   kAgainstModel,    // CheckConfigAgainstModel: TP sizes, max_model_len
 };
@@ -50,7 +51,8 @@ struct StartupModel {
 // the checks in StartupCheck order. Returns the model, or the first failed
 // check's Status as that check returned it, and then sets `*failed` (when
 // not null) to that check. Errors: those of the checks (common/gguf.h,
-// common/model_spec.h, common/head_pattern.h, common/deployment_check.h).
+// common/model_spec.h, common/model_tensors.h, common/head_pattern.h,
+// common/deployment_check.h).
 Result<StartupModel> OpenAndCheckModel(const Config& config, const StartupCheckOptions& options,
                                        StartupCheck* failed);
 

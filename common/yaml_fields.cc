@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 namespace headway::yaml {
@@ -24,6 +25,47 @@ Status SyntaxError(const YAML::Exception& e) {
   if (!e.mark.is_null()) msg << " at line " << e.mark.line + 1 << ", column " << e.mark.column + 1;
   msg << ": " << e.msg;
   return Status::InvalidArgument(msg.str());
+}
+
+namespace {
+
+// Walks `node` for a mapping that repeats a key; `path` is the dotted key of
+// `node` ("" = the document).
+Status CheckNoDuplicateKeys(const YAML::Node& node, const std::string& path) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      HW_RETURN_IF_ERROR(CheckNoDuplicateKeys(node[i], path + "[" + std::to_string(i) + "]"));
+    }
+  }
+  if (!node.IsMap()) return Status::Ok();
+  std::map<std::string, int> first_line;  // key -> its first line, 1-based
+  for (const auto& item : node) {
+    const std::string key = item.first.IsScalar() ? item.first.Scalar() : Describe(item.first);
+    const std::string dotted = path.empty() ? key : path + "." + key;
+    const int line = item.first.Mark().line + 1;
+    auto [it, inserted] = first_line.emplace(key, line);
+    if (!inserted) {
+      return Status::InvalidArgument("duplicate key `" + dotted + "` at line " +
+                                     std::to_string(line) + " (first at line " +
+                                     std::to_string(it->second) +
+                                     "): each key may appear once in a mapping");
+    }
+    HW_RETURN_IF_ERROR(CheckNoDuplicateKeys(item.second, dotted));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<YAML::Node> LoadDocument(const std::string& text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return SyntaxError(e);
+  }
+  HW_RETURN_IF_ERROR(CheckNoDuplicateKeys(root, ""));
+  return root;
 }
 
 std::string Describe(const YAML::Node& node) {
@@ -59,6 +101,14 @@ Status CheckKeys(const YAML::Node& map, const std::string& path,
   return Status::Ok();
 }
 
+Status CheckRange(const std::string& key, int64_t value, int64_t min, int64_t max,
+                  const std::string& unit) {
+  if (value >= min && value <= max) return Status::Ok();
+  return BadValue(key, std::to_string(value),
+                  "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]" +
+                      (unit.empty() ? "" : " " + unit));
+}
+
 Status RequireMap(const YAML::Node& node, const std::string& path) {
   if (node.IsMap()) return Status::Ok();
   return BadValue(path.empty() ? "(document)" : path, Describe(node), "a mapping of keys");
@@ -75,6 +125,11 @@ Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out) {
   const std::string& text = node.Scalar();
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range && end == text.data() + text.size()) {
+    return BadValue(key, Describe(node),
+                    "an integer in [" + std::to_string(std::numeric_limits<int64_t>::min()) +
+                        ", " + std::to_string(std::numeric_limits<int64_t>::max()) + "]");
+  }
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
     return BadValue(key, Describe(node), "an integer");
   }

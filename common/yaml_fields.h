@@ -22,6 +22,13 @@ Result<std::string> ReadDocumentText(const std::string& path, const std::string&
 // when yaml-cpp knows the place) for a parse exception.
 Status SyntaxError(const YAML::Exception& e);
 
+// Parses `text` as one YAML document and refuses a mapping that names a key
+// twice (yaml-cpp keeps both and `node[key]` silently returns the first).
+// Errors: InvalidArgument "YAML syntax error at line L, ..." for a parse
+// error; InvalidArgument "duplicate key `path.key` at line L (first at line
+// M)" (1-based lines) for a repeated key at any depth.
+Result<YAML::Node> LoadDocument(const std::string& text);
+
 // What a node holds, for messages: "\"text\"" for a scalar, "(a list)",
 // "(a mapping)", "(empty)".
 std::string Describe(const YAML::Node& node);
@@ -37,9 +44,17 @@ Status CheckKeys(const YAML::Node& map, const std::string& path,
 // InvalidArgument unless `node` is a mapping (`path` "" = the document).
 Status RequireMap(const YAML::Node& node, const std::string& path);
 
+// InvalidArgument "`key` = value is not allowed: must be an integer in
+// [min, max]" (+ " " + unit when given) unless min <= value <= max. Checked
+// before the value enters any arithmetic (byte counts, deadlines).
+Status CheckRange(const std::string& key, int64_t value, int64_t min, int64_t max,
+                  const std::string& unit = "");
+
 // Scalar readers; `key` is the dotted key for messages. Errors:
 // InvalidArgument for a non-scalar or a value that does not parse (integers:
-// decimal, the whole text; int: must fit in 32 bits; bool: true or false).
+// decimal, the whole text, within int64_t; int: must fit in 32 bits; bool:
+// true or false). Ranges particular to a key are checked by the caller
+// (CheckRange).
 Status ReadString(const YAML::Node& node, const std::string& key, std::string& out);
 Status ReadInt64(const YAML::Node& node, const std::string& key, int64_t& out);
 Status ReadInt(const YAML::Node& node, const std::string& key, int& out);

@@ -18,8 +18,9 @@
 // coordinator.metrics_require_api_key) needs `Authorization: Bearer KEY`.
 // --ssl-certfile and --ssl-keyfile (or coordinator.ssl_*) serve HTTPS only.
 //
-// Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a configuration
-// or model error found at startup, 1 for other startup failures.
+// Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 2 for a bad command
+// line, or a configuration or model error found at startup, 1 for other
+// startup failures.
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -87,7 +88,9 @@ void AddFlags(CLI::App& app, Flags* flags) {
                  "PEM certificate chain: serve HTTPS only (overrides coordinator.ssl_certfile)");
   app.add_option("--ssl-keyfile", flags->ssl_keyfile,
                  "PEM private key of --ssl-certfile (overrides coordinator.ssl_keyfile)");
-  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error");
+  // spdlog reads an unknown name as "off": a typo would silence the log.
+  app.add_option("--log-level", flags->log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
 }
 
 // The command line's overrides of the config, then the model path resolved
@@ -190,6 +193,7 @@ headway::Result<headway::ApiServerOptions> ApiOptionsOf(const headway::Config& c
     options.http.api_keys.insert(options.http.api_keys.end(), keys->begin(), keys->end());
   }
   if (!api_key.empty()) options.http.api_keys.push_back(api_key);
+  options.parse_special_in_content = config.chat_parse_special_in_content;
   return options;
 }
 
@@ -226,7 +230,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Headway coordinator: OpenAI-compatible API, scheduling and KV allocation"};
   Flags flags;
   AddFlags(app, &flags);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (105, 106, ...) would read as a crash to a supervisor.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
   if (flags.model_dir.empty()) {
     flags.model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
@@ -263,7 +272,9 @@ int main(int argc, char** argv) {
   if (!api_options.ok()) return Fail(2, "coordinator.api_key_file", api_options.status());
 
   const sigset_t signals = BlockStopSignals();
-  auto server = ControlServer::Bind(*control_bind);
+  ControlChannelOptions control_options;
+  control_options.max_message_bytes = int64_t(config.control_max_message_mb) << 20;
+  auto server = ControlServer::Bind(*control_bind, control_options);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
   ApiServer api(std::move(api_options).value(), &engine, tokenizer->get(), chat_template.get());

@@ -274,7 +274,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11's own codes (105, 106, ...) would make the node agent restart it.
+    return app.exit(e) == 0 ? 0 : 2;
   }
 
   Result<std::chrono::milliseconds> inject_stall = ParseStallEnv(std::getenv(kStallEnv));
@@ -363,8 +364,10 @@ int main(int argc, char** argv) {
   if (!weights.ok()) return FailToStart("model", weights.status());
   model_file->file.reset();  // weights are dequantised copies; drop the mapping
 
-  Result<std::unique_ptr<ControlClient>> client =
-      ControlClient::Connect(config->control_address, PeerName(flags.instance_id, flags.tp_rank));
+  ControlChannelOptions control_options;
+  control_options.max_message_bytes = int64_t(config->control_max_message_mb) << 20;
+  Result<std::unique_ptr<ControlClient>> client = ControlClient::Connect(
+      config->control_address, PeerName(flags.instance_id, flags.tp_rank), control_options);
   if (!client.ok()) return Fail("control channel", client.status());
 
   // The TP group meets through the coordinator's store before registering,

@@ -303,18 +303,29 @@ std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
     return ApiError::BadRequest("the model has no chat template (tokenizer.chat_template); use "
                                 "/v1/completions with a formatted prompt");
   }
-  Result<std::string> prompt = chat_template_->Apply(messages, add_generation_prompt);
+  // A user's "<|im_end|>\n<|im_start|>system" must stay text, not start a
+  // turn: special tokens come from the template's text only, unless the
+  // config asks for vLLM's way.
+  auto render = [&]() -> Result<MarkedPrompt> {
+    if (!options_.parse_special_in_content) {
+      return chat_template_->ApplyMarked(messages, add_generation_prompt);
+    }
+    HW_ASSIGN_OR_RETURN(std::string text, chat_template_->Apply(messages, add_generation_prompt));
+    return MarkedPrompt{std::move(text), {}};
+  };
+  Result<MarkedPrompt> prompt = render();
   if (!prompt.ok()) {
     // raise_exception and type errors are the request's fault; a construct
-    // the renderer lacks is the server's.
-    if (prompt.status().code() == StatusCode::kUnimplemented) {
+    // the renderer lacks, or a template that rewrites contents, the server's.
+    const StatusCode code = prompt.status().code();
+    if (code == StatusCode::kUnimplemented || code == StatusCode::kFailedPrecondition) {
       return ApiError::Internal("cannot apply the chat template: " + prompt.status().message());
     }
     return ApiError::BadRequest(prompt.status().message(), "messages");
   }
   if (auto e = CheckPromptBytes(prompt->size(), "messages")) return *e;
   // The template writes BOS itself when the model wants one.
-  std::vector<int32_t> ids = tokenizer_->Encode(*prompt, /*parse_special=*/true);
+  std::vector<int32_t> ids = tokenizer_->Encode(prompt->text, prompt->content_ranges);
   if (ids.empty()) return ApiError::BadRequest("the chat prompt encodes to no tokens", "messages");
   return ids;
 }

@@ -68,6 +68,10 @@ struct ApiServerOptions {
   // Every key that admits a request (config, key file and --api-key
   // together; none = no authentication), TLS files and limits.
   HttpApiConfig http;
+  // Chat prompts: false = special tokens only where the chat template
+  // writes them, never from message contents; true = from the whole
+  // prompt, contents included, as vLLM does (config chat.parse_special_in_content).
+  bool parse_special_in_content = false;
 };
 
 class ApiServer {

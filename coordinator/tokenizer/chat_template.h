@@ -20,6 +20,12 @@ struct ChatMessage {
   std::string content;  // text (content parts already joined)
 };
 
+// A rendered chat prompt and where the messages' contents lie in it.
+struct MarkedPrompt {
+  std::string text;                                  // Apply's result
+  std::vector<Tokenizer::TextRange> content_ranges;  // sorted, disjoint
+};
+
 class ChatTemplate {
  public:
   // Parses `source`. Errors: Template::Parse's (InvalidArgument for a syntax
@@ -40,6 +46,18 @@ class ChatTemplate {
   // Unimplemented (an unsupported construct met while rendering). Thread-safe.
   Result<std::string> Apply(const std::vector<ChatMessage>& messages,
                             bool add_generation_prompt) const;
+
+  // Apply, and the byte ranges of the prompt that came from message
+  // contents, so that the tokenizer can take special tokens only from the
+  // template's own text (Tokenizer::Encode with literal ranges). Found by
+  // rendering a second time with each content between the bytes 0xFE and
+  // 0xFF, which UTF-8 never uses. Errors: Apply's; InvalidArgument when a
+  // content holds 0xFE or 0xFF (not UTF-8); FailedPrecondition when the
+  // template changes contents (trims or slices them), so that the two
+  // renderings differ: the message says so and names the config key that
+  // parses special tokens everywhere instead. Thread-safe.
+  Result<MarkedPrompt> ApplyMarked(const std::vector<ChatMessage>& messages,
+                                   bool add_generation_prompt) const;
 
  private:
   ChatTemplate(jinja::Template t, std::string bos, std::string eos)

@@ -326,8 +326,9 @@ void Tokenizer::BuildTables() {
   }
 }
 
-std::vector<Tokenizer::SpecialMatch> Tokenizer::FindSpecials(std::string_view text,
-                                                             bool parse_special) const {
+std::vector<Tokenizer::SpecialMatch> Tokenizer::FindSpecials(
+    std::string_view text, bool parse_special,
+    const std::vector<TextRange>& literal_ranges) const {
   // The special tokens that occur in `text` and may be split out.
   std::vector<int32_t> found;
   std::unordered_set<int32_t> seen;
@@ -351,18 +352,32 @@ std::vector<Tokenizer::SpecialMatch> Tokenizer::FindSpecials(std::string_view te
 
   // llama.cpp's partition: one token at a time in rank order, each splitting
   // every fragment of unclaimed text at its occurrences, left to right.
+  // Literal text starts as fragments of its own, so that no match crosses
+  // its edges, and only user-defined tokens split it.
+  constexpr int32_t kText = -1;     // unclaimed text
+  constexpr int32_t kLiteral = -2;  // unclaimed text of a literal range
   struct Fragment {
     size_t begin;
     size_t length;
-    int32_t id;  // -1: unclaimed text
+    int32_t id;  // a special token, or kText, kLiteral
   };
-  std::vector<Fragment> fragments = {{0, text.size(), -1}};
+  std::vector<Fragment> fragments;
+  size_t covered = 0;
+  for (const TextRange& range : literal_ranges) {
+    if (range.begin > covered) fragments.push_back({covered, range.begin - covered, kText});
+    if (range.end > range.begin) fragments.push_back({range.begin, range.end - range.begin, kLiteral});
+    covered = range.end;
+  }
+  if (covered < text.size() || fragments.empty()) {
+    fragments.push_back({covered, text.size() - covered, kText});
+  }
   std::vector<Fragment> next;
   for (int32_t id : found) {
     const std::string& special = vocab_.tokens[id];
+    const bool user_defined = vocab_.token_types[id] == TokenType::kUserDefined;
     next.clear();
     for (const Fragment& fragment : fragments) {
-      if (fragment.id >= 0) {
+      if (fragment.id >= 0 || (fragment.id == kLiteral && !user_defined)) {
         next.push_back(fragment);
         continue;
       }
@@ -371,11 +386,11 @@ std::vector<Tokenizer::SpecialMatch> Tokenizer::FindSpecials(std::string_view te
       while (begin < end) {
         size_t match = text.substr(0, end).find(special, begin);
         if (match == std::string_view::npos) break;
-        if (match > begin) next.push_back({begin, match - begin, -1});
+        if (match > begin) next.push_back({begin, match - begin, fragment.id});
         next.push_back({match, special.size(), id});
         begin = match + special.size();
       }
-      if (begin < end) next.push_back({begin, end - begin, -1});
+      if (begin < end) next.push_back({begin, end - begin, fragment.id});
     }
     fragments.swap(next);
   }
@@ -386,11 +401,21 @@ std::vector<Tokenizer::SpecialMatch> Tokenizer::FindSpecials(std::string_view te
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
+  return EncodeAround(text, FindSpecials(text, parse_special, {}));
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text,
+                                       const std::vector<TextRange>& literal_ranges) const {
+  return EncodeAround(text, FindSpecials(text, /*parse_special=*/true, literal_ranges));
+}
+
+std::vector<int32_t> Tokenizer::EncodeAround(std::string_view text,
+                                             const std::vector<SpecialMatch>& specials) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   size_t segment_begin = 0;  // start of ordinary text not yet encoded
   bool follows_special = true;
-  for (const SpecialMatch& match : FindSpecials(text, parse_special)) {
+  for (const SpecialMatch& match : specials) {
     if (match.begin > segment_begin) {
       EncodeOrdinary(text.substr(segment_begin, match.begin - segment_begin), follows_special,
                      &ids);

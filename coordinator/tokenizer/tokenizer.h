@@ -125,6 +125,23 @@ class Tokenizer {
   // of two tokens; Gemma 3's are not).
   std::vector<int32_t> Encode(std::string_view text, bool parse_special) const;
 
+  // A byte range [begin, end) of a text.
+  struct TextRange {
+    size_t begin;
+    size_t end;
+  };
+
+  // Encode(text, true), except that inside `literal_ranges` (sorted, not
+  // overlapping, within `text`) control and unknown tokens' texts stay
+  // ordinary text, as Encode(..., false) would leave them: a chat prompt
+  // whose message contents cannot add control tokens such as
+  // "<|im_start|>" (ChatTemplate::ApplyMarked gives the ranges). A special
+  // token's text that crosses a range's edge is ordinary text too. Ordinary
+  // text is encoded across the edges as one run, so the ids equal
+  // Encode(text, true)'s wherever the contents hold no special token's text.
+  std::vector<int32_t> Encode(std::string_view text,
+                              const std::vector<TextRange>& literal_ranges) const;
+
   // The bytes that `ids` spell (TokenBytes of each). Ids outside
   // [0, vocab_size) are skipped; use DecodeChecked to reject them. The result
   // may be invalid UTF-8 when the ids split a character.
@@ -179,7 +196,13 @@ class Tokenizer {
 
   // The special tokens to split out of `text`, in text order
   // (tokenizer_st_partition; see the top of this file).
-  std::vector<SpecialMatch> FindSpecials(std::string_view text, bool parse_special) const;
+  // `literal_ranges`: as Encode's; empty = none.
+  std::vector<SpecialMatch> FindSpecials(std::string_view text, bool parse_special,
+                                         const std::vector<TextRange>& literal_ranges) const;
+
+  // Encodes `text` around the given special tokens.
+  std::vector<int32_t> EncodeAround(std::string_view text,
+                                    const std::vector<SpecialMatch>& specials) const;
 
   // Encodes a run of text with no special tokens in it; `follows_special`:
   // the run starts the text or follows a special token.

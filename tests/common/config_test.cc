@@ -243,16 +243,86 @@ TEST(ConfigTest, BlockSizeMustBePowerOfTwoUpTo256) {
 
 TEST(ConfigTest, LimitsMustBePositive) {
   ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 0"),
-              {"cache.kv_memory_mb", "0", ">= 1"});
+              {"cache.kv_memory_mb", "0", "[1, "});
   ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: -1"),
-              {"scheduler.max_num_seqs", "-1", ">= 1"});
+              {"scheduler.max_num_seqs", "-1", "[1, "});
   ExpectError(Edit(kFull, "max_num_batched_tokens: 512", "max_num_batched_tokens: 0"),
-              {"scheduler.max_num_batched_tokens", "0", ">= 1"});
+              {"scheduler.max_num_batched_tokens", "0", "[1, "});
   ExpectError(Edit(kFull, "max_model_len: 2048", "max_model_len: 0"),
-              {"scheduler.max_model_len", "0", ">= 1"});
+              {"scheduler.max_model_len", "0", "[1, "});
   ExpectError(Edit(kFull, "control_address: tcp://127.0.0.1:5557",
                    "control_address: tcp://127.0.0.1:5557\n  drain_timeout_ms: 0"),
-              {"coordinator.drain_timeout_ms", "0", ">= 1"});
+              {"coordinator.drain_timeout_ms", "0", "[1, "});
+}
+
+// Every number is bounded before it enters arithmetic: 99999999999999 MiB
+// once overflowed into a negative pool size that only the worker reported.
+TEST(ConfigTest, NumbersAreRangeCheckedBeforeArithmetic) {
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 99999999999999"),
+              {"cache.kv_memory_mb", "99999999999999", "[1, 16777216] (MiB)"});
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 99999999999999999999"),
+              {"cache.kv_memory_mb", "99999999999999999999", "9223372036854775807"});
+  ExpectError(Edit(kFull, "max_model_len: 2048", "max_model_len: 2147483647"),
+              {"scheduler.max_model_len", "2147483647", "[1, 16777216]"});
+  ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: 100000"),
+              {"scheduler.max_num_seqs", "100000", "[1, 65536]"});
+  ExpectError(Edit(kFull, "max_num_batched_tokens: 512", "max_num_batched_tokens: 2000000000"),
+              {"scheduler.max_num_batched_tokens", "2000000000", "[1, 16777216]"});
+  ExpectError(Edit(kFull, "tp_size: 1", "tp_size: 5000"),
+              {"pools[0].instances[0].tp_size", "5000", "[1, 1024]"});
+  ExpectError(Edit(kFull, "num_threads: 2", "num_threads: 100000"),
+              {"pools[0].instances[0].num_threads", "100000", "[0, 4096]"});
+  ExpectError(Edit(kFull, "num_threads: 2", "num_threads: 2\n        collective_timeout_ms: 2147483647"),
+              {"pools[0].instances[0].collective_timeout_ms", "2147483647", "[1, 86400000] (ms)"});
+  const std::string coordinator = "control_address: tcp://127.0.0.1:5557";
+  // The node agent adds drain_timeout_ms and heartbeat_timeout_ms in an int.
+  ExpectError(Edit(kFull, coordinator, coordinator + "\n  drain_timeout_ms: 2147483647"),
+              {"coordinator.drain_timeout_ms", "2147483647", "[1, 86400000] (ms)"});
+  ExpectError(Edit(kFull, coordinator,
+                   coordinator + "\n  heartbeat_interval_ms: 1000\n  heartbeat_timeout_ms: "
+                                 "2147483647"),
+              {"coordinator.heartbeat_timeout_ms", "2147483647", "[1, 86400000] (ms)"});
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\nkv_transfer:\n  timeout_ms: "
+                                               "2147483647"),
+              {"kv_transfer.timeout_ms", "2147483647", "[1, 86400000] (ms)"});
+  ExpectError(std::string(kFull) + "launch:\n  connect_timeout_s: 2147483647\n",
+              {"launch.connect_timeout_s", "2147483647", "[1, 3600]"});
+  ExpectError(Edit(kFull, coordinator, coordinator + "\n  control_max_message_mb: 5000"),
+              {"coordinator.control_max_message_mb", "5000", "[1, 4096] (MiB)"});
+  ExpectError(Edit(kFull, coordinator, coordinator + "\n  control_max_message_mb: 0"),
+              {"coordinator.control_max_message_mb", "0", "[1, 4096] (MiB)"});
+  // The bounds themselves are allowed.
+  EXPECT_TRUE(ParseConfig(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 16777216")).ok());
+  EXPECT_TRUE(ParseConfig(Edit(kFull, "max_model_len: 2048", "max_model_len: 16777216")).ok());
+}
+
+// yaml-cpp keeps both entries of a repeated key and `node[key]` returns the
+// first, so the second would be silently ignored.
+TEST(ConfigTest, DuplicateKeysAreRefusedWithKeyAndLine) {
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_memory_mb: 512"),
+              {"duplicate key `cache.kv_memory_mb`", "at line 12", "first at line 11"});
+  ExpectError(std::string(kFull) + "model:\n  path: other.gguf\n",
+              {"duplicate key `model`", "first at line 2"});
+  ExpectError(Edit(kFull, "num_threads: 2", "num_threads: 2\n        tp_size: 3"),
+              {"duplicate key `pools[0].instances[0].tp_size`"});
+}
+
+TEST(ConfigTest, ControlMessageLimitAndChatSpecialTokens) {
+  Result<Config> defaults = ParseConfig(kFull);
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->control_max_message_mb, 64);
+  EXPECT_FALSE(defaults->chat_parse_special_in_content);
+  Result<Config> set = ParseConfig(
+      Edit(kFull, "control_address: tcp://127.0.0.1:5557",
+           "control_address: tcp://127.0.0.1:5557\n  control_max_message_mb: 8") +
+      "chat:\n  parse_special_in_content: true\n");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->control_max_message_mb, 8);
+  EXPECT_TRUE(set->chat_parse_special_in_content);
+  ExpectError(std::string(kFull) + "chat:\n  parse_special_in_content: yes\n",
+              {"chat.parse_special_in_content", "yes", "true or false"});
+  ExpectError(std::string(kFull) + "chat:\n  split_special_tokens: true\n",
+              {"unknown key `chat.split_special_tokens`", "parse_special_in_content"});
 }
 
 TEST(ConfigTest, HttpPortRange) {
@@ -285,7 +355,7 @@ TEST(ConfigTest, PrefillNeedsDecode) {
 
 TEST(ConfigTest, TpSizeAndDevice) {
   ExpectError(Edit(kFull, "tp_size: 1", "tp_size: 0"),
-              {"pools[0].instances[0].tp_size", "0", ">= 1"});
+              {"pools[0].instances[0].tp_size", "0", "[1, "});
   ExpectError(Edit(kFull, "device: cpu", "device: tpu"),
               {"pools[0].instances[0].device", "tpu", "cpu", "cuda:N"});
   ExpectError(Edit(kFull, "device: cpu", "device: \"cuda:x\""), {"pools[0].instances[0].device", "cuda:x"});

@@ -340,7 +340,46 @@ TEST_F(GgufFileTest, CorruptStructure) {
     std::vector<uint8_t> bytes = w.Serialize();
     bytes[24 + 8 + 3 + 4 + 4 + 7] = 0x40;  // top byte of the u64 length
     ExpectMessageHas(OpenError("arr.gguf", bytes), StatusCode::kDataLoss,
-                     {"truncated", "'arr'", "array"});
+                     {"truncated or corrupt", "'arr' (array length) says 4611686018427387906 "
+                      "elements", "(each takes at least 4)"});
+  }
+}
+
+// Counts flipped to huge values are reported as counts the file cannot hold,
+// not as a file truncated by exabytes.
+TEST_F(GgufFileTest, CountsTheFileCannotHoldAreNamed) {
+  const std::vector<uint8_t> good = SmallWriter().Serialize();
+  auto with_u64 = [&](size_t pos, uint64_t value) {
+    std::vector<uint8_t> bytes = good;
+    std::memcpy(bytes.data() + pos, &value, sizeof(value));
+    return bytes;
+  };
+  const uint64_t flipped = ~uint64_t(0x21);  // 18446744073709551582
+  // Header: magic, version, then the tensor count (8) and metadata count (16).
+  ExpectMessageHas(OpenError("tensors.gguf", with_u64(8, flipped)), StatusCode::kDataLoss,
+                   {"tensors.gguf", "the header says 18446744073709551582 tensors",
+                    "but the file has only " + std::to_string(good.size() - 24) +
+                        " bytes left at offset 24"});
+  ExpectMessageHas(OpenError("kvs.gguf", with_u64(16, flipped)), StatusCode::kDataLoss,
+                   {"the header says 18446744073709551582 metadata entries", "bytes left"});
+  // The first key's string length.
+  ExpectMessageHas(OpenError("key.gguf", with_u64(24, flipped)), StatusCode::kDataLoss,
+                   {"metadata entry 0 (key) (string length) says 18446744073709551582 bytes",
+                    "but the file has only"});
+  // A string inside an array: test.strings's first element.
+  const std::string strings_key = "test.strings";
+  const size_t key_at = static_cast<size_t>(
+      std::search(good.begin(), good.end(), strings_key.begin(), strings_key.end()) -
+      good.begin());
+  ASSERT_LT(key_at, good.size());
+  const size_t first_string = key_at + strings_key.size() + 4 + 4 + 8;  // type, elem type, count
+  ExpectMessageHas(OpenError("elem.gguf", with_u64(first_string, flipped)),
+                   StatusCode::kDataLoss,
+                   {"'test.strings'[0] (string length) says 18446744073709551582 bytes"});
+  // Never a message about reading exabytes.
+  for (size_t pos : {size_t(8), size_t(16), size_t(24), first_string}) {
+    Status s = OpenError("any.gguf", with_u64(pos, flipped));
+    EXPECT_EQ(s.message().find("needs 18446744073709551582"), std::string::npos) << s.message();
   }
 }
 

@@ -147,13 +147,22 @@ TEST(HeadPatternTest, UnknownLetter) {
 
 TEST(HeadPatternTest, WindowAndSinkRanges) {
   ExpectError("streaming: {sink: 4, window: 0}\nevery_layer: sf\n",
-              {"`streaming.window`", "= 0", "an integer >= 1"});
+              {"`streaming.window`", "= 0", "an integer in [1, 16777216]"});
+  ExpectError("streaming: {sink: 4, window: 2147483647}\nevery_layer: sf\n",
+              {"`streaming.window`", "2147483647", "[1, 16777216] (positions)"});
   ExpectError("streaming: {sink: -1, window: 8}\nevery_layer: sf\n",
-              {"`streaming.sink`", "= -1", "an integer >= 0"});
+              {"`streaming.sink`", "= -1", "an integer in [0, 16777216]"});
   ExpectError("streaming: {sink: 4}\nevery_layer: sf\n",
               {"missing key `streaming.window`", "integer >= 1"});
   ExpectError("streaming: {window: 99999999999}\nevery_layer: sf\n",
               {"`streaming.window`", "99999999999", "fits in 32 bits"});
+}
+
+TEST(HeadPatternTest, DuplicateKeysAreRefused) {
+  ExpectError("streaming: {window: 8}\nevery_layer: sf\nevery_layer: ff\n",
+              {"duplicate key `every_layer`", "at line 3", "first at line 2"});
+  ExpectError("streaming: {window: 8, window: 16}\nevery_layer: sf\n",
+              {"duplicate key `streaming.window`", "at line 1"});
 }
 
 TEST(HeadPatternTest, NonIntegerValues) {

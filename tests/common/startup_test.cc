@@ -80,6 +80,36 @@ TEST_F(OpenAndCheckModelTest, AFileWithoutModelMetadataIsTheModelSpecCheck) {
   EXPECT_EQ(failed, StartupCheck::kModelSpec) << model.status().ToString();
 }
 
+// Metadata that outruns the tensors is found here, by the coordinator and
+// the launcher, not by each worker as it loads weights.
+TEST_F(OpenAndCheckModelTest, ABlockCountBeyondTheTensorsNamesTheMissingTensor) {
+  ASSERT_TRUE(testing::SetUInt32Key(model_path_, "llama.block_count", 100000).ok());
+  StartupCheck failed;
+  Result<StartupModel> model = OpenAndCheckModel(OneInstance(1), {}, &failed);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(failed, StartupCheck::kModelSpec);
+  EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
+  const std::string& message = model.status().message();
+  for (const char* part : {"tiny-llama", "tiny.gguf", "tensor blk.2.attn_norm.weight is missing",
+                           "100000 layers (llama.block_count)", "has tensors for 2"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << "`" << part << "` not in: " << message;
+  }
+}
+
+TEST_F(OpenAndCheckModelTest, ATensorShapeTheMetadataDoesNotImplyIsNamed) {
+  ASSERT_TRUE(testing::SetUInt32Key(model_path_, "llama.feed_forward_length", 256).ok());
+  StartupCheck failed;
+  Result<StartupModel> model = OpenAndCheckModel(OneInstance(1), {}, &failed);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(failed, StartupCheck::kModelSpec);
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
+  const std::string& message = model.status().message();
+  for (const char* part : {"tensor blk.0.ffn_gate.weight has shape {64, 128}",
+                           "the metadata implies {64, 256}"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << "`" << part << "` not in: " << message;
+  }
+}
+
 TEST_F(OpenAndCheckModelTest, AMissingHeadPatternIsTheHeadPatternCheck) {
   Config config = OneInstance(1);
   config.head_pattern_path = dir_ + "/no-such-pattern.yaml";

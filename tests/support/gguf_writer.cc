@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 namespace headway::testing {
 namespace {
@@ -367,6 +368,35 @@ Status WriteTinyLlama(const std::string& path, const TinyLlamaOptions& o) {
     HW_RETURN_IF_ERROR(matrix("output.weight", hidden, vocab, o.embedding_type));
   }
   return w.WriteFile(path);
+}
+
+Status SetUInt32Key(const std::string& path, const std::string& key, uint32_t value) {
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Status::Internal("cannot read " + path);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // A key is stored as its u64 length then its bytes; the u32 value type
+  // and the value follow.
+  std::string stored(8, '\0');
+  const uint64_t length = key.size();
+  std::memcpy(stored.data(), &length, 8);
+  stored += key;
+  const size_t at = bytes.find(stored);
+  if (at == std::string::npos) return Status::NotFound("no key " + key + " in " + path);
+  const size_t type_at = at + stored.size();
+  uint32_t type = 0;
+  if (type_at + 8 > bytes.size()) return Status::InvalidArgument(key + " has no value");
+  std::memcpy(&type, bytes.data() + type_at, 4);
+  if (type != kTypeUInt32) {
+    return Status::InvalidArgument(key + " is not a u32 (type " + std::to_string(type) + ")");
+  }
+  std::memcpy(bytes.data() + type_at + 4, &value, 4);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  if (!out) return Status::Internal("cannot write " + path);
+  return Status::Ok();
 }
 
 }  // namespace headway::testing

@@ -120,4 +120,10 @@ struct TinyLlamaOptions {
 // lengths must be multiples of 32 for Q8_0/Q4_1), Internal on I/O failure.
 Status WriteTinyLlama(const std::string& path, const TinyLlamaOptions& options);
 
+// Rewrites, in place, the value of the u32 metadata entry `key` of the GGUF
+// file at `path`: a mutated copy whose metadata disagrees with its tensors.
+// Errors: NotFound when the key is absent, InvalidArgument when its value is
+// not a u32, Internal on an I/O failure.
+Status SetUInt32Key(const std::string& path, const std::string& key, uint32_t value);
+
 }  // namespace headway::testing
