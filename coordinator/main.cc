@@ -32,6 +32,7 @@
 #include <thread>
 
 #include "comm/control_channel.h"
+#include "comm/control_keys.h"
 #include "common/config.h"
 #include "common/gguf.h"
 #include "common/head_pattern.h"
@@ -179,9 +180,12 @@ int Serve(headway::Engine& engine, headway::ApiServer& api, const headway::Confi
           int port, const sigset_t& signals) {
   engine.Start();
   std::thread http([&api] { api.Serve(); });
-  spdlog::info("serving {} ({}) on http://{}:{}; control bound to {}, workers dial {}",
+  spdlog::info("serving {} ({}) on http://{}:{}; control bound to {} ({}), workers dial {}",
                config.served_model_name, config.model_path, config.http_host, port,
-               config.ControlBindAddress(), config.control_address);
+               config.ControlBindAddress(),
+               config.security.HasKeys() ? "CurveZMQ, clients on security.authorized_keys"
+                                         : "unauthenticated",
+               config.control_address);
   std::printf("headway-coordinator: listening on http://%s:%d\n", config.http_host.c_str(), port);
   std::fflush(stdout);
 
@@ -220,6 +224,9 @@ int main(int argc, char** argv) {
   if (Status s = ValidateConfig(config); !s.ok()) return Fail(2, "command line", s);
   headway::Result<std::string> control_bind = ResolveListenAddresses(flags, config);
   if (!control_bind.ok()) return Fail(2, "config", control_bind.status());
+  if (Status s = CheckControlPlaneSecurity(config); !s.ok()) return Fail(2, "config", s);
+  Result<std::optional<ControlServerKeys>> control_keys = LoadControlServerKeys(config.security);
+  if (!control_keys.ok()) return Fail(2, "config " + flags.config_path, control_keys.status());
 
   // Workers apply the same head pattern (worker/main.cc): block tables only
   // fit when both sides agree on every slot's spec.
@@ -237,7 +244,7 @@ int main(int argc, char** argv) {
   }
 
   const sigset_t signals = BlockStopSignals();
-  auto server = ControlServer::Bind(*control_bind);
+  auto server = ControlServer::Bind(*control_bind, *control_keys);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
   ApiServer api(ApiOptionsOf(config, flags.api_key), &engine, tokenizer->get(),
