@@ -63,6 +63,8 @@ Status CheckControlPlaneSecurity(const Config& config) {
       {"coordinator.control_bind", &config.ControlBindAddress()},
       {"coordinator.control_address", &config.control_address}};
   for (const auto& [key, endpoint] : endpoints) {
+    // An empty control_bind means control_address: name the key written.
+    if (config.control_bind.empty() && std::string(key) == "coordinator.control_bind") continue;
     if (IsLocalControlEndpoint(*endpoint)) continue;
     return Status::InvalidArgument(
         std::string("`") + key + "` = \"" + *endpoint +

@@ -39,6 +39,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/control_keys.h"
 #include "tests/support/deployment.h"
 #include "tests/support/netns_lan.h"
 #include "tests/support/process.h"
@@ -241,9 +242,14 @@ bool Skipping(std::string* why) {
   } while (0)
 
 // The deployment's YAML: `pools` (a `pools:` list naming hosts), the
-// coordinator on `coordinator_host` (the launch host's name, or 127.0.0.1).
+// coordinator on `coordinator_host` (the launch host's name, or 127.0.0.1),
+// its control port authenticated with keys made in `dir` (the hosts share
+// the file system).
 std::string ConfigYaml(const std::string& pools, const std::string& coordinator_host,
-                       int http_port, int control_port, bool kv_transfer) {
+                       int http_port, int control_port, bool kv_transfer, const std::string& dir) {
+  std::string keys_error;
+  const std::string security = ControlPlaneKeysYaml(dir, &keys_error);
+  EXPECT_TRUE(keys_error.empty()) << keys_error;
   std::string yaml = "model:\n  path: " +
                      std::filesystem::path(SmolLm2Path()).filename().string() +
                      "\n  served_name: smollm2\n"
@@ -255,7 +261,7 @@ std::string ConfigYaml(const std::string& pools, const std::string& coordinator_
                      "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 256\n"
                      "  max_model_len: 1024\n";
   if (kv_transfer) yaml += "kv_transfer:\n  transports: tcp\n  timeout_ms: 5000\n";
-  return yaml + pools;
+  return yaml + security + pools;
 }
 
 // `pools_of(host_of)`: the pools list, with host_of(i) naming host i
@@ -268,7 +274,7 @@ std::vector<std::string> LocalTexts(const PoolsOf& pools_of, bool kv_transfer,
   const int http_port = FreePort();
   const std::string config = dir + "/local.yaml";
   std::ofstream(config) << ConfigYaml(pools_of([](int) { return std::string("127.0.0.1"); }),
-                                      "127.0.0.1", http_port, FreePort(), kv_transfer);
+                                      "127.0.0.1", http_port, FreePort(), kv_transfer, dir);
   ChildProcess launcher({BinaryPath("headway-launch"), config, "--model-dir",
                          std::filesystem::path(SmolLm2Path()).parent_path().string()},
                         dir + "/local-launch.log");
@@ -339,7 +345,8 @@ void RunOverSsh(int num_hosts, const PoolsOf& pools_of, bool kv_transfer,
   const int http_port = FreePort();
   const std::string config = dir.path + "/ssh.yaml";
   std::ofstream(config) << ConfigYaml(pools_of([](int i) { return SshHosts::HostName(i); }),
-                                      "launchhost", http_port, FreePort(), kv_transfer) +
+                                      "launchhost", http_port, FreePort(), kv_transfer,
+                                      dir.path) +
                                hosts.LaunchSection();
   // The launcher's model dir is the real one; each host finds its own.
   const Clock::time_point launched = Clock::now();
@@ -499,7 +506,8 @@ void ExpectRefused(HostState host2, const std::string& problem) {
       "pools:\n  - name: main\n    role: mixed\n    instances:\n"
       "      - {tp_size: 1, device: cpu, hosts: [host1], num_threads: 1}\n"
       "      - {tp_size: 1, device: cpu, hosts: [host2], num_threads: 1}\n";
-  std::ofstream(config) << ConfigYaml(pools, "launchhost", FreePort(), FreePort(), false) +
+  std::ofstream(config) << ConfigYaml(pools, "launchhost", FreePort(), FreePort(), false,
+                                      dir.path) +
                                hosts.LaunchSection();
   ChildProcess launcher(
       hosts.lan().ExecArgv(0, {BinaryPath("headway-launch"), config, "--model-dir",
