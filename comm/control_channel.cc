@@ -12,6 +12,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "comm/curve_keys.h"
+#include "comm/zap_handler.h"
+
 namespace headway {
 namespace {
 
@@ -113,6 +116,25 @@ ReadResult ReadEnvelope(zmq::socket_t& socket, bool routed, Inbound* out, int* s
   return ReadResult::kMessage;
 }
 
+// The ZAP domain of the control server (ZMQ_ZAP_DOMAIN): any fixed name.
+constexpr const char* kZapDomain = "headway-control";
+
+// Makes `socket` a CURVE server (RFC 26) whose handshakes the ZAP handler of
+// its context decides. Throws zmq::error_t.
+void ApplyCurveServer(zmq::socket_t& socket, const ControlServerKeys& keys) {
+  socket.set(zmq::sockopt::curve_server, 1);
+  socket.set(zmq::sockopt::curve_secretkey, keys.secret_key);
+  socket.set(zmq::sockopt::zap_domain, kZapDomain);
+}
+
+// Makes `socket` a CURVE client of the server whose public key `keys` name.
+// Throws zmq::error_t.
+void ApplyCurveClient(zmq::socket_t& socket, const ControlClientKeys& keys) {
+  socket.set(zmq::sockopt::curve_serverkey, keys.server_public_key);
+  socket.set(zmq::sockopt::curve_publickey, keys.public_key);
+  socket.set(zmq::sockopt::curve_secretkey, keys.secret_key);
+}
+
 // The monitor of the server's ROUTER (zmq_socket_monitor): an inproc PAIR
 // in the server's own context.
 constexpr const char* kMonitorEndpoint = "inproc://headway-control-monitor";
@@ -132,8 +154,15 @@ class ZmqControlServer final : public ControlServer {
                  largest_received_, largest_sent_, options_.max_message_bytes);
   }
 
-  Status Bind(const std::string& address) {
+  Status Bind(const std::string& address, const std::optional<ControlServerKeys>& keys) {
+    if (keys) {
+      if (!CurveAvailable()) return Status::Unimplemented("this libzmq is built without CURVE");
+      HW_RETURN_IF_ERROR(CheckZ85Key(keys->secret_key, "the control server's secret key"));
+      // Before the bind: a handshake that finds no handler is let through.
+      HW_ASSIGN_OR_RETURN(zap_, ZapHandler::Start(context_.handle(), keys->authorized_client_keys));
+    }
     try {
+      if (keys) ApplyCurveServer(socket_, *keys);
       // Unknown peers must be an error, not a silent drop.
       socket_.set(zmq::sockopt::router_mandatory, 1);
       // No ROUTER_HANDOVER: a second live process using a worker's identity
@@ -267,6 +296,7 @@ class ZmqControlServer final : public ControlServer {
   zmq::context_t context_;
   zmq::socket_t socket_;
   zmq::socket_t monitor_;
+  std::unique_ptr<ZapHandler> zap_;  // with keys only
   // The connection each peer's last message came over, both ways.
   std::unordered_map<std::string, int> fd_of_peer_;
   std::unordered_map<int, std::string> peer_of_fd_;
@@ -282,8 +312,16 @@ class ZmqControlClient final : public ControlClient {
   explicit ZmqControlClient(const ControlChannelOptions& options)
       : options_(options), context_(1), socket_(context_, zmq::socket_type::dealer) {}
 
-  Status Connect(const std::string& address, const std::string& peer_name) {
+  Status Connect(const std::string& address, const std::string& peer_name,
+                 const std::optional<ControlClientKeys>& keys) {
+    if (keys) {
+      if (!CurveAvailable()) return Status::Unimplemented("this libzmq is built without CURVE");
+      HW_RETURN_IF_ERROR(CheckZ85Key(keys->server_public_key, "the coordinator's public key"));
+      HW_RETURN_IF_ERROR(CheckZ85Key(keys->public_key, "this worker's public key"));
+      HW_RETURN_IF_ERROR(CheckZ85Key(keys->secret_key, "this worker's secret key"));
+    }
     try {
+      if (keys) ApplyCurveClient(socket_, *keys);
       socket_.set(zmq::sockopt::routing_id, peer_name);
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
@@ -356,28 +394,29 @@ std::string EscapeForLog(const std::string& bytes, size_t max_bytes) {
   return out;
 }
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Bind(const std::string& address,
-                                                           const ControlChannelOptions& options) {
+Result<std::unique_ptr<ControlServer>> ControlServer::Bind(
+    const std::string& address, const std::optional<ControlServerKeys>& keys,
+    const ControlChannelOptions& options) {
   std::unique_ptr<ZmqControlServer> server;
   try {
     server = std::make_unique<ZmqControlServer>(options);
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(std::string("cannot create a ZeroMQ socket: ") + e.what());
   }
-  HW_RETURN_IF_ERROR(server->Bind(address));
+  HW_RETURN_IF_ERROR(server->Bind(address, keys));
   return std::unique_ptr<ControlServer>(std::move(server));
 }
 
 Result<std::unique_ptr<ControlClient>> ControlClient::Connect(
     const std::string& address, const std::string& peer_name,
-    const ControlChannelOptions& options) {
+    const std::optional<ControlClientKeys>& keys, const ControlChannelOptions& options) {
   std::unique_ptr<ZmqControlClient> client;
   try {
     client = std::make_unique<ZmqControlClient>(options);
   } catch (const zmq::error_t& e) {
     return Status::Unavailable(std::string("cannot create a ZeroMQ socket: ") + e.what());
   }
-  HW_RETURN_IF_ERROR(client->Connect(address, peer_name));
+  HW_RETURN_IF_ERROR(client->Connect(address, peer_name, keys));
   return std::unique_ptr<ControlClient>(std::move(client));
 }
 

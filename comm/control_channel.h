@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "proto/control.pb.h"
@@ -58,14 +59,36 @@ struct Inbound {
   proto::Envelope envelope;      // kMessage only
 };
 
+// CurveZMQ (RFC 26) on the control plane: the coordinator's ROUTER is a
+// CURVE server and admits, through its ZAP handler (comm/zap_handler.h),
+// only the client keys on its allow-list; workers' DEALERs are CURVE
+// clients that know the server's public key. Every key is Z85 (40
+// characters; comm/curve_keys.h reads them from files).
+struct ControlServerKeys {
+  std::string secret_key;                           // the coordinator's
+  std::vector<std::string> authorized_client_keys;  // public keys; none = nobody registers
+};
+struct ControlClientKeys {
+  std::string server_public_key;  // the coordinator's
+  std::string public_key;         // this client's pair
+  std::string secret_key;
+};
+
 // Coordinator side. Not thread-safe: one thread sends and receives (the
 // ZeroMQ socket rule); other threads hand work to it.
 class ControlServer {
  public:
-  // Binds `address` (e.g. "tcp://127.0.0.1:5557"). Unavailable if the
-  // address is in use or malformed (message names the address).
-  static Result<std::unique_ptr<ControlServer>> Bind(const std::string& address,
-                                                     const ControlChannelOptions& options = {});
+  // Binds `address` (e.g. "tcp://127.0.0.1:5557"). With `keys`, the
+  // socket is a CURVE server: a peer without a client key on the
+  // allow-list never completes its handshake, so none of its messages
+  // reaches Receive. Without, any peer that connects is heard.
+  // `options` sets limits such as the largest message.
+  // Errors: Unavailable if the address is in use or malformed (message
+  // names the address); InvalidArgument for a key that is not Z85;
+  // Unimplemented for keys when libzmq lacks CURVE.
+  static Result<std::unique_ptr<ControlServer>> Bind(
+      const std::string& address, const std::optional<ControlServerKeys>& keys = std::nullopt,
+      const ControlChannelOptions& options = {});
   virtual ~ControlServer() = default;
 
   // Sends to one peer. Unavailable if the peer is unknown to ZeroMQ
@@ -89,11 +112,17 @@ class ControlServer {
 // Worker side. Not thread-safe (one thread).
 class ControlClient {
  public:
-  // Connects to `address` with routing identity `peer_name`. Connecting is
-  // asynchronous in ZeroMQ, so this fails only for a malformed address.
-  static Result<std::unique_ptr<ControlClient>> Connect(const std::string& address,
-                                                        const std::string& peer_name,
-                                                        const ControlChannelOptions& options = {});
+  // Connects to `address` with routing identity `peer_name`, as a CURVE
+  // client when `keys` are given; `options` sets limits such as the
+  // largest message. Connecting is asynchronous in ZeroMQ, so
+  // this fails only for a malformed address (InvalidArgument) or key
+  // (InvalidArgument; Unimplemented when libzmq lacks CURVE); a server that
+  // refuses the key, or wants one that is not given, is seen only as
+  // silence: messages are queued and never answered.
+  static Result<std::unique_ptr<ControlClient>> Connect(
+      const std::string& address, const std::string& peer_name,
+      const std::optional<ControlClientKeys>& keys = std::nullopt,
+      const ControlChannelOptions& options = {});
   virtual ~ControlClient() = default;
 
   // Unavailable if the send would block or fails; InvalidArgument if the

@@ -369,7 +369,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
       CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools",
-                           "host_addresses", "launch", "chat"}));
+                           "host_addresses", "launch", "chat", "security"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -384,6 +384,9 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
     HW_RETURN_IF_ERROR(ParseHostAddresses(root["host_addresses"], config));
   }
   if (root["launch"]) HW_RETURN_IF_ERROR(ParseLaunchSection(root["launch"], &config.launch));
+  if (root["security"]) {
+    HW_RETURN_IF_ERROR(ParseSecuritySection(root["security"], &config.security));
+  }
   const YAML::Node pools = root["pools"];
   if (pools) {
     if (!pools.IsSequence()) return BadValue("pools", Describe(pools), "a list of pools");
@@ -698,15 +701,21 @@ Result<Config> LoadConfigFile(const std::string& path) {
   HW_ASSIGN_OR_RETURN(std::string text, yaml::ReadDocumentText(path, "config file"));
   Result<Config> config = ParseConfig(text);
   if (!config.ok()) return config.status().WithContext(path);
-  if (!config->head_pattern_path.empty()) {
+  // Files named by the config move with it: relative paths are taken
+  // against its directory.
+  SecurityConfig& security = config->security;
+  for (std::string* file : {&config->head_pattern_path, &security.coordinator_key,
+                            &security.coordinator_public_key, &security.client_key,
+                            &security.authorized_keys}) {
+    if (file->empty()) continue;
     namespace fs = std::filesystem;
-    fs::path pattern(config->head_pattern_path);
-    if (pattern.is_relative()) {
+    fs::path resolved(*file);
+    if (resolved.is_relative()) {
       std::error_code ec;
       fs::path base = fs::absolute(fs::path(path), ec).parent_path();
-      if (!ec) pattern = base / pattern;
+      if (!ec) resolved = base / resolved;
     }
-    config->head_pattern_path = pattern.lexically_normal().string();
+    *file = resolved.lexically_normal().string();
   }
   {
     std::error_code ec;

@@ -47,6 +47,8 @@
 //       advertise: 127.0.0.1       # what their peers dial (an IP or a resolvable name)
 //   launch:                        # optional: remote hosts over ssh (common/launch_config.h)
 //     user: headway
+//   security:                      # optional: control-plane keys (common/security_config.h)
+//     coordinator_key: coordinator.key_secret
 //
 // Network endpoints (README "Network endpoints" lists each with its default
 // and who dials it): the coordinator's HTTP API binds http_host:http_port;
@@ -70,6 +72,7 @@
 
 #include "common/http_config.h"
 #include "common/launch_config.h"
+#include "common/security_config.h"
 #include "common/status.h"
 
 namespace headway {
@@ -204,6 +207,9 @@ struct Config {
   std::map<std::string, HostAddresses> host_addresses;
   // launch: how headway-launch reaches remote hosts (common/launch_config.h).
   LaunchConfig launch;
+  // security: the control plane's CurveZMQ keys (common/security_config.h);
+  // CheckControlPlaneSecurity refuses a reachable control port without them.
+  SecurityConfig security;
 
   // Instances in a fixed order (pool order, then instance order); the index
   // here is the instance id used on the wire.
@@ -247,8 +253,9 @@ Result<WorkerAddresses> WorkerAddressesOf(const Config& config, int instance_id,
 Result<Config> ParseConfig(const std::string& yaml_text);
 
 // Reads and parses a file. NotFound if it cannot be read; parse errors are
-// prefixed with the path. A relative model.head_pattern becomes absolute,
-// taken against the directory of `path`.
+// prefixed with the path. A relative model.head_pattern, and relative
+// security.* key files, become absolute, taken against the directory of
+// `path`.
 Result<Config> LoadConfigFile(const std::string& path);
 
 // Checks ranges and cross-field rules of an already built Config (ParseConfig

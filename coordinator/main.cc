@@ -37,6 +37,7 @@
 #include <thread>
 
 #include "comm/control_channel.h"
+#include "comm/control_keys.h"
 #include "common/config.h"
 #include "common/gguf.h"
 #include "common/head_pattern.h"
@@ -203,11 +204,13 @@ int Serve(headway::Engine& engine, headway::ApiServer& api, const headway::Confi
           int port, const sigset_t& signals) {
   engine.Start();
   std::thread http([&api] { api.Serve(); });
-  spdlog::info("serving {} ({}) on {}://{}:{}; control bound to {}, workers dial {}",
-               config.served_model_name, config.model_path,
-               config.http.ssl_certfile.empty() ? "http" : "https", config.http_host, port,
-               config.ControlBindAddress(), config.control_address);
   const char* scheme = config.http.ssl_certfile.empty() ? "http" : "https";
+  spdlog::info("serving {} ({}) on {}://{}:{}; control bound to {} ({}), workers dial {}",
+               config.served_model_name, config.model_path, scheme, config.http_host, port,
+               config.ControlBindAddress(),
+               config.security.HasKeys() ? "CurveZMQ, clients on security.authorized_keys"
+                                         : "unauthenticated",
+               config.control_address);
   std::printf("headway-coordinator: listening on %s://%s:%d\n", scheme, config.http_host.c_str(),
               port);
   std::fflush(stdout);
@@ -252,6 +255,9 @@ int main(int argc, char** argv) {
   if (Status s = ValidateConfig(config); !s.ok()) return Fail(2, "command line", s);
   headway::Result<std::string> control_bind = ResolveListenAddresses(flags, config);
   if (!control_bind.ok()) return Fail(2, "config", control_bind.status());
+  if (Status s = CheckControlPlaneSecurity(config); !s.ok()) return Fail(2, "config", s);
+  Result<std::optional<ControlServerKeys>> control_keys = LoadControlServerKeys(config.security);
+  if (!control_keys.ok()) return Fail(2, "config " + flags.config_path, control_keys.status());
 
   // Workers apply the same head pattern (worker/main.cc): block tables only
   // fit when both sides agree on every slot's spec.
@@ -274,7 +280,7 @@ int main(int argc, char** argv) {
   const sigset_t signals = BlockStopSignals();
   ControlChannelOptions control_options;
   control_options.max_message_bytes = int64_t(config.control_max_message_mb) << 20;
-  auto server = ControlServer::Bind(*control_bind, control_options);
+  auto server = ControlServer::Bind(*control_bind, *control_keys, control_options);
   if (!server.ok()) return Fail(1, "control channel", server.status());
   Engine engine(config, spec, tokenizer->get(), std::move(server).value());
   ApiServer api(std::move(api_options).value(), &engine, tokenizer->get(), chat_template.get());

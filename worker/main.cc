@@ -44,6 +44,7 @@
 
 #include "comm/communicator.h"
 #include "comm/control_channel.h"
+#include "comm/control_keys.h"
 #include "comm/control_store.h"
 #include "common/config.h"
 #include "common/gguf.h"
@@ -298,6 +299,13 @@ int main(int argc, char** argv) {
     config->control_address = flags.control_address;
     if (Status s = ValidateConfig(*config); !s.ok()) return FailToStart("--control-address", s);
   }
+  if (Status s = CheckControlPlaneSecurity(*config); !s.ok()) {
+    return FailToStart("config " + flags.config_path, s);
+  }
+  // Read before the model loads: a missing key file is a config error, not
+  // a registration that times out after seconds of loading.
+  Result<std::optional<ControlClientKeys>> control_keys = LoadControlClientKeys(config->security);
+  if (!control_keys.ok()) return FailToStart("config " + flags.config_path, control_keys.status());
 
   const std::vector<const InstanceConfig*> instances = config->Instances();
   if (flags.instance_id < 0 || flags.instance_id >= int(instances.size())) {
@@ -367,7 +375,8 @@ int main(int argc, char** argv) {
   ControlChannelOptions control_options;
   control_options.max_message_bytes = int64_t(config->control_max_message_mb) << 20;
   Result<std::unique_ptr<ControlClient>> client = ControlClient::Connect(
-      config->control_address, PeerName(flags.instance_id, flags.tp_rank), control_options);
+      config->control_address, PeerName(flags.instance_id, flags.tp_rank), *control_keys,
+      control_options);
   if (!client.ok()) return Fail("control channel", client.status());
 
   // The TP group meets through the coordinator's store before registering,

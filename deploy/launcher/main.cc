@@ -208,6 +208,25 @@ int WriteRendered(const std::string& dir, const std::vector<RenderedFile>& files
   return 0;
 }
 
+// A rendered deployment's control port is always reachable from other
+// machines (control_bind 0.0.0.0): says on stderr what its processes will
+// need, since they check it only when they start (CheckControlPlaneSecurity).
+void WarnAboutControlPlaneKeys(const Config& config, const char* renderer) {
+  if (config.security.insecure) return;
+  if (!config.security.HasKeys()) {
+    std::fprintf(stderr,
+                 "headway-launch: render %s: warning: the rendered control port is reachable "
+                 "from other machines and the config names no security keys: the coordinator "
+                 "and workers will refuse to start (exit 2). Add keys (headway-keygen; README "
+                 "\"Security\") or `security.insecure: true`\n",
+                 renderer);
+  } else if (std::string(renderer) == "k8s") {
+    std::fprintf(stderr,
+                 "headway-launch: render k8s: warning: no Secret is rendered for the key files: "
+                 "mount them into the pods at the paths security.* names (README \"Security\")\n");
+  }
+}
+
 // headway-launch render slurm CONFIG -o DIR.
 int RenderSlurmMain(const std::string& config_path, const std::string& out_dir,
                     SlurmOptions options) {
@@ -221,6 +240,7 @@ int RenderSlurmMain(const std::string& config_path, const std::string& out_dir,
     std::fprintf(stderr, "headway-launch: cannot read %s\n", config_path.c_str());
     return kExitUsage;
   }
+  WarnAboutControlPlaneKeys(*loaded, "slurm");
   std::error_code ec;
   options.render_dir = std::filesystem::absolute(out_dir, ec).lexically_normal().string();
   Result<std::vector<RenderedFile>> files = RenderSlurm(config_yaml, *loaded, options);
@@ -293,6 +313,7 @@ int RenderMain(int argc, char** argv) {
     std::fprintf(stderr, "headway-launch: config error: %s\n", loaded.status().message().c_str());
     return kExitUsage;
   }
+  WarnAboutControlPlaneKeys(*loaded, "k8s");
   std::string config_yaml, head_pattern_yaml;
   if (!ReadFile(config_path, &config_yaml)) {
     std::fprintf(stderr, "headway-launch: cannot read %s\n", config_path.c_str());
@@ -542,6 +563,12 @@ int main(int argc, char** argv) {
   Config config = std::move(loaded).value();
   if (app.count("--http-port") > 0) config.http_port = http_port;
   if (Status status = ValidateConfig(config); !status.ok()) {
+    std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
+    return kExitUsage;
+  }
+  // The coordinator and the workers refuse it too; refusing here stops the
+  // launch before any process starts on any host.
+  if (Status status = CheckControlPlaneSecurity(config); !status.ok()) {
     std::fprintf(stderr, "headway-launch: config error: %s\n", status.message().c_str());
     return kExitUsage;
   }

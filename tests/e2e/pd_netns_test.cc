@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/kv_layout.h"
+#include "tests/support/control_keys.h"
 #include "tests/support/deployment.h"
 #include "tests/support/netns.h"
 #include "tests/support/process.h"
@@ -86,6 +87,10 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
   pd.pd_decode_tp_size = 1;
   pd.host = host_a;
   pd.decode_host = host_b;
+  // Across hosts the control plane is authenticated: keys, as in production.
+  std::string keys_error;
+  pd.extra_yaml += ControlPlaneKeysYaml(dir.path, &keys_error);
+  ASSERT_TRUE(keys_error.empty()) << keys_error;
   std::ofstream(config) << DeploymentYaml(pd, http_port, control_port);
 
   // Declared after `net`: the processes stop before the namespaces go.

@@ -66,7 +66,7 @@ std::vector<std::string> LocalTexts(const std::string& pools, bool kv_transfer,
   const int http_port = FreePort();
   const std::string config = dir + "/local.yaml";
   std::ofstream(config) << SshDeploymentYaml(pools, "127.0.0.1", http_port, FreePort(),
-                                             kv_transfer);
+                                             kv_transfer, dir);
   ChildProcess launcher({BinaryPath("headway-launch"), config, "--model-dir",
                          std::filesystem::path(SmolLm2Path()).parent_path().string()},
                         dir + "/local-launch.log");
@@ -165,7 +165,7 @@ void RunOverSsh(const SshRun& run) {
   const std::string config = dir.path + "/ssh.yaml";
   std::ofstream(config) << SshDeploymentYaml(
                                run.pools_of([](int i) { return SshHosts::HostName(i); }),
-                               "launchhost", http_port, FreePort(), run.kv_transfer) +
+                               "launchhost", http_port, FreePort(), run.kv_transfer, dir.path) +
                                hosts.LaunchSection();
   // The launcher's model dir is the real one; each host finds its own.
   const Clock::time_point launched = Clock::now();
@@ -372,7 +372,8 @@ void ExpectRefused(HostState host2, const std::string& problem) {
       "pools:\n  - name: main\n    role: mixed\n    instances:\n"
       "      - {tp_size: 1, device: cpu, hosts: [host1], num_threads: 1}\n"
       "      - {tp_size: 1, device: cpu, hosts: [host2], num_threads: 1}\n";
-  std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", FreePort(), FreePort(), false) +
+  std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", FreePort(), FreePort(), false,
+                                             dir.path) +
                                hosts.LaunchSection();
   ChildProcess launcher(
       hosts.lan().ExecArgv(0, {BinaryPath("headway-launch"), config, "--model-dir",

@@ -184,7 +184,7 @@ TEST(SshPoolTest, KilledRemoteDecodeWorkerRestartsWhileTheOtherServes) {
       "      - {tp_size: 1, device: cpu, hosts: [host2], num_threads: 1}\n"
       "      - {tp_size: 1, device: cpu, hosts: [host3], num_threads: 1}\n";
   std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", coordinator.http_port,
-                                             FreePort(), true) +
+                                             FreePort(), true, dir.path) +
                                hosts.LaunchSection();
   ChildProcess launcher(
       lan.ExecArgv(0, {BinaryPath("headway-launch"), config, "--model-dir",
@@ -293,7 +293,7 @@ TEST(SshPoolTest, StandbySlotJoinsOnAnotherHostOverSshAndDrainsAway) {
       "      min: 1\n      max: 2\n"
       "      template: {tp_size: 1, device: cpu, hosts: [host1], num_threads: 1}\n";
   std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", coordinator.http_port,
-                                             FreePort(), false) +
+                                             FreePort(), false, dir.path) +
                                hosts.LaunchSection();
   const std::string model_dir = std::filesystem::path(SmolLm2Path()).parent_path().string();
   ChildProcess launcher(

@@ -78,9 +78,9 @@ TEST(ControlChannelLimitsTest, OversizedFrameDropsItsSenderAndTheServerKeepsServ
   const std::string address = "tcp://127.0.0.1:" + std::to_string(testing::FreePort());
   ControlChannelOptions options;
   options.max_message_bytes = 1 << 20;
-  auto server = ControlServer::Bind(address, options);
+  auto server = ControlServer::Bind(address, std::nullopt, options);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto worker = ControlClient::Connect(address, PeerName(0, 0), options);
+  auto worker = ControlClient::Connect(address, PeerName(0, 0), std::nullopt, options);
   ASSERT_TRUE(worker.ok());
   ASSERT_TRUE((*worker)->Send(Register(0)).ok());
   ASSERT_EQ(Peers(Drain(**server, milliseconds(300))), std::vector<std::string>{"i0r0"});

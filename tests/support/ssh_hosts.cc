@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/control_keys.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -148,7 +149,11 @@ bool CannotRunSshHosts(std::string* why) {
 }
 
 std::string SshDeploymentYaml(const std::string& pools, const std::string& coordinator_host,
-                              int http_port, int control_port, bool kv_transfer) {
+                              int http_port, int control_port, bool kv_transfer,
+                              const std::string& keys_dir) {
+  std::string keys_error;
+  const std::string security = ControlPlaneKeysYaml(keys_dir, &keys_error);
+  EXPECT_TRUE(keys_error.empty()) << keys_error;
   std::string yaml = "model:\n  path: " +
                      std::filesystem::path(SmolLm2Path()).filename().string() +
                      "\n  served_name: smollm2\n"
@@ -160,7 +165,7 @@ std::string SshDeploymentYaml(const std::string& pools, const std::string& coord
                      "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 256\n"
                      "  max_model_len: 1024\n";
   if (kv_transfer) yaml += "kv_transfer:\n  transports: tcp\n  timeout_ms: 5000\n";
-  return yaml + pools;
+  return yaml + security + pools;
 }
 
 std::vector<ProcInfo> Processes() {

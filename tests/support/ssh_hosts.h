@@ -70,9 +70,12 @@ bool CannotRunSshHosts(std::string* why);
 // coordinator's HTTP on every interface at `http_port`, its control
 // endpoint bound on every interface and dialled at
 // tcp://`coordinator_host`:`control_port`; kv_transfer over UCX TCP when
-// `kv_transfer`.
+// `kv_transfer`. The control port is reachable from other hosts, so it is
+// authenticated with CurveZMQ keys made in `keys_dir` (ControlPlaneKeysYaml;
+// the hosts share the file system).
 std::string SshDeploymentYaml(const std::string& pools, const std::string& coordinator_host,
-                              int http_port, int control_port, bool kv_transfer);
+                              int http_port, int control_port, bool kv_transfer,
+                              const std::string& keys_dir);
 
 // A process as /proc shows it.
 struct ProcInfo {
