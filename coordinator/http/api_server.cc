@@ -323,7 +323,7 @@ std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
     }
     return ApiError::BadRequest(prompt.status().message(), "messages");
   }
-  if (auto e = CheckPromptBytes(prompt->size(), "messages")) return *e;
+  if (auto e = CheckPromptBytes(prompt->text.size(), "messages")) return *e;
   // The template writes BOS itself when the model wants one.
   std::vector<int32_t> ids = tokenizer_->Encode(prompt->text, prompt->content_ranges);
   if (ids.empty()) return ApiError::BadRequest("the chat prompt encodes to no tokens", "messages");
