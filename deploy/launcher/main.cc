@@ -351,6 +351,20 @@ int RenderMain(int argc, char** argv) {
 // request; 1 when an agent could not start or exited on its own; 2 for a
 // bad command line or config, a slot that is not standby, a binary missing
 // here or a host that failed the preflight.
+// Fills what the command line left out: the model dir from
+// $HEADWAY_MODEL_DIR or $HOME, the bin dir beside this binary, and makes the
+// config path absolute (workers and agents get it from another directory).
+// The environment is read here and nowhere else.
+void ResolveLaunchPaths(std::string* model_dir, std::string* bin_dir, std::string* config_path) {
+  if (model_dir->empty()) {
+    *model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
+  }
+  if (bin_dir->empty()) *bin_dir = OwnDirectory();
+  std::error_code ec;
+  const std::filesystem::path absolute_config = std::filesystem::absolute(*config_path, ec);
+  if (!ec) *config_path = absolute_config.string();
+}
+
 int JoinMain(int argc, char** argv) {
   CLI::App app{"Runs a standby slot of a pool (declared with min and max): its node agents, over "
                "ssh for other hosts; SIGINT or SIGTERM drains it away.",
@@ -376,14 +390,7 @@ int JoinMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
-  // Environment is read here and nowhere else.
-  if (model_dir.empty()) {
-    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
-  }
-  if (bin_dir.empty()) bin_dir = OwnDirectory();
-  std::error_code ec;
-  const std::filesystem::path absolute_config = std::filesystem::absolute(config_path, ec);
-  if (!ec) config_path = absolute_config.string();
+  ResolveLaunchPaths(&model_dir, &bin_dir, &config_path);
   Result<Config> loaded = LoadConfigFile(config_path);
   Status valid = loaded.ok() ? ValidateConfig(*loaded) : loaded.status();
   if (!valid.ok()) {
@@ -546,14 +553,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
 
-  // Environment is read here and nowhere else.
-  if (model_dir.empty()) {
-    model_dir = DefaultModelDir(std::getenv("HEADWAY_MODEL_DIR"), std::getenv("HOME"));
-  }
-  if (bin_dir.empty()) bin_dir = OwnDirectory();
-  std::error_code ec;
-  std::filesystem::path absolute_config = std::filesystem::absolute(config_path, ec);
-  if (!ec) config_path = absolute_config.string();
+  ResolveLaunchPaths(&model_dir, &bin_dir, &config_path);
 
   Result<Config> loaded = LoadConfigFile(config_path);
   if (!loaded.ok()) {
@@ -580,6 +580,7 @@ int main(int argc, char** argv) {
   }
   Config resolved = config;
   ResolveModelPath(resolved, model_dir);
+  std::error_code ec;
   if (!std::filesystem::exists(resolved.model_path, ec)) {
     std::fprintf(stderr,
                  "headway-launch: model file not found: %s (run deploy/setup.sh, or pass "
