@@ -216,7 +216,8 @@ Status ParseScheduler(const YAML::Node& node, Config& config) {
   const std::string path = "scheduler";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(
-      CheckKeys(node, path, {"max_num_seqs", "max_num_batched_tokens", "max_model_len"}));
+      CheckKeys(node, path,
+                {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "admission_policy"}));
   if (node["max_num_seqs"]) {
     HW_RETURN_IF_ERROR(
         ReadInt(node["max_num_seqs"], "scheduler.max_num_seqs", config.max_num_seqs));
@@ -228,6 +229,15 @@ Status ParseScheduler(const YAML::Node& node, Config& config) {
   if (node["max_model_len"]) {
     HW_RETURN_IF_ERROR(
         ReadInt(node["max_model_len"], "scheduler.max_model_len", config.max_model_len));
+  }
+  if (node["admission_policy"]) {
+    const std::string key = "scheduler.admission_policy";
+    HW_RETURN_IF_ERROR(ReadString(node["admission_policy"], key, config.admission_policy));
+    if (config.admission_policy != "guaranteed_no_evict" &&
+        config.admission_policy != "max_utilization") {
+      return BadValue(key, "\"" + config.admission_policy + "\"",
+                      "one of guaranteed_no_evict, max_utilization");
+    }
   }
   return Status::Ok();
 }

@@ -200,6 +200,11 @@ struct Config {
   int max_num_seqs = 32;                // running sequences per instance
   int max_num_batched_tokens = 512;     // tokens per step per instance
   int max_model_len = 2048;             // prompt + generated tokens
+  // Admission (coordinator/scheduling/scheduler.h): "guaranteed_no_evict"
+  // starts a request only when the pool holds every running request's
+  // footprint at its max_tokens plus its own; "max_utilization" when its
+  // first chunk fits, preempting by recompute as requests grow.
+  std::string admission_policy = "guaranteed_no_evict";
   // pools
   std::vector<PoolConfig> pools;
   // host_addresses: per host name used in some instance's `hosts`. A host

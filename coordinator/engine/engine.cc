@@ -474,6 +474,7 @@ std::vector<InstanceHealth> Engine::Impl::Snapshot() {
     for (const RankHealth& r : h.ranks) {
       metrics->SetKvUsage(h.instance_id, r.tp_rank, r.total_blocks - r.free_blocks,
                           r.total_blocks);
+      metrics->SetKvRetained(h.instance_id, r.tp_rank, r.retained_blocks);
     }
   }
   return health;

@@ -95,12 +95,46 @@ bool InstanceRegistry::Register(Instance& inst, const std::string& peer,
   auto kv = std::make_unique<KvCacheManager>(spec_, inst.tp_size, config_.block_size, num_blocks,
                                              kv_options, counters);
   SchedulerConfig sc{config_.max_num_seqs, config_.max_num_batched_tokens};
+  sc.admission = config_.admission_policy == "max_utilization"
+                     ? SchedulerConfig::Admission::kMaxUtilization
+                     : SchedulerConfig::Admission::kGuaranteedNoEvict;
   inst.scheduler = std::make_unique<Scheduler>(sc, std::move(kv), counters);
   ++inst.generation;
   inst.in_flight.reset();
   spdlog::info("instance {} ready (tp_size {}; at most {} positions per sequence)", inst.id,
                inst.tp_size, inst.scheduler->MaxPositionsPerSequence());
+  LogPoolFloor(inst);
   return true;
+}
+
+void InstanceRegistry::LogPoolFloor(const Instance& inst) const {
+  // A pool below the floor still serves (requests shorter than
+  // max_model_len reserve less); the log says how many full-length requests
+  // run at once and what cache.kv_memory_mb would run max_num_seqs of them.
+  const Scheduler& scheduler = *inst.scheduler;
+  int64_t floor_blocks = 0, pool_blocks = 0;
+  for (int r = 0; r < inst.tp_size; ++r) {
+    const int64_t floor = scheduler.FloorBlocks(r, config_.max_model_len);
+    const int64_t total = scheduler.kv().num_total_blocks(r);
+    if (floor_blocks == 0 || floor * pool_blocks > floor_blocks * total) {
+      floor_blocks = floor;
+      pool_blocks = total;
+    }
+  }
+  const int concurrent = scheduler.MaxConcurrentAt(config_.max_model_len);
+  if (concurrent >= config_.max_num_seqs) {
+    spdlog::info("instance {}: KV pool floor {} blocks per rank ({} max_num_seqs x max_model_len "
+                 "{} footprints); the pool has {}",
+                 inst.id, floor_blocks, config_.max_num_seqs, config_.max_model_len, pool_blocks);
+  } else {
+    spdlog::warn("instance {}: the KV pool ({} blocks per rank) is below the floor of {} blocks "
+                 "for max_num_seqs {} requests of max_model_len {}: {} such requests run at once "
+                 "(shorter ones reserve less); a pool {:.2f}x as large (cache.kv_memory_mb on "
+                 "CPU workers) runs {}",
+                 inst.id, pool_blocks, floor_blocks, config_.max_num_seqs, config_.max_model_len,
+                 concurrent, double(floor_blocks) / double(std::max<int64_t>(1, pool_blocks)),
+                 config_.max_num_seqs);
+  }
 }
 
 void InstanceRegistry::HandleStore(Instance& inst, const std::string& peer,
@@ -225,6 +259,7 @@ std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
         RankBlockUsage u = inst.scheduler->kv().Usage(r);
         rh.free_blocks = u.num_free;
         rh.total_blocks = u.num_total;
+        rh.retained_blocks = u.num_retained;
       }
       h.ranks.push_back(rh);
     }

@@ -66,6 +66,7 @@ struct RankHealth {
   bool registered = false;
   int free_blocks = 0;   // 0/0 until the instance is ready
   int total_blocks = 0;
+  int retained_blocks = 0;  // RankBlockUsage::num_retained
 };
 
 struct InstanceHealth {
@@ -162,6 +163,10 @@ class InstanceRegistry {
  private:
   void Reply(const std::string& peer, const proto::Envelope& envelope);
   void SendShutdown(Instance& instance, const std::string& reason, bool fault);
+  // Logs the instance's KV pool floor (Scheduler::FloorBlocks at
+  // max_model_len) and, when the pool is below it, how many max_model_len
+  // requests run at once.
+  void LogPoolFloor(const Instance& inst) const;
 
   const Config& config_;
   const ModelSpec& spec_;

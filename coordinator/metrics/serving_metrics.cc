@@ -79,6 +79,9 @@ class ServingMetrics::CountersOf : public InstanceCounters {
   void OnKvBlocksRecycled(int64_t num_blocks) override {
     metrics_->OnKvBlocksRecycled(instance_id_, num_blocks);
   }
+  void OnKvBlocksEvicted(int64_t full_blocks, int64_t sliding_blocks) override {
+    metrics_->OnKvBlocksEvicted(instance_id_, full_blocks, sliding_blocks);
+  }
 
  private:
   ServingMetrics* const metrics_;
@@ -114,6 +117,7 @@ struct ServingMetrics::InstanceFamilies {
   GaugeFamily* waiting = nullptr;
   GaugeFamily* kv_usage = nullptr;
   GaugeFamily* rank_usage = nullptr;  // + tp_rank
+  GaugeFamily* rank_retained = nullptr;  // + tp_rank
   GaugeFamily* state = nullptr;       // + state
   CounterFamily* prefix_queries = nullptr;
   CounterFamily* prefix_hits = nullptr;
@@ -121,6 +125,7 @@ struct ServingMetrics::InstanceFamilies {
   CounterFamily* generation_tokens = nullptr;
   CounterFamily* preemptions = nullptr;
   CounterFamily* recycled = nullptr;
+  CounterFamily* evicted = nullptr;  // + slot_kind
   CounterFamily* success = nullptr;  // + finished_reason
   CounterFamily* rejected = nullptr;
 };
@@ -175,6 +180,12 @@ Status ServingMetrics::AddUsageFamilies(InstanceFamilies* f) {
                       r.AddGauge("headway:kv_cache_rank_usage_perc",
                                  "Fraction of KV blocks in use on one TP rank (1 = full).",
                                  {"model_name", "instance", "tp_rank"}));
+  HW_ASSIGN_OR_RETURN(f->rank_retained,
+                      r.AddGauge("headway:kv_cache_retained_blocks",
+                                 "Cached KV blocks of one TP rank that no running sequence's row "
+                                 "holds while their entry is still referenced (e.g. a prompt's "
+                                 "sliding window kept for later prefix hits).",
+                                 {"model_name", "instance", "tp_rank"}));
   HW_ASSIGN_OR_RETURN(f->state,
                       r.AddGauge("headway:instance_state",
                                  "1 for the instance's state (down, joining, ready, draining, "
@@ -208,6 +219,11 @@ Status ServingMetrics::AddCounterFamilies(InstanceFamilies* f) {
                                    "Sliding-window KV blocks returned to the pools once outside "
                                    "every window and sink.",
                                    labels));
+  HW_ASSIGN_OR_RETURN(f->evicted,
+                      r.AddCounter("headway:kv_blocks_evicted_total",
+                                   "KV blocks returned to the pools by evicting least recently "
+                                   "used prefix-cache entries, by slot kind.",
+                                   {"model_name", "instance", "slot_kind"}));
   HW_ASSIGN_OR_RETURN(f->success,
                       r.AddCounter("headway:request_success_total",
                                    "Requests finished, by finish reason.",
@@ -235,6 +251,9 @@ Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) 
   HW_ASSIGN_OR_RETURN(s.generation_tokens, f.generation_tokens->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.preemptions, f.preemptions->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.blocks_recycled, f.recycled->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.blocks_evicted_full, f.evicted->WithLabels({model_name_, values[1], "full"}));
+  HW_ASSIGN_OR_RETURN(s.blocks_evicted_sliding,
+                      f.evicted->WithLabels({model_name_, values[1], "sliding"}));
   HW_ASSIGN_OR_RETURN(s.success_stop, f.success->WithLabels({model_name_, values[1], "stop"}));
   HW_ASSIGN_OR_RETURN(s.success_length, f.success->WithLabels({model_name_, values[1], "length"}));
   HW_ASSIGN_OR_RETURN(s.success_abort, f.success->WithLabels({model_name_, values[1], "abort"}));
@@ -249,6 +268,9 @@ Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) 
     HW_ASSIGN_OR_RETURN(Gauge * g,
                         f.rank_usage->WithLabels({model_name_, values[1], std::to_string(rank)}));
     s.rank_kv_usage.push_back(g);
+    HW_ASSIGN_OR_RETURN(Gauge * retained,
+                        f.rank_retained->WithLabels({model_name_, values[1], std::to_string(rank)}));
+    s.rank_retained.push_back(retained);
   }
   return Status::Ok();
 }
@@ -375,6 +397,25 @@ void ServingMetrics::OnKvBlocksRecycled(int instance_id, int64_t num_blocks) {
   if (s == nullptr) return;
   if (num_blocks < 0) return Reject(instance_id);
   (void)s->blocks_recycled->Increment(static_cast<double>(num_blocks));
+}
+
+void ServingMetrics::OnKvBlocksEvicted(int instance_id, int64_t full_blocks,
+                                       int64_t sliding_blocks) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (full_blocks < 0 || sliding_blocks < 0) return Reject(instance_id);
+  (void)s->blocks_evicted_full->Increment(static_cast<double>(full_blocks));
+  (void)s->blocks_evicted_sliding->Increment(static_cast<double>(sliding_blocks));
+}
+
+void ServingMetrics::SetKvRetained(int instance_id, int tp_rank, int64_t retained_blocks) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (tp_rank < 0 || static_cast<size_t>(tp_rank) >= s->rank_retained.size() ||
+      retained_blocks < 0) {
+    return Reject(instance_id);
+  }
+  s->rank_retained[static_cast<size_t>(tp_rank)]->Set(static_cast<double>(retained_blocks));
 }
 
 void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds) {

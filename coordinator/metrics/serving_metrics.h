@@ -11,6 +11,9 @@
 //     headway:num_requests_running, headway:num_requests_waiting
 //     headway:kv_cache_usage_perc            0..1, the fullest TP rank of the instance
 //     headway:kv_cache_rank_usage_perc       0..1, per TP rank (extra label tp_rank)
+//     headway:kv_cache_retained_blocks       per TP rank (extra label tp_rank): cached blocks
+//                                            no sequence's row holds whose entry is still
+//                                            referenced (e.g. a prompt's retained window)
 //     headway:instance_state                 1 for the instance's state, else 0 (extra label
 //                                            state: down | joining | ready | draining | vacant)
 //   counters (tokens unless said otherwise)
@@ -18,6 +21,9 @@
 //     headway:prompt_tokens_total, headway:generation_tokens_total
 //     headway:num_preemptions_total          preempted sequences
 //     headway:kv_blocks_recycled_total       sliding-window blocks returned to the pools
+//                                            (recycling frees sliding slots' blocks only)
+//     headway:kv_blocks_evicted_total        blocks freed by prefix-cache eviction, extra
+//                                            label slot_kind (full | sliding)
 //     headway:request_success_total          finished requests, extra label finished_reason
 //                                            (stop | length | abort, as vLLM)
 //     headway:metrics_rejected_observations_total  calls below dropped as invalid
@@ -116,6 +122,9 @@ class ServingMetrics {
   // Blocks of sliding-window slots that left every window and went back to
   // the instance's pools (DESIGN.md "Recycling"); num_blocks >= 0.
   void OnKvBlocksRecycled(int instance_id, int64_t num_blocks);
+  // Prefix-cache eviction freed `full_blocks` blocks of full-attention slots
+  // and `sliding_blocks` of sliding-window slots; both >= 0.
+  void OnKvBlocksEvicted(int instance_id, int64_t full_blocks, int64_t sliding_blocks);
 
   // A prefix-cache lookup for `queried_tokens` prompt tokens found the first
   // `hit_tokens` of them cached. REQUIRES (else rejected): 0 <= hit_tokens
@@ -163,6 +172,8 @@ class ServingMetrics {
   // REQUIRES (else rejected): 0 <= tp_rank < the instance's tp_size,
   // 0 <= used_blocks <= total_blocks.
   void SetKvUsage(int instance_id, int tp_rank, int64_t used_blocks, int64_t total_blocks);
+  // Retained blocks of one TP rank (RankBlockUsage::num_retained); >= 0.
+  void SetKvRetained(int instance_id, int tp_rank, int64_t retained_blocks);
 
   // The counters that instance `instance_id`'s scheduler and KV cache
   // manager feed as events happen (OnPreemption, OnPrefixCacheQuery,
@@ -195,11 +206,14 @@ class ServingMetrics {
     Counter* generation_tokens = nullptr;
     Counter* preemptions = nullptr;
     Counter* blocks_recycled = nullptr;
+    Counter* blocks_evicted_full = nullptr;
+    Counter* blocks_evicted_sliding = nullptr;
     Counter* success_stop = nullptr;
     Counter* success_length = nullptr;
     Counter* success_abort = nullptr;
     Counter* rejected = nullptr;
     std::vector<Gauge*> rank_kv_usage;  // [tp_size]
+    std::vector<Gauge*> rank_retained;  // [tp_size]
   };
 
   ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes);

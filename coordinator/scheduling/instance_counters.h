@@ -17,6 +17,10 @@ class InstanceCounters {
   virtual void OnPrefixCacheQuery(int64_t queried_tokens, int64_t hit_tokens) {}
   // `num_blocks` sliding-window blocks went back to the pools (Recycle).
   virtual void OnKvBlocksRecycled(int64_t num_blocks) {}
+  // Eviction of least recently used prefix-cache entries returned blocks to
+  // the pools: `full_blocks` of full-attention slots, `sliding_blocks` of
+  // sliding-window slots.
+  virtual void OnKvBlocksEvicted(int64_t full_blocks, int64_t sliding_blocks) {}
 };
 
 }  // namespace headway

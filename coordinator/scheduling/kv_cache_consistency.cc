@@ -50,7 +50,8 @@ class KvCacheManager::ConsistencyCheck {
 struct KvCacheManager::ConsistencyCheck::BlockCensus {
   explicit BlockCensus(int num_blocks) : owner(size_t(num_blocks), 0) {}
   std::vector<int> owner;  // [block] 0 = unseen, 1 = a sequence's own, 2 = a cached entry's
-  int num_referenced = 0;
+  int num_referenced = 0;  // held by rows or retained
+  int num_retained = 0;    // of those, an entry's block no row holds
   int num_evictable = 0;
 };
 
@@ -116,7 +117,8 @@ Status KvCacheManager::ConsistencyCheck::CheckEntryBlocks(int r, BlockCensus* ce
                                     " holders but " + std::to_string(held) + " rows hold it");
       }
     }
-    for (int32_t b : blocks) {
+    for (size_t s = 0; s < blocks.size(); ++s) {
+      const int32_t b = blocks[s];
       if (b < 0) continue;  // recycled out of a sliding window
       if (b >= pool.num_total() || !pool.is_allocated(b) || census->owner[b] != 0) {
         return RankViolation(r, "entry " + std::to_string(id) + " block " + std::to_string(b) +
@@ -124,6 +126,7 @@ Status KvCacheManager::ConsistencyCheck::CheckEntryBlocks(int r, BlockCensus* ce
       }
       census->owner[b] = 2;
       (kv_.cache_.refcount(id) > 0 ? census->num_referenced : census->num_evictable) += 1;
+      census->num_retained += kv_.cache_.refcount(id) > 0 && kv_.cache_.holders(id, r, int(s)) == 0;
     }
   }
   return Status::Ok();
@@ -168,6 +171,10 @@ Status KvCacheManager::ConsistencyCheck::CheckBlockTotals(int r, const BlockCens
     }
   }
   const int num_referenced = census.num_referenced, num_evictable = census.num_evictable;
+  if (census.num_retained != kv_.cache_.num_retained_blocks(r)) {
+    return RankViolation(r, "retained " + std::to_string(census.num_retained) + " but the cache says " +
+                                std::to_string(kv_.cache_.num_retained_blocks(r)));
+  }
   if (num_unused != pool.num_free() || num_evictable != kv_.cache_.num_evictable_blocks(r) ||
       num_unused + num_referenced + num_evictable != pool.num_total()) {
     return RankViolation(r, "unused " + std::to_string(num_unused) + " (pool says " +

@@ -104,10 +104,13 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(TableKey key,
       const BlockSpan drop = slot_blocks_.Unneeded(rank.slot_specs[s], table.first_uncomputed);
       std::vector<int32_t>& row = table.rows[r][s];
       SlotBlockDelta delta;
+      const BlockSpan retain =
+          slot_blocks_.RetainedSpan(rank.slot_specs[s], table.prompt_positions);
       for (int64_t i = drop.begin; i < std::min(drop.end, int64_t(row.size())); ++i) {
         if (row[i] < 0) continue;  // recycled already
         const CacheEntryId e = i < int64_t(table.entries.size()) ? table.entries[i] : kNoCacheEntry;
-        const int32_t block = e == kNoCacheEntry ? row[i] : cache_.DropBlock(e, int(r), int(s));
+        const int32_t block =
+            e == kNoCacheEntry ? row[i] : cache_.DropBlock(e, int(r), int(s), retain.Contains(i));
         if (block >= 0) freed.push_back(block);
         row[i] = -1;
         delta.recycled.push_back(int32_t(i));
@@ -135,6 +138,17 @@ void KvCacheManager::EnsureUnused(const std::vector<int>& needed) {
       if (!ranks_[r].pool.CanAllocate(needed[r])) short_somewhere = true;
     }
     if (!short_somewhere) return;
+    const CacheEntryId victim = cache_.LruOrder().front();
+    int64_t by_kind[2] = {0, 0};  // full, sliding
+    for (int r = 0; r < tp_size(); ++r) {
+      const std::vector<int32_t>& blocks = cache_.blocks(victim)[size_t(r)];
+      for (size_t s = 0; s < blocks.size(); ++s) {
+        if (blocks[s] >= 0) ++by_kind[ranks_[r].slot_specs[s].IsSliding() ? 1 : 0];
+      }
+    }
+    num_evicted_blocks_[0] += uint64_t(by_kind[0]);
+    num_evicted_blocks_[1] += uint64_t(by_kind[1]);
+    counters_->OnKvBlocksEvicted(by_kind[0], by_kind[1]);
     std::vector<std::vector<int32_t>> evicted = cache_.EvictLru();
     for (int r = 0; r < tp_size(); ++r) ranks_[r].pool.Free(evicted[r]);
   }
@@ -230,7 +244,8 @@ PrefixMatch KvCacheManager::MatchPrefix(const TokenIds& token_ids, int64_t max_p
 }
 
 bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
-                              int64_t first_uncomputed) const {
+                              int64_t first_uncomputed, int64_t prompt_positions) const {
+  if (!options_.enable_prefix_caching) prompt_positions = 0;
   HW_CHECK(num_positions >= match.num_positions);
   const int64_t first = first_uncomputed < 0 ? match.num_positions : first_uncomputed;
   for (int r = 0; r < tp_size(); ++r) {
@@ -242,13 +257,15 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
     int64_t available = Available(r);
     for (size_t i = 0; i < match.entries.size(); ++i) {
       // Taking a reference makes an evictable entry's blocks unavailable,
-      // but for those a sliding slot drops at once.
+      // but for those a sliding slot drops at once and does not retain.
       const CacheEntryId id = match.entries[i];
       if (cache_.refcount(id) != 0) continue;
       const std::vector<int32_t>& blocks = cache_.blocks(id)[r];
       for (size_t s = 0; s < blocks.size(); ++s) {
-        const bool needed = !slot_blocks_.Unneeded(specs[s], first).Contains(int64_t(i));
-        if (blocks[s] >= 0 && needed) --available;
+        const bool kept = !slot_blocks_.Unneeded(specs[s], first).Contains(int64_t(i)) ||
+                          cache_.retained(id, r, int(s)) ||
+                          slot_blocks_.RetainedSpan(specs[s], prompt_positions).Contains(int64_t(i));
+        if (blocks[s] >= 0 && kept) --available;
       }
     }
     if (needed > available) return false;
@@ -259,10 +276,12 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
 std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Start(TableKey key,
                                                                const PrefixMatch& match,
                                                                int64_t num_positions,
-                                                               int64_t first_uncomputed) {
+                                                               int64_t first_uncomputed,
+                                                               int64_t prompt_positions) {
   HW_CHECK(!Contains(key));
-  HW_CHECK(CanStart(match, num_positions, first_uncomputed));
+  HW_CHECK(CanStart(match, num_positions, first_uncomputed, prompt_positions));
   SeqTable& table = tables_[key];
+  table.prompt_positions = options_.enable_prefix_caching ? prompt_positions : 0;
   table.rows.resize(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
   for (CacheEntryId id : match.entries) {
@@ -375,11 +394,18 @@ int64_t KvCacheManager::NumCoveredPositions(TableKey key) const {
   return it == tables_.end() ? 0 : it->second.num_positions;
 }
 
-int64_t KvCacheManager::PeakBlocks(const Rank& rank, int64_t num_positions,
-                                   int max_chunk_tokens) const {
+int64_t KvCacheManager::FootprintBlocks(int tp_rank, int64_t max_positions) const {
   int64_t total = 0;
-  for (const SlotSpec& spec : rank.slot_specs) {
-    total += slot_blocks_.PeakBlocks(spec, num_positions, max_chunk_tokens);
+  for (const SlotSpec& spec : ranks_.at(tp_rank).slot_specs) {
+    total += slot_blocks_.FootprintBlocks(spec, max_positions, options_.enable_prefix_caching);
+  }
+  return total;
+}
+
+int64_t KvCacheManager::ChunkReserveBlocks(int tp_rank, int max_chunk_tokens) const {
+  int64_t total = 0;
+  for (const SlotSpec& spec : ranks_.at(tp_rank).slot_specs) {
+    total += slot_blocks_.ChunkExtraBlocks(spec, max_chunk_tokens);
   }
   return total;
 }
@@ -388,15 +414,15 @@ int64_t KvCacheManager::MaxPositionsPerSequence(int max_chunk_tokens) const {
   HW_CHECK(max_chunk_tokens >= 1);
   constexpr int64_t kUnbounded = std::numeric_limits<int32_t>::max();
   int64_t best = kUnbounded;
-  for (const Rank& rank : ranks_) {
-    if (rank.slot_specs.empty()) continue;
-    const int64_t total = rank.pool.num_total();
-    if (PeakBlocks(rank, kUnbounded, max_chunk_tokens) <= total) continue;
-    // PeakBlocks grows with the length: the largest length that fits.
+  for (int r = 0; r < tp_size(); ++r) {
+    if (ranks_[r].slot_specs.empty()) continue;
+    const int64_t room = ranks_[r].pool.num_total() - ChunkReserveBlocks(r, max_chunk_tokens);
+    if (FootprintBlocks(r, kUnbounded) <= room) continue;
+    // The footprint grows with the length: the largest length that fits.
     int64_t lo = 0, hi = kUnbounded;  // fits(lo), !fits(hi)
     while (hi - lo > 1) {
       const int64_t mid = lo + (hi - lo) / 2;
-      (PeakBlocks(rank, mid, max_chunk_tokens) <= total ? lo : hi) = mid;
+      (FootprintBlocks(r, mid) <= room ? lo : hi) = mid;
     }
     best = std::min(best, lo);
   }
@@ -407,6 +433,7 @@ RankBlockUsage KvCacheManager::Usage(int tp_rank) const {
   const BlockPool& pool = ranks_.at(tp_rank).pool;
   RankBlockUsage u;
   u.num_evictable = cache_.num_evictable_blocks(tp_rank);
+  u.num_retained = cache_.num_retained_blocks(tp_rank);
   u.num_free = pool.num_free() + u.num_evictable;
   u.num_total = pool.num_total();
   u.num_referenced = u.num_total - u.num_free;
@@ -435,13 +462,13 @@ size_t KvCacheManager::num_sequences() const {
 
 PinId KvCacheManager::Pin(const PrefixMatch& match) {
   const PinId pin{next_pin_id_++};
-  (void)Start(Key(pin), match, match.num_positions, -1);
+  (void)Start(Key(pin), match, match.num_positions, -1, match.num_positions);
   return pin;
 }
 
 ReservationId KvCacheManager::Reserve(const PrefixMatch& have, int64_t num_positions) {
   const ReservationId reservation{next_reservation_id_++};
-  (void)Start(Key(reservation), have, num_positions, num_positions);
+  (void)Start(Key(reservation), have, num_positions, num_positions, num_positions);
   return reservation;
 }
 

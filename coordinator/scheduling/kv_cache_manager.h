@@ -30,9 +30,16 @@
 // outside the window of every position still to be computed. Recycle
 // returns them to the pool and their entries become -1; Append and Start
 // never allocate them. A cached block goes back to the pool once no row
-// holds it any more (PrefixCache::DropBlock); a prefix hit of L positions
-// is cut to the longest L whose sliding slots still have their sink blocks
-// and their blocks from floor(max(0, L - W + 1) / B) on.
+// holds it any more (PrefixCache::DropBlock), except the prompt-boundary
+// window (SlotBlocks::RetainedSpan of the table's prompt length, given to
+// Start, Pin and Reserve): those blocks stay in the cache, retained while
+// some sequence references their entry and evictable after, so a later
+// request with the same prompt finds its window. A prefix hit of L
+// positions is cut to the longest L whose sliding slots still have their
+// sink blocks and their blocks from floor(max(0, L - W + 1) / B) on.
+//
+// Footprints (FootprintBlocks, ChunkReserveBlocks) are what admission
+// reserves: the most blocks a request can hold at once, by slot kind.
 //
 // Not thread-safe: owned by one instance's scheduler on the engine thread.
 #pragma once
@@ -69,7 +76,9 @@ struct RankBlockUsage {
   int num_free = 0;        // blocks an allocation can take: unused + evictable
   int num_total = 0;
   int num_evictable = 0;   // cached, referenced by no sequence (part of num_free)
-  int num_referenced = 0;  // held by at least one sequence (= total - free)
+  int num_referenced = 0;  // not free (= total - free): held by rows, or retained
+  int num_retained = 0;    // of those, cached blocks no row holds whose entry is
+                           // referenced (PrefixCache), e.g. a prompt's window
 };
 
 struct KvCacheOptions {
@@ -171,12 +180,13 @@ class KvCacheManager {
   // Empty when prefix caching is off.
   PrefixMatch MatchPrefix(const TokenIds& token_ids, int64_t max_positions) const;
 
-  // True if Start(seq_id, match, num_positions) would find its blocks: the
-  // match's evictable entries are taken out of what can be evicted.
-  // REQUIRES: match came from MatchPrefix with no change to the cache since,
-  // num_positions >= match.num_positions.
+  // True if Start(seq_id, match, num_positions, first_uncomputed,
+  // prompt_positions) would find its blocks: the match's evictable entries
+  // are taken out of what can be evicted, but for the blocks Start drops at
+  // once and does not retain. REQUIRES: match came from MatchPrefix with no
+  // change to the cache since, num_positions >= match.num_positions.
   bool CanStart(const PrefixMatch& match, int64_t num_positions,
-                int64_t first_uncomputed = -1) const;
+                int64_t first_uncomputed = -1, int64_t prompt_positions = 0) const;
 
   // Creates `seq_id`'s table: logical blocks [0, match.entries.size()) are
   // the match's shared blocks (referenced now), the rest are new blocks up
@@ -185,12 +195,15 @@ class KvCacheManager {
   // block outside its window and sink. The deltas carry every block from
   // logical 0, shared ones included, one delta per run of blocks (the
   // worker meets the sequence with is_new and start_pos =
-  // match.num_positions). REQUIRES: !Contains(seq_id),
-  // CanStart(match, num_positions, first_uncomputed).
+  // match.num_positions). `prompt_positions` (0 = none) is the sequence's
+  // prompt length: its sliding slots' blocks in SlotBlocks::RetainedSpan of
+  // it stay cached when the sequence moves past them. REQUIRES:
+  // !Contains(seq_id), CanStart(match, num_positions, first_uncomputed).
   std::vector<std::vector<SlotBlockDelta>> Start(uint64_t seq_id, const PrefixMatch& match,
                                                  int64_t num_positions,
-                                                 int64_t first_uncomputed = -1) {
-    return Start(Key(seq_id), match, num_positions, first_uncomputed);
+                                                 int64_t first_uncomputed = -1,
+                                                 int64_t prompt_positions = 0) {
+    return Start(Key(seq_id), match, num_positions, first_uncomputed, prompt_positions);
   }
 
   // Positions before `first_uncomputed` are computed: returns to the pool
@@ -205,6 +218,10 @@ class KvCacheManager {
 
   // Blocks Recycle has returned to the pools since construction (all ranks).
   uint64_t num_recycled_blocks() const { return num_recycled_blocks_; }
+  // Blocks eviction has returned to the pools since construction (all
+  // ranks), by the kind of slot they belonged to.
+  uint64_t num_evicted_full_blocks() const { return num_evicted_blocks_[0]; }
+  uint64_t num_evicted_sliding_blocks() const { return num_evicted_blocks_[1]; }
 
   // Rank `tp_rank`'s rows of `seq_id` ([slot][logical], -1 = no block).
   // REQUIRES: Contains(seq_id).
@@ -241,7 +258,9 @@ class KvCacheManager {
 
   // True if Pin(match) would find its blocks: nothing new is allocated, but
   // evictable entries of the match must stay. REQUIRES: as CanStart's.
-  bool CanPin(const PrefixMatch& match) const { return CanStart(match, match.num_positions); }
+  bool CanPin(const PrefixMatch& match) const {
+    return CanStart(match, match.num_positions, -1, match.num_positions);
+  }
   // References every block of `match` (and drops sliding slots' blocks
   // outside the window of position match.num_positions, which no receiver
   // needs). REQUIRES: CanPin(match), with no change to the cache since
@@ -259,7 +278,7 @@ class KvCacheManager {
   // True if Reserve(have, num_positions) would find its blocks.
   // REQUIRES: as CanStart's.
   bool CanReserve(const PrefixMatch& have, int64_t num_positions) const {
-    return CanStart(have, num_positions, num_positions);
+    return CanStart(have, num_positions, num_positions, num_positions);
   }
   // Blocks to receive positions [have.num_positions, num_positions) into:
   // logical blocks [0, have.entries.size()) are the cached ones the
@@ -290,16 +309,27 @@ class KvCacheManager {
   static std::vector<SlotSpec> BookkeepingSpecs(const ModelSpec& spec,
                                                 KvCacheOptions::Granularity granularity);
 
+  // A request's footprint on rank `tp_rank`: the most blocks it holds at
+  // once as it grows to `max_positions` (prompt + max_tokens), summed over
+  // the rank's slots (SlotBlocks::FootprintBlocks: every block of a full
+  // slot; a recycling sliding slot's sink, the window of a one-token step
+  // and, with prefix caching, its retained prompt window).
+  int64_t FootprintBlocks(int tp_rank, int64_t max_positions) const;
+  // What rank `tp_rank` keeps on top of the footprints so that prefill
+  // chunks of up to `max_chunk_tokens` proceed: the blocks one such chunk
+  // spans in the recycling sliding slots beyond a one-token step
+  // (SlotBlocks::ChunkExtraBlocks). REQUIRES: max_chunk_tokens >= 1.
+  int64_t ChunkReserveBlocks(int tp_rank, int max_chunk_tokens) const;
+  int num_total_blocks(int tp_rank) const { return ranks_.at(tp_rank).pool.num_total(); }
+
   // The most positions one sequence could ever hold with the pools empty of
   // everything else (min over ranks), when it is computed in chunks of at
-  // most `max_chunk_tokens` positions (scheduler.max_num_batched_tokens).
-  // Admission rejects longer requests so a sequence can never wait forever
-  // for blocks that do not exist. A full slot (or any slot with recycling
-  // off) needs ceil(L / block_size) blocks; a recycling sliding slot never
-  // holds more than its sink blocks plus the blocks that the window before a
-  // chunk and the chunk itself span (see PeakBlocks), so with recycling the
-  // bound grows with the share of sliding slots. Unbounded (INT32_MAX) when
-  // every slot recycles and that peak fits. REQUIRES: max_chunk_tokens >= 1.
+  // most `max_chunk_tokens` positions (scheduler.max_num_batched_tokens):
+  // the largest L whose FootprintBlocks + ChunkReserveBlocks fit every
+  // rank's pool. Admission rejects longer requests so a sequence can never
+  // wait forever for blocks that do not exist. With recycling the bound
+  // grows with the share of sliding slots; unbounded (INT32_MAX) when every
+  // slot recycles and the footprint fits. REQUIRES: max_chunk_tokens >= 1.
   int64_t MaxPositionsPerSequence(int max_chunk_tokens) const;
 
   RankBlockUsage Usage(int tp_rank) const;
@@ -341,7 +371,8 @@ class KvCacheManager {
   bool CanAppend(TableKey key, int64_t num_positions) const;
   std::vector<std::vector<SlotBlockDelta>> Append(TableKey key, int64_t num_positions);
   std::vector<std::vector<SlotBlockDelta>> Start(TableKey key, const PrefixMatch& match,
-                                                 int64_t num_positions, int64_t first_uncomputed);
+                                                 int64_t num_positions, int64_t first_uncomputed,
+                                                 int64_t prompt_positions);
   std::vector<std::vector<SlotBlockDelta>> Recycle(TableKey key, int64_t first_uncomputed);
   const std::vector<std::vector<int32_t>>& Rows(TableKey key, int tp_rank) const;
   void CacheComputedBlocks(TableKey key, const TokenIds& token_ids, int64_t num_computed);
@@ -357,6 +388,7 @@ class KvCacheManager {
   struct SeqTable {
     int64_t num_positions = 0;
     int64_t first_uncomputed = 0;  // sliding slots need nothing wholly before its window
+    int64_t prompt_positions = 0;  // sliding slots retain this prompt's boundary window
     std::vector<std::vector<std::vector<int32_t>>> rows;  // [rank][slot][logical]
     // [logical] the entry this sequence references for the block, or
     // kNoCacheEntry for a block of its own. Covers the hashed blocks.
@@ -368,10 +400,6 @@ class KvCacheManager {
     bool chain_broken = false;  // a block without blocks on every slot
   };
 
-  // The most blocks one sequence of `num_positions` positions holds at once
-  // on `rank` when computed in chunks of at most `max_chunk_tokens`: the sum
-  // of SlotBlocks::PeakBlocks over the rank's slots.
-  int64_t PeakBlocks(const Rank& rank, int64_t num_positions, int max_chunk_tokens) const;
   // Splits a row into deltas, one per run of blocks (-1 between runs).
   static void AppendRunDeltas(int slot, const std::vector<int32_t>& row,
                               std::vector<SlotBlockDelta>* out);
@@ -394,6 +422,7 @@ class KvCacheManager {
   uint64_t next_pin_id_ = 1;
   uint64_t next_reservation_id_ = 1;
   uint64_t num_recycled_blocks_ = 0;
+  uint64_t num_evicted_blocks_[2] = {0, 0};  // full slots, sliding slots
   InstanceCounters* counters_;  // never null (a no-op default)
 };
 

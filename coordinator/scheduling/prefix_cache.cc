@@ -32,7 +32,9 @@ BlockHash HashBlockTokens(BlockHash parent, std::span<const int32_t> token_ids) 
 }
 
 PrefixCache::PrefixCache(int tp_size, BlockHasher hasher)
-    : hasher_(hasher), num_evictable_blocks_(std::max(tp_size, 0), 0) {
+    : hasher_(hasher),
+      num_evictable_blocks_(std::max(tp_size, 0), 0),
+      num_retained_blocks_(std::max(tp_size, 0), 0) {
   HW_CHECK(tp_size >= 1);
   HW_CHECK(hasher != nullptr);
 }
@@ -64,8 +66,10 @@ PrefixCache::InsertResult PrefixCache::Insert(BlockHash hash, CacheEntryId paren
   e.token_ids.assign(token_ids.begin(), token_ids.end());
   e.blocks = std::move(blocks);
   e.holders.resize(e.blocks.size());
+  e.retained.resize(e.blocks.size());
   for (size_t r = 0; r < e.blocks.size(); ++r) {
     for (int32_t b : e.blocks[r]) e.holders[r].push_back(b >= 0 ? 1 : 0);
+    e.retained[r].assign(e.blocks[r].size(), false);
   }
   e.refcount = 1;
   e.indexed = true;
@@ -81,11 +85,21 @@ void PrefixCache::AddEvictableBlocks(const Entry& e, int sign) {
   }
 }
 
+void PrefixCache::AddUnheldBlocks(const Entry& e, int sign) {
+  for (size_t r = 0; r < e.blocks.size(); ++r) {
+    for (size_t s = 0; s < e.blocks[r].size(); ++s) {
+      if (e.blocks[r][s] >= 0 && e.holders[r][s] == 0) num_retained_blocks_[r] += sign;
+    }
+  }
+}
+
 void PrefixCache::Acquire(CacheEntryId id) {
   Entry& e = entries_.at(id);
   if (e.refcount == 0) {
     lru_.erase(e.lru_pos);
     AddEvictableBlocks(e, -1);
+  } else {
+    AddUnheldBlocks(e, -1);  // the new row holds them all
   }
   ++e.refcount;
   for (size_t r = 0; r < e.blocks.size(); ++r) {
@@ -98,13 +112,18 @@ void PrefixCache::Acquire(CacheEntryId id) {
 void PrefixCache::ReleaseBlock(CacheEntryId id, int tp_rank, int slot) {
   Entry& e = entries_.at(id);
   HW_CHECK(e.blocks[tp_rank][slot] >= 0 && e.holders[tp_rank][slot] > 0);
-  --e.holders[tp_rank][slot];
+  if (--e.holders[tp_rank][slot] == 0) ++num_retained_blocks_[tp_rank];  // until Release
 }
 
-int32_t PrefixCache::DropBlock(CacheEntryId id, int tp_rank, int slot) {
+int32_t PrefixCache::DropBlock(CacheEntryId id, int tp_rank, int slot, bool retain) {
   Entry& e = entries_.at(id);
   HW_CHECK(e.refcount > 0 && e.blocks[tp_rank][slot] >= 0 && e.holders[tp_rank][slot] > 0);
   if (--e.holders[tp_rank][slot] > 0) return -1;
+  if (retain || e.retained[tp_rank][slot]) {
+    e.retained[tp_rank][slot] = true;
+    ++num_retained_blocks_[tp_rank];
+    return -1;
+  }
   const int32_t block = e.blocks[tp_rank][slot];
   e.blocks[tp_rank][slot] = -1;
   return block;
@@ -119,6 +138,7 @@ void PrefixCache::Release(CacheEntryId id) {
   HW_CHECK(e.refcount > 0);
   if (--e.refcount > 0) return;
   e.lru_pos = lru_.insert(lru_.end(), id);
+  AddUnheldBlocks(e, -1);  // every present block is unheld now: evictable
   AddEvictableBlocks(e, +1);
 }
 
@@ -135,6 +155,10 @@ std::vector<std::vector<int32_t>> PrefixCache::EvictLru() {
   entries_.erase(it);
   ++num_evicted_;
   return blocks;
+}
+
+bool PrefixCache::retained(CacheEntryId id, int tp_rank, int slot) const {
+  return entries_.at(id).retained.at(tp_rank).at(slot);
 }
 
 int PrefixCache::refcount(CacheEntryId id) const { return entries_.at(id).refcount; }

@@ -21,9 +21,17 @@
 // block drops it from its row (DropBlock). Each block of an entry counts
 // the rows that still hold it; when the last one drops it, the block goes
 // back to the caller's pool and the entry keeps -1 for that slot (DESIGN.md
-// "Recycling"). Such an entry still serves prefix hits whose windows do not
-// need the missing block (the caller checks which, KvCacheManager::
-// MatchPrefix).
+// "Recycling"), unless the block is *retained*: a row that drops a block
+// of its prompt-boundary window asks to keep it (SlotBlocks::RetainedSpan),
+// and from then on the entry keeps that block however many rows drop it,
+// until the entry is evicted. An entry missing some blocks still serves
+// prefix hits whose windows do not need them (the caller checks which,
+// KvCacheManager::MatchPrefix).
+//
+// Every present block of an entry is, on each rank, exactly one of: held
+// (by at least one row), retained (no row holds it, the entry is
+// referenced: it waits for a prefix hit while some sequence still uses the
+// entry), or evictable (the entry is unreferenced).
 //
 // Not thread-safe: owned by one instance's KvCacheManager.
 #pragma once
@@ -111,10 +119,11 @@ class PrefixCache {
 
   // The caller's row stops holding the block of (tp_rank, slot) for good (its
   // sliding window moved past it). When no row holds it any more, the entry
-  // forgets it (-1) and the block id is returned for the caller to free;
-  // otherwise -1. REQUIRES: Contains(id), refcount(id) > 0, the block is
-  // present and held.
-  int32_t DropBlock(CacheEntryId id, int tp_rank, int slot);
+  // forgets it (-1) and the block id is returned for the caller to free,
+  // unless `retain` asks to keep it or an earlier drop did: then the entry
+  // keeps it (retained). Otherwise -1. REQUIRES: Contains(id),
+  // refcount(id) > 0, the block is present and held.
+  int32_t DropBlock(CacheEntryId id, int tp_rank, int slot, bool retain = false);
 
   // Rows holding the block of (tp_rank, slot); 0 for a forgotten block.
   // REQUIRES: Contains(id).
@@ -137,6 +146,12 @@ class PrefixCache {
   size_t num_evictable_entries() const { return lru_.size(); }
   // Blocks of rank `tp_rank` held by evictable entries.
   int num_evictable_blocks(int tp_rank) const { return num_evictable_blocks_.at(tp_rank); }
+  // Present blocks of rank `tp_rank` of referenced entries that no row holds
+  // (class comment): neither free nor evictable.
+  int num_retained_blocks(int tp_rank) const { return num_retained_blocks_.at(tp_rank); }
+  // Whether the block of (tp_rank, slot) is marked to stay cached when no
+  // row holds it. REQUIRES: Contains(id).
+  bool retained(CacheEntryId id, int tp_rank, int slot) const;
 
   // Every entry id, in no particular order (for consistency checks).
   std::vector<CacheEntryId> EntryIds() const;
@@ -150,12 +165,15 @@ class PrefixCache {
     std::vector<int32_t> token_ids;                 // [block_size]
     std::vector<std::vector<int32_t>> blocks;       // [tp_rank][slot]; -1 = forgotten
     std::vector<std::vector<int>> holders;          // [tp_rank][slot]: rows holding it
+    std::vector<std::vector<bool>> retained;        // [tp_rank][slot]: kept when unheld
     int refcount = 0;
     bool indexed = false;                           // index_[hash] == this entry
     std::list<CacheEntryId>::iterator lru_pos;      // valid while refcount == 0
   };
 
   void AddEvictableBlocks(const Entry& e, int sign);
+  // Adds `sign` times the entry's present, unheld blocks to the retained counts.
+  void AddUnheldBlocks(const Entry& e, int sign);
 
   const BlockHasher hasher_;
   CacheEntryId next_id_ = 1;
@@ -163,6 +181,7 @@ class PrefixCache {
   std::unordered_map<BlockHash, CacheEntryId> index_;
   std::list<CacheEntryId> lru_;              // evictable; front = evicted first
   std::vector<int> num_evictable_blocks_;    // [tp_rank]
+  std::vector<int> num_retained_blocks_;     // [tp_rank]
   uint64_t num_evicted_ = 0;
 };
 

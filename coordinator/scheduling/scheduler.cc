@@ -21,6 +21,69 @@ Scheduler::Scheduler(SchedulerConfig config, std::unique_ptr<KvCacheManager> kv,
     : config_(config), kv_(std::move(kv)), counters_(counters != nullptr ? counters : &kNoCounters) {
   HW_CHECK(kv_ != nullptr);
   HW_CHECK(config_.max_num_seqs >= 1 && config_.max_num_batched_tokens >= 1);
+  reserved_.assign(size_t(kv_->tp_size()), 0);
+}
+
+std::vector<int64_t> Scheduler::Footprint(const Sequence& seq) const {
+  int64_t positions = seq.num_prompt_tokens();
+  if (seq.kind() == SequenceKind::kGenerate) positions += seq.stop().max_tokens;
+  if (seq.stop().max_model_len > 0) {
+    positions = std::min<int64_t>(positions, seq.stop().max_model_len);
+  }
+  std::vector<int64_t> blocks(size_t(kv_->tp_size()));
+  for (int r = 0; r < kv_->tp_size(); ++r) blocks[size_t(r)] = kv_->FootprintBlocks(r, positions);
+  return blocks;
+}
+
+bool Scheduler::Admits(const std::vector<int64_t>& footprint) const {
+  if (config_.admission != SchedulerConfig::Admission::kGuaranteedNoEvict) return true;
+  for (int r = 0; r < kv_->tp_size(); ++r) {
+    const int64_t chunk = kv_->ChunkReserveBlocks(r, config_.max_num_batched_tokens);
+    if (reserved_[size_t(r)] + footprint[size_t(r)] + chunk > kv_->num_total_blocks(r)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Scheduler::Reserve(uint64_t seq_id, std::vector<int64_t> footprint) {
+  for (size_t r = 0; r < reserved_.size(); ++r) reserved_[r] += footprint[r];
+  footprints_[seq_id] = std::move(footprint);
+}
+
+void Scheduler::Unreserve(uint64_t seq_id) {
+  auto it = footprints_.find(seq_id);
+  if (it == footprints_.end()) return;
+  for (size_t r = 0; r < reserved_.size(); ++r) reserved_[r] -= it->second[r];
+  footprints_.erase(it);
+}
+
+int64_t Scheduler::FloorBlocks(int tp_rank, int64_t max_positions) const {
+  return int64_t(config_.max_num_seqs) * kv_->FootprintBlocks(tp_rank, max_positions) +
+         kv_->ChunkReserveBlocks(tp_rank, config_.max_num_batched_tokens);
+}
+
+int Scheduler::MaxConcurrentAt(int64_t max_positions) const {
+  int64_t most = config_.max_num_seqs;
+  for (int r = 0; r < kv_->tp_size(); ++r) {
+    const int64_t room = kv_->num_total_blocks(r) -
+                         kv_->ChunkReserveBlocks(r, config_.max_num_batched_tokens);
+    const int64_t each = std::max<int64_t>(1, kv_->FootprintBlocks(r, max_positions));
+    most = std::min(most, std::max<int64_t>(0, room) / each);
+  }
+  return int(most);
+}
+
+template <typename Fits>
+int Scheduler::LongestFittingChunk(int n, Fits fits) {
+  if (n <= 0 || !fits(1)) return 0;
+  if (fits(n)) return n;
+  int lo = 1, hi = n;  // fits(lo), !fits(hi)
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 Status Scheduler::CheckFits(int num_prompt_tokens, int max_tokens) const {
@@ -111,7 +174,12 @@ bool Scheduler::ScheduleRunning(ScheduledBatch* batch, int* budget) {
       ++i;
       continue;
     }
-    int64_t positions = int64_t(seq.num_computed()) + n;
+    const int64_t computed = seq.num_computed();
+    // A chunk that does not fit shrinks before anything is preempted.
+    const int fitting = LongestFittingChunk(
+        n, [&](int c) { return kv_->CanAppend(seq.seq_id(), computed + c); });
+    n = fitting > 0 ? fitting : 1;  // not even one token: preempt for that much
+    int64_t positions = computed + n;
     bool scheduled_self = true;
     while (!kv_->CanAppend(seq.seq_id(), positions)) {
       uint64_t victim = running_.back();
@@ -136,17 +204,24 @@ void Scheduler::ScheduleWaiting(ScheduledBatch* batch, int* budget) {
     Sequence& seq = *seqs_.at(waiting_.front());
     // Waiting sequences hold no blocks (new, or released by preemption).
     HW_CHECK(seq.num_computed() == 0 && !kv_->Contains(seq.seq_id()));
+    std::vector<int64_t> footprint = Footprint(seq);
+    if (!Admits(footprint)) break;
     PrefixMatch match = kv_->MatchPrefix(TokensOf(seq), seq.num_tokens() - 1);
     const int cached = int(match.num_positions);
-    int n = std::min(seq.num_tokens() - cached, *budget);
-    if (!kv_->CanStart(match, int64_t(cached) + n)) break;
+    const int n = LongestFittingChunk(std::min(seq.num_tokens() - cached, *budget), [&](int c) {
+      return kv_->CanStart(match, int64_t(cached) + c, -1, seq.num_prompt_tokens());
+    });
+    if (n == 0) break;
     waiting_.pop_front();
     running_.push_back(seq.seq_id());
+    Reserve(seq.seq_id(), std::move(footprint));
     seq.set_status(SequenceStatus::kRunning);
     seq.AdvanceComputed(cached);
     seq.set_num_cached_tokens(std::min(cached, seq.num_prompt_tokens()));
     if (kv_->prefix_caching_enabled()) CountPrefixLookup(seq, cached);
-    batch->seqs.push_back(Plan(seq, n, kv_->Start(seq.seq_id(), match, int64_t(cached) + n)));
+    batch->seqs.push_back(Plan(seq, n,
+                               kv_->Start(seq.seq_id(), match, int64_t(cached) + n, -1,
+                                          seq.num_prompt_tokens())));
     *budget -= n;
   }
 }
@@ -178,6 +253,7 @@ const Sequence* Scheduler::Find(uint64_t seq_id) const {
 }
 
 void Scheduler::ReleaseBlocks(Sequence& seq) {
+  Unreserve(seq.seq_id());
   kv_->Release(seq.seq_id());
   pending_recycled_.erase(seq.seq_id());
   if (seq.on_worker()) released_.push_back(seq.seq_id());

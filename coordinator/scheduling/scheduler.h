@@ -7,10 +7,32 @@
 // max_num_batched_tokens on waiting sequences, first come first served,
 // while fewer than max_num_seqs run. Blocks come from the KvCacheManager
 // (check, then commit). A waiting sequence that finds no blocks stays
-// waiting and blocks the queue behind it (FCFS). A running sequence that
-// finds no blocks preempts the newest running sequences (their blocks are
-// released and they recompute later from the head of the queue), so no step
-// can deadlock: admission guarantees each sequence fits the pool alone.
+// waiting and blocks the queue behind it (FCFS). A chunk that does not fit
+// shrinks to the longest that does (never below one token); a running
+// sequence that cannot compute even one token preempts the newest running
+// sequences (their blocks are released and they recompute later from the
+// head of the queue), so no step can deadlock: admission guarantees each
+// sequence fits the pool alone.
+//
+// Admission (SchedulerConfig::admission). Under kGuaranteedNoEvict (the
+// default; TensorRT-LLM's policy of that name) a waiting sequence starts
+// only when, on every TP rank,
+//
+//   sum over running sequences of F(s)  +  F(new)  +  C  <=  pool blocks
+//
+// where F(s) = KvCacheManager::FootprintBlocks(rank, prompt + max_tokens)
+// is the most blocks s can hold at once (full slots: its whole context;
+// recycling sliding slots: sink + the window of a one-token step + the
+// retained prompt window, SlotBlocks::FootprintBlocks) and C =
+// KvCacheManager::ChunkReserveBlocks(rank, max_num_batched_tokens) keeps
+// room for one prefill chunk beyond a one-token step. Shared prefix blocks
+// count once per sequence, so the sum is an upper bound. So a running
+// sequence is never preempted for want of blocks, except by blocks the sum
+// does not see: transfers' reservations, retained windows of finished
+// requests still referenced, and several prefill chunks' rounding in one
+// step (then the chunk shrinks first). kMaxUtilization starts a sequence
+// whenever its first chunk fits (vLLM's way) and relies on preemption by
+// recompute when running sequences grow.
 //
 // Prefix cache: a waiting sequence starts from its longest cached prefix
 // (whole blocks, at most num_tokens - 1 positions, so the step still yields
@@ -36,6 +58,9 @@ namespace headway {
 struct SchedulerConfig {
   int max_num_seqs = 32;             // running sequences
   int max_num_batched_tokens = 512;  // tokens computed per step
+  // Config key scheduler.admission_policy (class comment).
+  enum class Admission { kGuaranteedNoEvict, kMaxUtilization };
+  Admission admission = Admission::kGuaranteedNoEvict;
 };
 
 // Prefix cache counters since the scheduler started (vLLM's
@@ -118,6 +143,16 @@ class Scheduler {
     return kv_->MaxPositionsPerSequence(config_.max_num_batched_tokens);
   }
 
+  // The pool floor of rank `tp_rank`: the blocks that max_num_seqs requests
+  // of `max_positions` positions each reserve at once under
+  // kGuaranteedNoEvict, max_num_seqs * F(max_positions) + C (class comment).
+  int64_t FloorBlocks(int tp_rank, int64_t max_positions) const;
+  // How many requests of `max_positions` positions run at once under
+  // kGuaranteedNoEvict (min over ranks, at most max_num_seqs).
+  int MaxConcurrentAt(int64_t max_positions) const;
+  // Blocks the running sequences reserve on rank `tp_rank` (their F sum).
+  int64_t reserved_blocks(int tp_rank) const { return reserved_.at(size_t(tp_rank)); }
+
   // KV transfer (disaggregation) holds blocks outside any sequence between
   // steps: the KvCacheManager verbs of the same names. Check first through
   // kv() (MatchPrefix, CanPin, CanReserve), then commit.
@@ -154,6 +189,16 @@ class Scheduler {
   void ReleaseBlocks(Sequence& seq);
   ScheduledSeq Plan(Sequence& seq, int num_tokens,
                     std::vector<std::vector<SlotBlockDelta>> deltas);
+  // F(seq) per rank (class comment), counted at its maximum length.
+  std::vector<int64_t> Footprint(const Sequence& seq) const;
+  // Whether kGuaranteedNoEvict admits a sequence of footprint `footprint`.
+  bool Admits(const std::vector<int64_t>& footprint) const;
+  void Reserve(uint64_t seq_id, std::vector<int64_t> footprint);
+  void Unreserve(uint64_t seq_id);
+  // The longest chunk in [1, n] for which `fits` holds (fits is monotone:
+  // true up to some length); 0 if not even one token fits.
+  template <typename Fits>
+  static int LongestFittingChunk(int n, Fits fits);
 
   const SchedulerConfig config_;
   std::unique_ptr<KvCacheManager> kv_;
@@ -165,6 +210,9 @@ class Scheduler {
   // Recycled blocks not yet told to the workers, per sequence ([tp_rank]).
   std::unordered_map<uint64_t, std::vector<std::vector<SlotBlockDelta>>> pending_recycled_;
   PrefixCacheStats prefix_stats_;
+  // Admission's ledger: each running sequence's footprint, and their sum.
+  std::unordered_map<uint64_t, std::vector<int64_t>> footprints_;  // [tp_rank]
+  std::vector<int64_t> reserved_;                                   // [tp_rank]
   InstanceCounters* counters_;  // never null (a no-op default)
 };
 

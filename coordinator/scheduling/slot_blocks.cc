@@ -45,4 +45,25 @@ int64_t SlotBlocks::PeakBlocks(const SlotSpec& spec, int64_t num_positions,
   return std::min(all, SinkBlocks(spec) + (span + 2 * block_size_ - 2) / block_size_);
 }
 
+BlockSpan SlotBlocks::RetainedSpan(const SlotSpec& spec, int64_t prompt_positions) const {
+  if (!Recycles(spec)) return {};
+  const int64_t committed_blocks = prompt_positions / block_size_;
+  const int64_t earliest_match = std::max<int64_t>(0, (committed_blocks - 1) * block_size_);
+  return {Unneeded(spec, earliest_match).end, committed_blocks};
+}
+
+int64_t SlotBlocks::FootprintBlocks(const SlotSpec& spec, int64_t max_positions,
+                                    bool retains) const {
+  const int64_t all = LogicalBlocks(max_positions);
+  if (!Recycles(spec)) return all;
+  const int64_t window = 1 + (int64_t(spec.window) - 1 + block_size_ - 1) / block_size_;
+  return std::min(all, SinkBlocks(spec) + window * (retains ? 2 : 1));
+}
+
+int64_t SlotBlocks::ChunkExtraBlocks(const SlotSpec& spec, int chunk_tokens) const {
+  HW_CHECK(chunk_tokens >= 1);
+  if (!Recycles(spec)) return 0;
+  return (int64_t(chunk_tokens) - 1 + block_size_ - 1) / block_size_;
+}
+
 }  // namespace headway

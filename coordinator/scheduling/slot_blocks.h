@@ -52,6 +52,34 @@ class SlotBlocks {
   // of them; any other slot all of them.
   int64_t PeakBlocks(const SlotSpec& spec, int64_t num_positions, int max_chunk_tokens) const;
 
+  // Prompt-boundary retention (DESIGN.md "Recycling"): the logical blocks a
+  // recycling sliding slot keeps cached after a sequence with a prompt of
+  // `prompt_positions` positions moves past them, so that a later request
+  // with that prompt, or one diverging inside its last committed block,
+  // finds the window its first uncomputed position needs. With L =
+  // floor(prompt_positions / B) * B the committed length, that is the
+  // window of every match of L - B .. L positions: logical
+  // [Unneeded(spec, max(0, L - B)).end, L / B), at most 1 + ceil((W - 1) /
+  // B) blocks (one window rounded out to whole blocks, plus the one-block
+  // gap for a match that ends a block early). The sink is never recycled,
+  // so it is not part of the span. Empty for slots that do not recycle.
+  BlockSpan RetainedSpan(const SlotSpec& spec, int64_t prompt_positions) const;
+
+  // A request's footprint in this slot (Scheduler admission): the most
+  // blocks it can hold at once, decode tail included, as it grows to
+  // `max_positions`, computing one token per step. A full slot (or any slot
+  // with recycling off): LogicalBlocks(max_positions). A recycling sliding
+  // slot (window W, sink S): min(LogicalBlocks(max_positions), sink blocks
+  // + the window of a one-token step, 1 + ceil((W - 1) / B) blocks, + the
+  // retained span when `retains` (prefix caching), as many again).
+  int64_t FootprintBlocks(const SlotSpec& spec, int64_t max_positions, bool retains) const;
+
+  // Blocks a prefill chunk of `chunk_tokens` can span in this slot beyond
+  // a one-token step's: ceil((chunk_tokens - 1) / B) for a recycling
+  // sliding slot, 0 for any other (its footprint already covers every
+  // position). REQUIRES: chunk_tokens >= 1.
+  int64_t ChunkExtraBlocks(const SlotSpec& spec, int chunk_tokens) const;
+
   int block_size() const { return block_size_; }
 
  private:

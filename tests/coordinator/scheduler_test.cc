@@ -14,16 +14,22 @@ namespace {
 using testing::FakeLlamaSpec;
 
 constexpr int kBlockSize = 4;
+constexpr SchedulerConfig::Admission kFirstChunk = SchedulerConfig::Admission::kMaxUtilization;
 
-std::unique_ptr<Scheduler> MakeScheduler(int max_num_seqs, int max_batched, int num_blocks,
-                                         int tp_size = 1, bool prefix_caching = true,
-                                         BlockHasher hasher = HashBlockTokens) {
+// Preemption tests use kMaxUtilization: admission by first chunk is what
+// lets running sequences outgrow the pool.
+std::unique_ptr<Scheduler> MakeScheduler(
+    int max_num_seqs, int max_batched, int num_blocks, int tp_size = 1,
+    bool prefix_caching = true, BlockHasher hasher = HashBlockTokens,
+    SchedulerConfig::Admission admission = SchedulerConfig::Admission::kGuaranteedNoEvict) {
   KvCacheOptions options;
   options.enable_prefix_caching = prefix_caching;
   options.block_hasher = hasher;
   auto kv = std::make_unique<KvCacheManager>(FakeLlamaSpec(1), tp_size, kBlockSize,
                                              std::vector<int>(tp_size, num_blocks), options);
-  return std::make_unique<Scheduler>(SchedulerConfig{max_num_seqs, max_batched}, std::move(kv));
+  SchedulerConfig config{max_num_seqs, max_batched};
+  config.admission = admission;
+  return std::make_unique<Scheduler>(config, std::move(kv));
 }
 
 std::unique_ptr<Sequence> MakeSeqWithTokens(uint64_t id, std::vector<int32_t> prompt,
@@ -178,7 +184,7 @@ TEST(SchedulerTest, RejectsWhatCanNeverFit) {
 TEST(SchedulerTest, PreemptsInsteadOfDeadlocking) {
   // 16 positions per sequence; two sequences that each grow to 16 cannot
   // both hold their blocks.
-  auto s = MakeScheduler(8, 100, 12);
+  auto s = MakeScheduler(8, 100, 12, 1, true, HashBlockTokens, kFirstChunk);
   ASSERT_TRUE(s->Add(MakeSeq(1, 6, 10)).ok());
   ASSERT_TRUE(s->Add(MakeSeq(2, 6, 10)).ok());
   std::vector<uint64_t> finished;
@@ -193,7 +199,7 @@ TEST(SchedulerTest, PreemptsInsteadOfDeadlocking) {
 }
 
 TEST(SchedulerTest, PreemptedSequenceRestartsAsNew) {
-  auto s = MakeScheduler(8, 100, 12);
+  auto s = MakeScheduler(8, 100, 12, 1, true, HashBlockTokens, kFirstChunk);
   ASSERT_TRUE(s->Add(MakeSeq(1, 6, 10)).ok());
   ASSERT_TRUE(s->Add(MakeSeq(2, 6, 10)).ok());
   bool saw_release_then_new = false;
@@ -349,7 +355,7 @@ TEST(SchedulerTest, PrefixHitSkipsTheCachedPrefill) {
 
 TEST(SchedulerTest, PreemptedSequenceFindsItsOwnPrefixAgain) {
   // 3 slots, 24 blocks = 8 logical blocks = 32 positions in all.
-  auto s = MakeScheduler(8, 100, 24);
+  auto s = MakeScheduler(8, 100, 24, 1, true, HashBlockTokens, kFirstChunk);
   FakeWorkers workers(1, 24);
   ASSERT_TRUE(s->Add(MakeSeq(1, 12, 12)).ok());  // grows to 24 positions: 6 blocks
   ASSERT_TRUE(s->Add(MakeSeq(2, 9, 7)).ok());    // grows to 16: 4 blocks
@@ -386,7 +392,7 @@ TEST(SchedulerTest, RandomPrefixCacheWorkloadKeepsInvariants) {
       std::mt19937 rng(77 + 10 * tp + seed);
       // 3 slots over tp ranks: 15 logical blocks (60 positions) either way.
       const int kNumBlocks = 45 / tp;
-      auto s = MakeScheduler(6, 24, kNumBlocks, tp, true, hasher);
+      auto s = MakeScheduler(6, 24, kNumBlocks, tp, true, hasher, kFirstChunk);
       FakeWorkers workers(tp, kNumBlocks);
       // A few shared prefixes with diverging suffixes make hits and duplicates.
       std::vector<std::vector<int32_t>> prefixes(4);

@@ -66,5 +66,41 @@ TEST(SlotBlocksTest, WithoutRecyclingASlidingSlotIsFull) {
   EXPECT_EQ(blocks.PeakBlocks(spec, 1000, 16), 63);
 }
 
+TEST(SlotBlocksTest, RetainedSpanIsThePromptsLastWindowPlusAGapBlock) {
+  const SlotBlocks blocks(kBlockSize, true);
+  const SlotSpec spec = Sliding(512, 0);
+  // Committed 1,200 -> 75 blocks (1,200 = 75 x 16): matches of 74 or 75
+  // blocks need the windows of positions 1,184 and 1,200, from block 42.
+  const BlockSpan span = blocks.RetainedSpan(spec, 1200);
+  EXPECT_EQ(span.begin, 42);
+  EXPECT_EQ(span.end, 75);
+  EXPECT_EQ(blocks.RetainedSpan(spec, 1215).end, 75);  // a partial block is not committed
+  EXPECT_EQ(blocks.RetainedSpan(spec, 100).begin, 0);  // shorter than the window: all of it
+  EXPECT_EQ(blocks.RetainedSpan(Sliding(512, 40), 1200).begin, 42);  // the sink is apart
+  EXPECT_EQ(blocks.RetainedSpan(SlotSpec{}, 1200).end, 0);           // full slots: nothing
+  EXPECT_EQ(SlotBlocks(kBlockSize, false).RetainedSpan(spec, 1200).end, 0);
+}
+
+TEST(SlotBlocksTest, FootprintPlusOneChunkCoversThePrefillPeak) {
+  // Admission reserves FootprintBlocks per request and ChunkExtraBlocks
+  // once; together they bound what one sequence holds while it prefills.
+  for (int block_size : {1, 4, 16, 64}) {
+    const SlotBlocks blocks(block_size, true);
+    for (const SlotSpec& spec : {Sliding(32, 0), Sliding(100, 7), Sliding(512, 0), SlotSpec{}}) {
+      for (int chunk : {1, 5, 64, 512}) {
+        for (int64_t len : {1, 31, 200, 5000}) {
+          EXPECT_GE(blocks.FootprintBlocks(spec, len, false) + blocks.ChunkExtraBlocks(spec, chunk),
+                    blocks.PeakBlocks(spec, len, chunk))
+              << "block " << block_size << " window " << spec.window << " chunk " << chunk
+              << " len " << len;
+          // Retention adds at most the retained span.
+          EXPECT_LE(blocks.FootprintBlocks(spec, len, true) - blocks.FootprintBlocks(spec, len, false),
+                    blocks.RetainedSpan(spec, 1 << 20).end - blocks.RetainedSpan(spec, 1 << 20).begin);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace headway

@@ -32,11 +32,19 @@ json GreedyBody(const json& prompt, int max_tokens, bool ignore_eos) {
           {"ignore_eos", ignore_eos}};
 }
 
+std::unique_ptr<Deployment> StartGemmaWithPool(bool recycling, bool prefix_caching,
+                                               int kv_memory_mb);
+
 std::unique_ptr<Deployment> StartGemma(bool recycling, bool prefix_caching) {
+  return StartGemmaWithPool(recycling, prefix_caching, 256);
+}
+
+std::unique_ptr<Deployment> StartGemmaWithPool(bool recycling, bool prefix_caching,
+                                               int kv_memory_mb) {
   DeploymentOptions options;
   options.model_path = Gemma3Path();
   options.served_name = kServedName;
-  options.kv_memory_mb = 256;
+  options.kv_memory_mb = kv_memory_mb;
   options.max_model_len = 2048;
   options.enable_recycling = recycling;
   options.enable_prefix_caching = prefix_caching;
@@ -148,6 +156,100 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
   EXPECT_EQ(off.recycled, 0);
   EXPECT_EQ(on.free_at_end, on.free_at_start);
   EXPECT_EQ(off.free_at_end, off.free_at_start);
+}
+
+// A completion's text and usage (prompt and cached tokens).
+struct Reply {
+  std::string text;
+  int prompt_tokens = -1;
+  int cached_tokens = -1;
+};
+
+Reply CompleteGreedy(const Deployment& d, const json& prompt, int max_tokens) {
+  HttpReply r = d.PostJson("/v1/completions", GreedyBody(prompt, max_tokens, true));
+  Reply out;
+  out.text = CompletionText(r);
+  if (r.status != 200) return out;
+  out.prompt_tokens = r.json["usage"]["prompt_tokens"].get<int>();
+  out.cached_tokens = r.json["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  return out;
+}
+
+// Requests sharing a prefix longer than the sliding window: two diverge
+// right after it, two inside its last block. A second, identical wave after
+// the first has finished must find each whole prompt in the cache (the
+// prompt's last window was retained when decode moved past it), and every
+// output equals prefix caching off.
+TEST_F(Gemma3ServingTest, SecondWaveReusesPromptsWhoseWindowDecodeLeft) {
+  constexpr int kShared = 800, kBlock = 16, kMaxTokens = 40;
+  auto prompts_of = [](const std::vector<int32_t>& ids) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) {
+      const int shared = i < 2 ? kShared : kShared - 5;
+      std::vector<int32_t> p(ids.begin(), ids.begin() + shared);
+      p.insert(p.end(), ids.begin() + 1000 + 40 * i, ids.begin() + 1030 + 40 * i);
+      prompts.push_back(std::move(p));
+    }
+    return prompts;
+  };
+  auto wave = [](const Deployment& d, const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<std::future<Reply>> futures;
+    for (const auto& p : prompts) {
+      futures.push_back(std::async(std::launch::async, [&d, &p] {
+        return CompleteGreedy(d, p, kMaxTokens);
+      }));
+    }
+    std::vector<Reply> replies;
+    for (auto& f : futures) replies.push_back(f.get());
+    return replies;
+  };
+  std::vector<std::string> off_texts;
+  {
+    std::unique_ptr<Deployment> off = StartGemma(true, false);
+    ASSERT_NE(off, nullptr);
+    for (const Reply& r : wave(*off, prompts_of(LongPromptIds(*off)))) {
+      off_texts.push_back(r.text);
+    }
+  }
+  std::unique_ptr<Deployment> d = StartGemma(true, true);
+  ASSERT_NE(d, nullptr);
+  const std::vector<std::vector<int32_t>> prompts = prompts_of(LongPromptIds(*d));
+  const std::vector<Reply> first = wave(*d, prompts);
+  const std::vector<Reply> second = wave(*d, prompts);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "request " << i);
+    EXPECT_FALSE(IsErrorText(first[i].text)) << first[i].text;
+    EXPECT_EQ(first[i].text, off_texts[i]);
+    EXPECT_EQ(second[i].text, off_texts[i]);
+    EXPECT_EQ(second[i].cached_tokens, int(prompts[i].size() - 1) / kBlock * kBlock);
+  }
+  EXPECT_GT(CounterSum(*d, "headway:kv_blocks_recycled_total"), 0);
+}
+
+// A conversation whose every turn extends the last (its prompt, its answer
+// and a new message, as text): each turn finds at least the whole previous
+// prompt cached, although the previous answer moved the window past the
+// prompt's end.
+TEST_F(Gemma3ServingTest, ConversationTurnsReuseThePreviousTurn) {
+  constexpr int kBlock = 16, kMaxTokens = 40;
+  std::unique_ptr<Deployment> d = StartGemma(true, true);
+  ASSERT_NE(d, nullptr);
+  std::ifstream in(TestDataPath("perplexity/passage.txt"));
+  std::stringstream passage;
+  passage << in.rdbuf();
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += passage.str() + "\n\n";
+  std::string conversation = text.substr(0, 2 * (passage.str().size() + 2));
+  int previous_prompt_tokens = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    SCOPED_TRACE(::testing::Message() << "turn " << turn);
+    const Reply r = CompleteGreedy(*d, conversation, kMaxTokens);
+    ASSERT_FALSE(IsErrorText(r.text)) << r.text;
+    ASSERT_GT(r.prompt_tokens, 512 + kBlock);  // longer than the window
+    if (turn > 0) EXPECT_GE(r.cached_tokens, previous_prompt_tokens / kBlock * kBlock);
+    previous_prompt_tokens = r.prompt_tokens;
+    conversation += r.text + "\n\nQuestion: " + text.substr(3000 + 200 * size_t(turn), 150);
+  }
 }
 
 }  // namespace

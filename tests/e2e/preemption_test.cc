@@ -66,6 +66,9 @@ TEST(PreemptionE2eTest, SmallPoolPreemptsAndEveryRequestGetsItsAloneAnswer) {
   options.model_path = SmolLm2Path();
   options.kv_memory_mb = kKvMemoryMb;
   options.block_size = 16;
+  // Admission by first chunk, so that requests start and later run short
+  // (the default reserves whole footprints and would run one at a time).
+  options.admission_policy = "max_utilization";
   std::string error;
   auto d = Deployment::Start(options, &error);
   ASSERT_NE(d, nullptr) << error;

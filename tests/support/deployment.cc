@@ -38,8 +38,9 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "scheduler:\n"
     << "  max_num_seqs: " << o.max_num_seqs << "\n"
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"
-    << "  max_model_len: " << o.max_model_len << "\n"
-    << "pools:\n";
+    << "  max_model_len: " << o.max_model_len << "\n";
+  if (!o.admission_policy.empty()) y << "  admission_policy: " << o.admission_policy << "\n";
+  y << "pools:\n";
   if (o.pd_decode_tp_size > 0) {
     y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1, hosts: ["
       << o.host << "]}]}\n"

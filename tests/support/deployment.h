@@ -19,6 +19,7 @@ struct DeploymentOptions {
   int block_size = 16;
   int kv_memory_mb = 64;
   int max_num_seqs = 32;
+  std::string admission_policy;       // scheduler.admission_policy ("" = the default)
   int max_num_batched_tokens = 512;
   int max_model_len = 1024;
   int tp_size = 1;
