@@ -316,9 +316,8 @@ std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
   Result<MarkedPrompt> prompt = render();
   if (!prompt.ok()) {
     // raise_exception and type errors are the request's fault; a construct
-    // the renderer lacks, or a template that rewrites contents, the server's.
-    const StatusCode code = prompt.status().code();
-    if (code == StatusCode::kUnimplemented || code == StatusCode::kFailedPrecondition) {
+    // the renderer lacks, the server's.
+    if (prompt.status().code() == StatusCode::kUnimplemented) {
       return ApiError::Internal("cannot apply the chat template: " + prompt.status().message());
     }
     return ApiError::BadRequest(prompt.status().message(), "messages");

@@ -1,12 +1,6 @@
 #include "coordinator/tokenizer/chat_template.h"
 
 namespace headway {
-namespace {
-
-constexpr char kContentBegin = '\xFE';
-constexpr char kContentEnd = '\xFF';
-
-}  // namespace
 
 Result<ChatTemplate> ChatTemplate::Create(std::string_view source, std::string bos_token,
                                           std::string eos_token) {
@@ -29,58 +23,41 @@ Result<ChatTemplate> ChatTemplate::FromGguf(const GgufFile& gguf, const Tokenize
   return t;
 }
 
-Result<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
-                                        bool add_generation_prompt) const {
+namespace {
+
+// The template's globals; contents are marked when `mark_contents`.
+std::map<std::string, jinja::Value> Context(const std::vector<ChatMessage>& messages,
+                                            bool add_generation_prompt, bool mark_contents,
+                                            const std::string& bos, const std::string& eos) {
   jinja::Array list;
   for (const ChatMessage& m : messages) {
-    list.emplace_back(jinja::Object{{"role", jinja::Value(m.role)}, {"content", jinja::Value(m.content)}});
+    jinja::Value content = mark_contents ? jinja::Value::Marked(m.content) : jinja::Value(m.content);
+    list.emplace_back(jinja::Object{{"role", jinja::Value(m.role)}, {"content", std::move(content)}});
   }
-  std::map<std::string, jinja::Value> context = {
+  return {
       {"messages", jinja::Value(std::move(list))},
       {"add_generation_prompt", jinja::Value(add_generation_prompt)},
-      {"bos_token", jinja::Value(bos_token_)},
-      {"eos_token", jinja::Value(eos_token_)},
+      {"bos_token", jinja::Value(bos)},
+      {"eos_token", jinja::Value(eos)},
   };
-  return template_.Render(context);
+}
+
+}  // namespace
+
+Result<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt) const {
+  return template_.Render(Context(messages, add_generation_prompt, /*mark_contents=*/false,
+                                  bos_token_, eos_token_));
 }
 
 Result<MarkedPrompt> ChatTemplate::ApplyMarked(const std::vector<ChatMessage>& messages,
                                                bool add_generation_prompt) const {
-  std::vector<ChatMessage> marked = messages;
-  for (size_t i = 0; i < marked.size(); ++i) {
-    std::string& content = marked[i].content;
-    if (content.find_first_of(std::string{kContentBegin, kContentEnd}) != std::string::npos) {
-      return Status::InvalidArgument("messages[" + std::to_string(i) +
-                                     "].content is not UTF-8 (it holds a byte 0xFE or 0xFF)");
-    }
-    content = kContentBegin + content + kContentEnd;
-  }
-  HW_ASSIGN_OR_RETURN(std::string plain, Apply(messages, add_generation_prompt));
-  HW_ASSIGN_OR_RETURN(std::string with_marks, Apply(marked, add_generation_prompt));
+  HW_ASSIGN_OR_RETURN(jinja::MarkedText rendered,
+                      template_.RenderMarked(Context(messages, add_generation_prompt,
+                                                     /*mark_contents=*/true, bos_token_, eos_token_)));
   MarkedPrompt out;
-  out.text.reserve(plain.size());
-  size_t open = std::string::npos;  // where the current content began in out.text
-  bool balanced = true;
-  for (char c : with_marks) {
-    if (c == kContentBegin) {
-      balanced = balanced && open == std::string::npos;
-      open = out.text.size();
-    } else if (c == kContentEnd) {
-      balanced = balanced && open != std::string::npos;
-      if (open != std::string::npos && out.text.size() > open) {
-        out.content_ranges.push_back({open, out.text.size()});
-      }
-      open = std::string::npos;
-    } else {
-      out.text.push_back(c);
-    }
-  }
-  if (!balanced || open != std::string::npos || out.text != plain) {
-    return Status::FailedPrecondition(
-        "the chat template changes message contents (trims or slices them), so Headway cannot "
-        "tell their text from the template's; set chat.parse_special_in_content: true to take "
-        "special tokens from the whole prompt, as vLLM does");
-  }
+  out.text = std::move(rendered.text);
+  for (const auto& [begin, end] : rendered.marked_ranges) out.content_ranges.push_back({begin, end});
   return out;
 }
 

@@ -49,13 +49,12 @@ class ChatTemplate {
 
   // Apply, and the byte ranges of the prompt that came from message
   // contents, so that the tokenizer can take special tokens only from the
-  // template's own text (Tokenizer::Encode with literal ranges). Found by
-  // rendering a second time with each content between the bytes 0xFE and
-  // 0xFF, which UTF-8 never uses. Errors: Apply's; InvalidArgument when a
-  // content holds 0xFE or 0xFF (not UTF-8); FailedPrecondition when the
-  // template changes contents (trims or slices them), so that the two
-  // renderings differ: the message says so and names the config key that
-  // parses special tokens everywhere instead. Thread-safe.
+  // template's own text (Tokenizer::Encode with literal ranges). Contents
+  // are rendered as marked strings (jinja.h), whose marks follow them
+  // through the template's trim, slicing, case changes and concatenation;
+  // text the template derives from a content (a replace() inside it, a
+  // list printed whole) counts as content too. Errors: Apply's, and
+  // Unimplemented for a content used as a dict key. Thread-safe.
   Result<MarkedPrompt> ApplyMarked(const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt) const;
 

@@ -28,6 +28,18 @@
 // Semantics follow Python jinja2 3.1 with its default Undefined: printing an
 // undefined value gives "", its attributes are an error; a missing key of a
 // dict is undefined; `set` inside a for loop does not leak out of it.
+//
+// Marked strings. A string may carry marks saying which of its bytes came
+// from marked input (Value::Marked: chat message contents, whose special
+// tokens must stay text). Marks follow the bytes through every string
+// operation: concatenation (`~`, `+`, join, output), slicing and indexing,
+// trim and strip, upper/lower/capitalize, split and replace, so that
+// RenderMarked can say which bytes of the output came from marked input
+// however the template rewrote it. Text a template derives from marked bytes
+// is marked too: a replace() whose match touches a marked byte inserts a
+// marked replacement, and a list or dict printed whole is marked whole when
+// it holds a marked string. A marked string used as a dict key is refused
+// (Unimplemented), since keys carry no marks.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +76,11 @@ class Value {
   Value(int i) : v_(int64_t(i)) {}
   Value(double d) : v_(d) {}
   Value(std::string s) : v_(std::move(s)) {}
+  // A string with `marks`: empty (no byte marked) or one byte per byte of
+  // `s`, nonzero where marked. REQUIRES: marks.empty() || marks.size() == s.size().
+  Value(std::string s, std::string marks);
+  // A string whose every byte is marked.
+  static Value Marked(std::string s);
   Value(const char* s) : v_(std::string(s)) {}
   Value(Array a) : v_(std::make_shared<Array>(std::move(a))) {}
   Value(Object o) : v_(std::make_shared<Object>(std::move(o))) {}
@@ -90,6 +107,13 @@ class Value {
   const Object& as_object() const { return *std::get<std::shared_ptr<Object>>(v_); }
   Object& mutable_object() { return *std::get<std::shared_ptr<Object>>(v_); }
 
+  // A string's marks: empty when no byte is marked, else one byte per byte
+  // of as_string(), nonzero where marked. Empty for other types.
+  const std::string& marks() const { return marks_; }
+  // Whether this string, or any string inside this list or dict, has a
+  // marked byte.
+  bool HasMarks() const;
+
   // The value of `key` in an object, or undefined (also for non-objects).
   Value Get(std::string_view key) const;
 
@@ -99,6 +123,10 @@ class Value {
   // What `{{ value }}` prints (Python str(): None, True, ['a', 1], ...);
   // undefined prints "".
   std::string ToString() const;
+
+  // ToString as a string value with marks: a string keeps its own; a list
+  // or dict is marked whole when HasMarks(); other values are unmarked.
+  Value Printed() const;
 
   // Python repr() (strings quoted), for list and dict contents.
   std::string Repr() const;
@@ -113,6 +141,15 @@ class Value {
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<Array>,
                std::shared_ptr<Object>>
       v_;
+  std::string marks_;  // strings only; see marks()
+};
+
+// Rendered text and the byte ranges of it that came from marked strings.
+struct MarkedText {
+  std::string text;
+  // [begin, end) byte offsets into text: sorted, disjoint, not adjacent,
+  // not empty.
+  std::vector<std::pair<size_t, size_t>> marked_ranges;
 };
 
 struct TemplateOptions {
@@ -136,6 +173,11 @@ class Template {
   // Unimplemented for an unsupported filter, test, function or method met
   // while rendering; each names its line and column.
   Result<std::string> Render(const std::map<std::string, Value>& context) const;
+
+  // Render, and where the output's marked bytes are (see "Marked strings"
+  // above): the bytes of Value::Marked strings in `context`, wherever the
+  // template moved them. Errors: Render's. The text equals Render's.
+  Result<MarkedText> RenderMarked(const std::map<std::string, Value>& context) const;
 
   Template(Template&&) noexcept;
   Template& operator=(Template&&) noexcept;

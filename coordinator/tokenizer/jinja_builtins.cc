@@ -9,17 +9,21 @@ namespace {
 
 bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-std::string Strip(const std::string& s, bool left, bool right, const std::string* chars = nullptr) {
+// trim / strip / lstrip / rstrip of string `v`: a substring, so its marks follow.
+Value Strip(const Value& v, bool left, bool right, const std::string* chars = nullptr) {
+  const std::string& s = v.as_string();
   auto strip = [&](char c) { return chars ? chars->find(c) != std::string::npos : IsWs(c); };
   size_t b = 0, e = s.size();
   if (left) while (b < e && strip(s[b])) ++b;
   if (right) while (e > b && strip(s[e - 1])) --e;
-  return s.substr(b, e - b);
+  return Substr(v, b, e - b);
 }
 
-std::string AsciiCase(std::string s, bool upper) {
+// upper / lower of string `v`, byte for byte (ASCII), so its marks stay in place.
+Value AsciiCase(const Value& v, bool upper) {
+  std::string s = v.as_string();
   for (char& c : s) c = char(upper ? std::toupper((unsigned char)c) : std::tolower((unsigned char)c));
-  return s;
+  return Value(std::move(s), v.marks());
 }
 
 // range(stop), range(start, stop[, step]) as a list (at most 100000 items).
@@ -41,34 +45,45 @@ Result<Value> Range(std::string_view source, const Array& args, size_t pos) {
   return Value(std::move(out));
 }
 
-// str.replace(from, to) with a non-empty `from`.
-std::string Replace(const std::string& s, const std::string& from, const std::string& to) {
-  std::string out;
+// str.replace(from, to) of string `v` with a non-empty `from`. What
+// replaces a match that touches a marked byte is marked: content rewritten
+// by the template is still content.
+Value Replace(const Value& v, const Value& from, const Value& to) {
+  const std::string& s = v.as_string();
+  const std::string& f = from.as_string();
+  const Value marked_to = Value::Marked(to.as_string());
+  TextBuilder out;
   size_t at = 0, hit;
-  while ((hit = s.find(from, at)) != std::string::npos) {
-    out += s.substr(at, hit - at) + to;
-    at = hit + from.size();
+  while ((hit = s.find(f, at)) != std::string::npos) {
+    out.Append(Substr(v, at, hit - at));
+    const bool touches_marks =
+        !v.marks().empty() && v.marks().find_first_not_of('\0', hit) < hit + f.size();
+    out.Append(touches_marks ? marked_to : to);
+    at = hit + f.size();
   }
-  return out + s.substr(at);
+  out.Append(Substr(v, at, s.size() - at));
+  return out.Take();
 }
 
-// str.split(sep); with no (or an empty) separator, on runs of whitespace.
-Array Split(const std::string& s, const std::string* sep) {
+// str.split(sep) of string `v`; with no (or an empty) separator, on runs of
+// whitespace. The pieces keep their marks.
+Array Split(const Value& v, const std::string* sep) {
+  const std::string& s = v.as_string();
   Array parts;
   if (sep && !sep->empty()) {
     size_t at = 0, hit;
     while ((hit = s.find(*sep, at)) != std::string::npos) {
-      parts.emplace_back(s.substr(at, hit - at));
+      parts.push_back(Substr(v, at, hit - at));
       at = hit + sep->size();
     }
-    parts.emplace_back(s.substr(at));
+    parts.push_back(Substr(v, at, s.size() - at));
   } else {
     size_t i = 0;
     while (i < s.size()) {
       while (i < s.size() && IsWs(s[i])) ++i;
       size_t j = i;
       while (j < s.size() && !IsWs(s[j])) ++j;
-      if (j > i) parts.emplace_back(s.substr(i, j - i));
+      if (j > i) parts.push_back(Substr(v, i, j - i));
       i = j;
     }
   }
@@ -81,11 +96,12 @@ const std::string* StringArg(const Array& args, size_t i) {
 }
 
 // A string method with these arguments; nullopt when there is none.
-std::optional<Value> StringMethod(const std::string& s, const std::string& m, const Array& args) {
+std::optional<Value> StringMethod(const Value& self, const std::string& m, const Array& args) {
+  const std::string& s = self.as_string();
   if (m == "strip" || m == "lstrip" || m == "rstrip") {
-    return Value(Strip(s, m != "rstrip", m != "lstrip", StringArg(args, 0)));
+    return Strip(self, m != "rstrip", m != "lstrip", StringArg(args, 0));
   }
-  if (m == "upper" || m == "lower") return Value(AsciiCase(s, m == "upper"));
+  if (m == "upper" || m == "lower") return AsciiCase(self, m == "upper");
   if ((m == "startswith" || m == "endswith") && StringArg(args, 0)) {
     const std::string& x = *StringArg(args, 0);
     bool r = m == "startswith" ? s.rfind(x, 0) == 0
@@ -93,9 +109,9 @@ std::optional<Value> StringMethod(const std::string& s, const std::string& m, co
     return Value(r);
   }
   if (m == "replace" && StringArg(args, 0) && StringArg(args, 1) && !StringArg(args, 0)->empty()) {
-    return Value(Replace(s, *StringArg(args, 0), *StringArg(args, 1)));
+    return Replace(self, args[0], args[1]);
   }
-  if (m == "split") return Value(Split(s, StringArg(args, 0)));
+  if (m == "split") return Value(Split(self, StringArg(args, 0)));
   return std::nullopt;
 }
 
@@ -188,16 +204,67 @@ Result<Value> Arithmetic(std::string_view source, const std::string& op, const V
 
 }  // namespace
 
-std::vector<std::string> CodePoints(const std::string& s) {
-  std::vector<std::string> out;
+std::vector<size_t> CodePointStarts(const std::string& s) {
+  std::vector<size_t> out;
   for (size_t i = 0; i < s.size();) {
     size_t n = 1;
     unsigned char c = s[i];
     if (c >= 0xF0) n = 4; else if (c >= 0xE0) n = 3; else if (c >= 0xC0) n = 2;
     n = std::min(n, s.size() - i);
-    out.push_back(s.substr(i, n));
+    out.push_back(i);
     i += n;
   }
+  out.push_back(s.size());
+  return out;
+}
+
+Value Substr(const Value& s, size_t begin, size_t n) {
+  std::string text = s.as_string().substr(begin, n);
+  if (s.marks().empty()) return Value(std::move(text));
+  return Value(std::move(text), s.marks().substr(begin, n));
+}
+
+void TextBuilder::Append(const Value& v) {
+  const Value printed = v.Printed();
+  const std::string& text = printed.as_string();
+  if (!printed.marks().empty() && !has_marks_) {
+    marks_.assign(text_.size(), '\0');
+    has_marks_ = true;
+  }
+  text_ += text;
+  if (!has_marks_) return;
+  if (printed.marks().empty()) marks_.append(text.size(), '\0'); else marks_ += printed.marks();
+}
+
+void TextBuilder::AppendPlain(std::string_view text) {
+  text_ += text;
+  if (has_marks_) marks_.append(text.size(), '\0');
+}
+
+Value TextBuilder::Take() {
+  Value v(std::move(text_), std::move(marks_));
+  text_.clear();
+  marks_.clear();
+  has_marks_ = false;
+  return v;
+}
+
+MarkedText TextBuilder::TakeMarked() {
+  MarkedText out;
+  for (size_t i = 0; i < marks_.size();) {
+    if (marks_[i] == '\0') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < marks_.size() && marks_[j] != '\0') ++j;
+    out.marked_ranges.emplace_back(i, j);
+    i = j;
+  }
+  out.text = std::move(text_);
+  text_.clear();
+  marks_.clear();
+  has_marks_ = false;
   return out;
 }
 
@@ -217,7 +284,7 @@ Result<Value> CallFunction(std::string_view source, const std::string& name, con
 Result<Value> CallMethod(std::string_view source, const Value& self, const std::string& method,
                          const Array& args, size_t pos) {
   std::optional<Value> r;
-  if (self.is_string()) r = StringMethod(self.as_string(), method, args);
+  if (self.is_string()) r = StringMethod(self, method, args);
   if (self.is_object()) r = ObjectMethod(self, method, args);
   if (r) return *std::move(r);
   return SourceUnsupported(source, pos,
@@ -234,20 +301,20 @@ Result<Value> ApplyFilter(std::string_view source, const std::string& filter, co
   };
   if (f == "trim") {
     HW_RETURN_IF_ERROR(need(v.is_string(), "a string"));
-    return Value(Strip(v.as_string(), true, true));
+    return Strip(v, true, true);
   }
   if (f == "upper" || f == "lower") {
     HW_RETURN_IF_ERROR(need(v.is_string(), "a string"));
-    return Value(AsciiCase(v.as_string(), f == "upper"));
+    return AsciiCase(v, f == "upper");
   }
   if (f == "capitalize") {
     HW_RETURN_IF_ERROR(need(v.is_string(), "a string"));
-    std::string s = AsciiCase(v.as_string(), false);
+    std::string s = AsciiCase(v, false).as_string();
     if (!s.empty()) s[0] = char(std::toupper((unsigned char)s[0]));
-    return Value(s);
+    return Value(std::move(s), v.marks());
   }
   if (f == "length" || f == "count") {
-    if (v.is_string()) return Value(int64_t(CodePoints(v.as_string()).size()));
+    if (v.is_string()) return Value(int64_t(CodePointStarts(v.as_string()).size() - 1));
     if (v.is_array()) return Value(int64_t(v.as_array().size()));
     if (v.is_object()) return Value(int64_t(v.as_object().size()));
     if (v.is_undefined()) return Value(int64_t(0));
@@ -258,25 +325,29 @@ Result<Value> ApplyFilter(std::string_view source, const std::string& filter, co
     bool use_default = v.is_undefined() || (boolean && !v.Truthy());
     return use_default ? (args.empty() ? Value(std::string()) : args[0]) : v;
   }
-  if (f == "string") return Value(v.ToString());
+  if (f == "string") return v.Printed();
   if (f == "first" || f == "last") {
     if (v.is_array()) {
       if (v.as_array().empty()) return Value();
       return f == "first" ? v.as_array().front() : v.as_array().back();
     }
     if (v.is_string()) {
-      std::vector<std::string> chars = CodePoints(v.as_string());
-      if (chars.empty()) return Value();
-      return Value(f == "first" ? chars.front() : chars.back());
+      const std::vector<size_t> starts = CodePointStarts(v.as_string());
+      if (starts.size() < 2) return Value();
+      const size_t i = f == "first" ? 0 : starts.size() - 2;
+      return Substr(v, starts[i], starts[i + 1] - starts[i]);
     }
     return need(false, "a list or string");
   }
   if (f == "join") {
-    std::string sep = !args.empty() ? args[0].ToString() : "";
-    std::string out;
+    const Value sep = !args.empty() ? args[0].Printed() : Value(std::string());
+    TextBuilder out;
     if (v.is_array()) {
-      for (size_t i = 0; i < v.as_array().size(); ++i) out += (i ? sep : "") + v.as_array()[i].ToString();
-      return Value(out);
+      for (size_t i = 0; i < v.as_array().size(); ++i) {
+        if (i > 0) out.Append(sep);
+        out.Append(v.as_array()[i]);
+      }
+      return out.Take();
     }
     return need(false, "a list");
   }
@@ -311,13 +382,23 @@ Result<bool> ApplyTest(std::string_view source, const std::string& test, const V
 
 Result<Value> ApplyBinary(std::string_view source, const std::string& op, const Value& a,
                           const Value& b, size_t pos) {
-  if (op == "~") return Value(a.ToString() + b.ToString());
+  if (op == "~") {
+    TextBuilder out;
+    out.Append(a);
+    out.Append(b);
+    return out.Take();
+  }
   if (op == "==") return Value(a.Equals(b));
   if (op == "!=") return Value(!a.Equals(b));
   if (op == "in" || op == "not in") return Membership(source, op, a, b, pos);
   if (op == "<" || op == "<=" || op == ">" || op == ">=") return Compare(source, op, a, b, pos);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      TextBuilder out;
+      out.Append(a);
+      out.Append(b);
+      return out.Take();
+    }
     if (a.is_array() && b.is_array()) {
       Array out = a.as_array();
       out.insert(out.end(), b.as_array().begin(), b.as_array().end());
@@ -325,9 +406,9 @@ Result<Value> ApplyBinary(std::string_view source, const std::string& op, const 
     }
   }
   if (op == "*" && a.is_string() && b.is_int()) {
-    std::string out;
-    for (int64_t i = 0; i < b.as_int() && out.size() < (1u << 24); ++i) out += a.as_string();
-    return Value(out);
+    TextBuilder out;
+    for (int64_t i = 0; i < b.as_int() && out.text().size() < (1u << 24); ++i) out.Append(a);
+    return out.Take();
   }
   if (op == "%" && a.is_string()) return SourceUnsupported(source, pos, "'%' string formatting");
   return Arithmetic(source, op, a, b, pos);

@@ -18,9 +18,34 @@
 
 namespace headway::jinja {
 
-// The Unicode code points of UTF-8 `s`, one string each (Python's str
-// indexing and len()).
-std::vector<std::string> CodePoints(const std::string& s);
+// Where the Unicode code points of UTF-8 `s` begin (Python's str indexing
+// and len()), then s.size(): code point i is bytes [starts[i], starts[i+1]),
+// and there are starts.size() - 1 of them.
+std::vector<size_t> CodePointStarts(const std::string& s);
+
+// Bytes [begin, begin + n) of the string `s`, with their marks (jinja.h).
+// REQUIRES: s.is_string(), begin + n <= s.as_string().size().
+Value Substr(const Value& s, size_t begin, size_t n);
+
+// A string value built piece by piece, keeping the pieces' marks.
+class TextBuilder {
+ public:
+  // Appends what `{{ v }}` prints (Value::Printed), marks included.
+  void Append(const Value& v);
+  // Appends unmarked text (the template's own).
+  void AppendPlain(std::string_view text);
+  // The text so far.
+  const std::string& text() const { return text_; }
+  // The string built; leaves the builder empty.
+  Value Take();
+  // The text built and its marked byte ranges; leaves the builder empty.
+  MarkedText TakeMarked();
+
+ private:
+  std::string text_;
+  bool has_marks_ = false;  // whether a marked byte was appended
+  std::string marks_;       // text_.size() long once has_marks_, else empty
+};
 
 // The global function `name` (raise_exception, namespace, range) called at
 // `call_pos` with `args` and `kwargs`; `name_pos` is where its name is.

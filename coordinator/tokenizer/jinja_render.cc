@@ -17,9 +17,9 @@ class Renderer {
     scopes_.emplace_back(context.begin(), context.end());
   }
 
-  Result<std::string> Run(const std::vector<Node>& body) {
+  Result<MarkedText> Run(const std::vector<Node>& body) {
     HW_RETURN_IF_ERROR(Exec(body));
-    return std::move(out_);
+    return out_.TakeMarked();
   }
 
  private:
@@ -40,11 +40,11 @@ class Renderer {
     for (const Node& node : body) {
       switch (node.kind) {
         case Node::Kind::kText:
-          out_ += node.text;
+          out_.AppendPlain(node.text);
           break;
         case Node::Kind::kOutput: {
           HW_ASSIGN_OR_RETURN(Value v, Eval(*node.expr));
-          out_ += v.ToString();
+          out_.Append(v);
           break;
         }
         case Node::Kind::kIf:
@@ -92,7 +92,10 @@ class Renderer {
     } else if (seq.is_object()) {
       for (const auto& kv : seq.as_object()) items.emplace_back(kv.first);
     } else if (seq.is_string()) {
-      for (std::string& c : CodePoints(seq.as_string())) items.emplace_back(std::move(c));
+      const std::vector<size_t> starts = CodePointStarts(seq.as_string());
+      for (size_t i = 0; i + 1 < starts.size(); ++i) {
+        items.push_back(Substr(seq, starts[i], starts[i + 1] - starts[i]));
+      }
     } else if (!seq.is_undefined()) {
       return Error(node.expr->pos, std::string("cannot iterate over a ") + seq.TypeName());
     }
@@ -157,6 +160,8 @@ class Renderer {
           HW_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
           HW_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
           if (!k.is_string()) return Unsupported(e.args[i]->pos, "a dict key that is not a string");
+          // Keys carry no marks, so content must not become one.
+          if (k.HasMarks()) return Unsupported(e.args[i]->pos, "a dict key made from message content");
           o.emplace_back(k.as_string(), std::move(v));
         }
         return Value(std::move(o));
@@ -205,13 +210,13 @@ class Renderer {
       return obj.Get(key.as_string());
     }
     if ((obj.is_array() || obj.is_string()) && key.is_int()) {
-      std::vector<std::string> chars;
-      if (obj.is_string()) chars = CodePoints(obj.as_string());
-      int64_t n = obj.is_array() ? int64_t(obj.as_array().size()) : int64_t(chars.size());
+      std::vector<size_t> starts;
+      if (obj.is_string()) starts = CodePointStarts(obj.as_string());
+      int64_t n = obj.is_array() ? int64_t(obj.as_array().size()) : int64_t(starts.size()) - 1;
       int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
       if (i < 0 || i >= n) return Value();
       if (obj.is_array()) return obj.as_array()[size_t(i)];
-      return Value(chars[size_t(i)]);
+      return Substr(obj, starts[size_t(i)], starts[size_t(i) + 1] - starts[size_t(i)]);
     }
     return Value();
   }
@@ -219,10 +224,10 @@ class Renderer {
   Result<Value> EvalSlice(const Expr& e) {
     HW_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
     int64_t bounds[2] = {0, 0};
-    std::vector<std::string> chars;
-    if (obj.is_string()) chars = CodePoints(obj.as_string());
+    std::vector<size_t> starts;
+    if (obj.is_string()) starts = CodePointStarts(obj.as_string());
     else if (!obj.is_array()) return Error(e.pos, std::string("cannot slice a ") + obj.TypeName());
-    const int64_t n = obj.is_array() ? int64_t(obj.as_array().size()) : int64_t(chars.size());
+    const int64_t n = obj.is_array() ? int64_t(obj.as_array().size()) : int64_t(starts.size()) - 1;
     for (int k = 0; k < 2; ++k) {
       bounds[k] = k == 0 ? 0 : n;
       if (!e.args[k + 1]) continue;
@@ -238,9 +243,9 @@ class Renderer {
       for (int64_t i = bounds[0]; i < bounds[1]; ++i) out.push_back(obj.as_array()[size_t(i)]);
       return Value(std::move(out));
     }
-    std::string out;
-    for (int64_t i = bounds[0]; i < bounds[1]; ++i) out += chars[size_t(i)];
-    return Value(std::move(out));
+    if (bounds[1] <= bounds[0]) return Value(std::string());
+    const size_t begin = starts[size_t(bounds[0])];
+    return Substr(obj, begin, starts[size_t(bounds[1])] - begin);
   }
 
   // Positional arguments of a call, filter or test (args[1..]), and keyword ones.
@@ -298,7 +303,7 @@ class Renderer {
 
   std::string_view src_;
   std::vector<Scope> scopes_;
-  std::string out_;
+  TextBuilder out_;
 };
 
 }  // namespace
@@ -316,6 +321,11 @@ Result<Template> Template::Parse(std::string_view source, TemplateOptions option
 }
 
 Result<std::string> Template::Render(const std::map<std::string, Value>& context) const {
+  HW_ASSIGN_OR_RETURN(MarkedText out, Renderer(*source_, context).Run(*body_));
+  return std::move(out.text);
+}
+
+Result<MarkedText> Template::RenderMarked(const std::map<std::string, Value>& context) const {
   return Renderer(*source_, context).Run(*body_);
 }
 

@@ -4,6 +4,40 @@
 
 namespace headway::jinja {
 
+Value::Value(std::string s, std::string marks) : v_(std::move(s)) {
+  // All-clear marks are dropped, so that marks() is empty exactly when no
+  // byte is marked.
+  if (marks.find_first_not_of('\0') != std::string::npos) marks_ = std::move(marks);
+}
+
+Value Value::Marked(std::string s) {
+  std::string marks(s.size(), '\1');
+  return Value(std::move(s), std::move(marks));
+}
+
+bool Value::HasMarks() const {
+  if (is_string()) return !marks_.empty();
+  if (is_array()) {
+    for (const Value& v : as_array()) {
+      if (v.HasMarks()) return true;
+    }
+  }
+  if (is_object()) {
+    for (const auto& kv : as_object()) {
+      if (kv.second.HasMarks()) return true;
+    }
+  }
+  return false;
+}
+
+Value Value::Printed() const {
+  if (is_string()) return *this;
+  std::string text = ToString();
+  // A repr() escapes and quotes the strings inside, so their marks cannot
+  // follow byte for byte: the whole text counts as marked.
+  return HasMarks() ? Marked(std::move(text)) : Value(std::move(text));
+}
+
 Value Value::FromJson(const nlohmann::json& j) {
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value(None{});

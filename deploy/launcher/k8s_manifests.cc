@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <sstream>
 
 namespace headway::launcher {
@@ -24,6 +25,16 @@ Status CheckDnsLabel(const std::string& key, const std::string& value) {
                                  "\" is not a DNS label: lower-case letters, digits and '-', "
                                  "starting and ending with a letter or digit, at most 63 "
                                  "characters (Kubernetes names objects and pods with it)");
+}
+
+// A DNS subdomain name (RFC 1123), as Kubernetes wants for a Secret's name.
+bool IsDnsSubdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  return std::isalnum(static_cast<unsigned char>(s.front())) &&
+         std::isalnum(static_cast<unsigned char>(s.back()));
 }
 
 std::string PoolKey(size_t pool) { return "pools[" + std::to_string(pool) + "]"; }
@@ -83,10 +94,24 @@ YAML::Node Mount(const std::string& name, const std::string& path, bool read_onl
 }
 
 std::string ConfigMapName(const K8sOptions& options) { return options.name + "-config"; }
+std::string KeySecretName(const K8sOptions& options) {
+  return options.key_secret.empty() ? options.name + "-keys" : options.key_secret;
+}
+
+// Which control-plane key files a pod mounts: each process reads only its own.
+enum class PodKeys { kNone, kCoordinator, kWorker };
+
+YAML::Node KeyItem(const char* key) {
+  YAML::Node item;
+  item["key"] = key;
+  item["path"] = key;
+  return item;
+}
 std::string ControlServiceName(const K8sOptions& options) { return options.name + "-control"; }
 
-// The config and model volumes every pod mounts; workers add /dev/shm.
-YAML::Node Volumes(const K8sOptions& options, bool with_shm) {
+// The config and model volumes every pod mounts; workers add /dev/shm, and
+// with keys each pod the Secret's files it needs.
+YAML::Node Volumes(const K8sOptions& options, bool with_shm, PodKeys keys) {
   YAML::Node volumes;
   YAML::Node config;
   config["name"] = "config";
@@ -105,21 +130,56 @@ YAML::Node Volumes(const K8sOptions& options, bool with_shm) {
     shm["emptyDir"]["medium"] = "Memory";
     volumes.push_back(shm);
   }
+  if (keys != PodKeys::kNone) {
+    YAML::Node secret;
+    secret["name"] = "keys";
+    secret["secret"]["secretName"] = KeySecretName(options);
+    // 0440: never readable by others (a worker's preflight checks the same
+    // of a bare host's files); the group lets a pod's fsGroup read them.
+    secret["secret"]["defaultMode"] = 0440;
+    if (keys == PodKeys::kCoordinator) {
+      secret["secret"]["items"].push_back(KeyItem(kK8sSecretCoordinatorKey));
+      secret["secret"]["items"].push_back(KeyItem(kK8sSecretAuthorizedKeys));
+    } else {
+      secret["secret"]["items"].push_back(KeyItem(kK8sSecretCoordinatorPublicKey));
+      secret["secret"]["items"].push_back(KeyItem(kK8sSecretClientKey));
+    }
+    volumes.push_back(secret);
+  }
   return volumes;
 }
 
-YAML::Node VolumeMounts(bool with_shm) {
+YAML::Node VolumeMounts(bool with_shm, PodKeys keys) {
   YAML::Node mounts;
   mounts.push_back(Mount("config", kK8sConfigDir, true));
   mounts.push_back(Mount("models", kK8sModelDir, true));
   if (with_shm) mounts.push_back(Mount("dshm", "/dev/shm", false));
+  if (keys != PodKeys::kNone) mounts.push_back(Mount("keys", kK8sKeyDir, true));
   return mounts;
+}
+
+PodKeys KeysOf(const Config& config, PodKeys role) {
+  return config.security.HasKeys() ? role : PodKeys::kNone;
 }
 
 std::string Emit(const YAML::Node& node) {
   YAML::Emitter out;
   out << node;
   return std::string(out.c_str()) + "\n";
+}
+
+// Secret N-keys: the key files' text (stringData: the API server encodes it).
+std::string KeySecret(const K8sOptions& options) {
+  YAML::Node s;
+  s["apiVersion"] = "v1";
+  s["kind"] = "Secret";
+  s["metadata"] = Metadata(options, KeySecretName(options), "keys");
+  s["type"] = "Opaque";
+  s["stringData"][kK8sSecretCoordinatorKey] = options.key_files.coordinator_key;
+  s["stringData"][kK8sSecretCoordinatorPublicKey] = options.key_files.coordinator_public_key;
+  s["stringData"][kK8sSecretClientKey] = options.key_files.client_key;
+  s["stringData"][kK8sSecretAuthorizedKeys] = options.key_files.authorized_keys;
+  return Emit(s);
 }
 
 // The config the pods read (see the header): the input's keys, with the
@@ -135,6 +195,13 @@ Result<std::string> PodConfig(const std::string& config_yaml, const Config& conf
                                                   std::to_string(control_port),
                                               control_port));
   if (has_head_pattern) root["model"]["head_pattern"] = kK8sHeadPatternFile;
+  if (config.security.HasKeys()) {
+    const std::string dir = std::string(kK8sKeyDir) + "/";
+    root["security"]["coordinator_key"] = dir + kK8sSecretCoordinatorKey;
+    root["security"]["coordinator_public_key"] = dir + kK8sSecretCoordinatorPublicKey;
+    root["security"]["client_key"] = dir + kK8sSecretClientKey;
+    root["security"]["authorized_keys"] = dir + kK8sSecretAuthorizedKeys;
+  }
   for (size_t i = 0; i < config.pools.size(); ++i) {
     const PoolConfig& pool = config.pools[i];
     const std::string lws = options.name + "-" + pool.name;
@@ -230,7 +297,7 @@ std::string CoordinatorDeployment(const Config& config, const K8sOptions& option
   container["resources"]["requests"]["cpu"] = "1";
   container["resources"]["requests"]["memory"] = "1Gi";
   container["resources"]["limits"]["memory"] = "2Gi";
-  container["volumeMounts"] = VolumeMounts(false);
+  container["volumeMounts"] = VolumeMounts(false, KeysOf(config, PodKeys::kCoordinator));
 
   YAML::Node d;
   d["apiVersion"] = "apps/v1";
@@ -242,7 +309,8 @@ std::string CoordinatorDeployment(const Config& config, const K8sOptions& option
   d["spec"]["selector"]["matchLabels"] = Labels(options, "coordinator");
   d["spec"]["template"]["metadata"]["labels"] = Labels(options, "coordinator");
   d["spec"]["template"]["spec"]["containers"].push_back(container);
-  d["spec"]["template"]["spec"]["volumes"] = Volumes(options, false);
+  d["spec"]["template"]["spec"]["volumes"] =
+      Volumes(options, false, KeysOf(config, PodKeys::kCoordinator));
   return Emit(d);
 }
 
@@ -310,7 +378,7 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, const Config& config,
     container["resources"]["requests"]["nvidia.com/gpu"] = std::to_string(ranks_per_pod);
     container["resources"]["limits"]["nvidia.com/gpu"] = std::to_string(ranks_per_pod);
   }
-  container["volumeMounts"] = VolumeMounts(true);
+  container["volumeMounts"] = VolumeMounts(true, KeysOf(config, PodKeys::kWorker));
 
   YAML::Node tmpl;
   tmpl["metadata"]["labels"] = Labels(options, "worker");
@@ -320,7 +388,7 @@ YAML::Node WorkerTemplate(const PoolConfig& pool, const Config& config,
   // get drain_timeout_ms, a worker then waits a heartbeat timeout more for a
   // silent coordinator, before the kubelet's SIGKILL.
   tmpl["spec"]["terminationGracePeriodSeconds"] = drain_grace_s;
-  tmpl["spec"]["volumes"] = Volumes(options, true);
+  tmpl["spec"]["volumes"] = Volumes(options, true, KeysOf(config, PodKeys::kWorker));
   return tmpl;
 }
 
@@ -351,6 +419,11 @@ Result<std::vector<RenderedFile>> RenderK8s(const std::string& config_yaml, cons
                                        const K8sOptions& options) {
   HW_RETURN_IF_ERROR(CheckDnsLabel("--name", options.name));
   HW_RETURN_IF_ERROR(CheckDnsLabel("--namespace", options.namespace_name));
+  if (!options.key_secret.empty() && !IsDnsSubdomain(options.key_secret)) {
+    return Status::InvalidArgument("--key-secret = \"" + options.key_secret +
+                                   "\" is not a Secret name: lower-case letters, digits, '-' "
+                                   "and '.', starting and ending with a letter or digit");
+  }
   HW_ASSIGN_OR_RETURN(const int control_port, ControlPortOf(config.control_address, "Kubernetes pods reach the coordinator over TCP"));
   if (config.http_port == 0) {
     return Status::InvalidArgument(
@@ -391,6 +464,9 @@ Result<std::vector<RenderedFile>> RenderK8s(const std::string& config_yaml, cons
                                 control_port));
   std::vector<RenderedFile> files;
   files.push_back({"configmap.yaml", ConfigMap(options, pod_config, head_pattern_yaml)});
+  if (config.security.HasKeys() && options.key_secret.empty()) {
+    files.push_back({"secret.yaml", KeySecret(options), /*executable=*/false, /*secret=*/true});
+  }
   files.push_back({"coordinator-deployment.yaml",
                    CoordinatorDeployment(config, options, control_port)});
   files.push_back({"coordinator-service.yaml",

@@ -12,6 +12,16 @@
 //                                     replicas = instances, size = hosts per instance
 //   disaggregatedset.yaml             the prefill and decode pools, one
 //                                     DisaggregatedSet N with a role per pool
+//   secret.yaml                       with security keys and no
+//                                     options.key_secret: Secret N-keys holding
+//                                     the key files (written with mode 0600)
+//
+// Control-plane keys. When the config has security keys, every pod mounts a
+// Secret read-only at kK8sKeyDir: the coordinator's pod its secret key and
+// the allow-list, a worker pod the coordinator's public key and the
+// workers' secret key, under the Secret keys kK8sSecret*. The Secret is
+// options.key_secret, one the user made (the manifests then hold no key
+// material), or else Secret N-keys, rendered from options.key_files.
 //
 // How a pod finds its workers: every worker container runs the node agent as
 //   headway-node --pool P --group-index $(HEADWAY_GROUP_INDEX)
@@ -21,7 +31,9 @@
 // is set by LeaderWorkerSet (0 on the leader). Group g of pool P's
 // LeaderWorkerSet is the pool's g-th instance.
 //
-// The config the pods read differs from the input in three places:
+// The config the pods read differs from the input in four places:
+//   * security.coordinator_key, coordinator_public_key, client_key and
+//     authorized_keys name the files under kK8sKeyDir (when it has keys);
 //   * coordinator.http_host is 0.0.0.0, coordinator.control_address is
 //     tcp://N-control.NS.svc:PORT and coordinator.control_bind is
 //     tcp://0.0.0.0:PORT;
@@ -49,6 +61,13 @@ inline constexpr char kK8sConfigDir[] = "/etc/headway";  // the ConfigMap
 inline constexpr char kK8sConfigFile[] = "config.yaml";   // in kK8sConfigDir
 inline constexpr char kK8sHeadPatternFile[] = "head_pattern.yaml";
 inline constexpr char kK8sModelDir[] = "/models";         // options.model_claim
+// Where the pods see the control-plane keys (the Secret), and the Secret's
+// keys, which are also the files' names there.
+inline constexpr char kK8sKeyDir[] = "/etc/headway-keys";
+inline constexpr char kK8sSecretCoordinatorKey[] = "coordinator.key_secret";
+inline constexpr char kK8sSecretCoordinatorPublicKey[] = "coordinator.key";
+inline constexpr char kK8sSecretClientKey[] = "client.key_secret";
+inline constexpr char kK8sSecretAuthorizedKeys[] = "authorized_keys";  // `public-key = "..."` lines
 // The pod label LeaderWorkerSet puts the group index in.
 inline constexpr char kLwsGroupIndexLabel[] = "leaderworkerset.sigs.k8s.io/group-index";
 
@@ -63,6 +82,18 @@ struct K8sOptions {
   // Size of the model file, MiB: with cache.kv_memory_mb it sizes each
   // worker's memory request (per rank: weights + KV pool + 512 MiB).
   int64_t model_mb = 1024;
+  // A Secret the user created holding the four kK8sSecret* keys; "" =
+  // render Secret N-keys from key_files. Used only when the config has
+  // security keys.
+  std::string key_secret;
+  // The key files' contents, for the rendered Secret (headway-keygen's
+  // certificate text; authorized_keys as `public-key = "..."` lines).
+  struct KeyFiles {
+    std::string coordinator_key;
+    std::string coordinator_public_key;
+    std::string client_key;
+    std::string authorized_keys;
+  } key_files;
 };
 
 
@@ -77,7 +108,8 @@ struct K8sOptions {
 // prefill or decode instance with more than one host; a pool whose
 // instances differ in shape (tp_size, device, hosts count, num_threads,
 // collective, collective_timeout_ms); device cuda:N with N > 0 (a pod's
-// GPUs count from 0); config_yaml that does not parse.
+// GPUs count from 0); config_yaml that does not parse; key_secret that is
+// not a DNS subdomain name.
 // REQUIRES: ValidateConfig(config).ok().
 Result<std::vector<RenderedFile>> RenderK8s(const std::string& config_yaml, const Config& config,
                                        const std::string& head_pattern_yaml,

@@ -30,12 +30,14 @@
 // 1 when DIR cannot be written; 2 for a bad command line or a config that
 // Kubernetes cannot run as rendered.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -184,16 +186,38 @@ bool ReadFile(const std::string& path, std::string* text) {
   return bool(in) || in.eof();
 }
 
+// Writes `text` to `path` created with mode 0600 (and made 0600 if it
+// existed), so that key material is never readable by others, not even
+// while it is written. False on an I/O error.
+bool WriteSecretFile(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = fchmod(fd, 0600) == 0;
+  for (size_t done = 0; ok && done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += size_t(n);
+  }
+  return close(fd) == 0 && ok;
+}
+
 // Writes `files` into `dir` (created); prints each path. Exit status.
 int WriteRendered(const std::string& dir, const std::vector<RenderedFile>& files) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   for (const RenderedFile& file : files) {
     const std::string path = (std::filesystem::path(dir) / file.file_name).string();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << file.text;
-    out.close();
-    if (!out) {
+    bool written;
+    if (file.secret) {
+      written = WriteSecretFile(path, file.text);
+    } else {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << file.text;
+      out.close();
+      written = bool(out);
+    }
+    if (!written) {
       std::fprintf(stderr, "headway-launch: cannot write %s\n", path.c_str());
       return kExitFailure;
     }
@@ -220,11 +244,46 @@ void WarnAboutControlPlaneKeys(const Config& config, const char* renderer) {
                  "and workers will refuse to start (exit 2). Add keys (headway-keygen; README "
                  "\"Security\") or `security.insecure: true`\n",
                  renderer);
-  } else if (std::string(renderer) == "k8s") {
-    std::fprintf(stderr,
-                 "headway-launch: render k8s: warning: no Secret is rendered for the key files: "
-                 "mount them into the pods at the paths security.* names (README \"Security\")\n");
   }
+}
+
+// The text of the key files `security` names, for a rendered Secret. An
+// authorized_keys directory becomes one file: its public key files one after
+// the other (each keeps its `public-key = "..."` line), as ReadAuthorizedKeys
+// reads a directory. Prints what it cannot read; false then.
+bool ReadKeyFiles(const SecurityConfig& security, K8sOptions::KeyFiles* files) {
+  auto read = [](const char* key, const std::string& path, std::string* text) {
+    if (ReadFile(path, text)) return true;
+    std::fprintf(stderr,
+                 "headway-launch: render k8s: cannot read security.%s = %s for the Secret: "
+                 "render where the key files are, or pass --key-secret NAME for a Secret you "
+                 "created (README \"Security\")\n",
+                 key, path.c_str());
+    return false;
+  };
+  bool ok = read("coordinator_key", security.coordinator_key, &files->coordinator_key);
+  ok = read("coordinator_public_key", security.coordinator_public_key,
+            &files->coordinator_public_key) && ok;
+  ok = read("client_key", security.client_key, &files->client_key) && ok;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(security.authorized_keys, ec)) {
+    return read("authorized_keys", security.authorized_keys, &files->authorized_keys) && ok;
+  }
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::directory_iterator(security.authorized_keys, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && !name.ends_with("_secret") && !name.starts_with(".")) {
+      paths.push_back(e.path().string());
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const std::string& path : paths) {
+    std::string text;
+    ok = read("authorized_keys", path, &text) && ok;
+    files->authorized_keys += "# " + std::filesystem::path(path).filename().string() + "\n" + text;
+    if (!text.empty() && text.back() != '\n') files->authorized_keys += "\n";
+  }
+  return ok;
 }
 
 // headway-launch render slurm CONFIG -o DIR.
@@ -273,6 +332,10 @@ int RenderMain(int argc, char** argv) {
   k8s->add_option("--model-claim", options.model_claim,
                   "PersistentVolumeClaim holding the model directory, mounted at /models "
                   "(default headway-models)");
+  k8s->add_option("--key-secret", options.key_secret,
+                  "with security keys: a Secret you created holding coordinator.key_secret, "
+                  "coordinator.key, client.key_secret and authorized_keys (default: render "
+                  "Secret NAME-keys from the key files into secret.yaml, mode 0600)");
   k8s->add_option("--model-dir", model_dir,
                   "local model directory, read only to size the pods' memory from the model "
                   "file (default: $HEADWAY_MODEL_DIR, else ~/.cache/headway/models)");
@@ -334,6 +397,12 @@ int RenderMain(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "headway-launch: %s not found here; sizing pods for a %lld MiB model\n",
                  resolved.model_path.c_str(), static_cast<long long>(options.model_mb));
+  }
+  if (loaded->security.HasKeys() && options.key_secret.empty()) {
+    if (!ReadKeyFiles(loaded->security, &options.key_files)) return kExitUsage;
+    std::fprintf(stderr,
+                 "headway-launch: render k8s: secret.yaml holds the control plane's secret keys "
+                 "(mode 0600): keep it out of version control, or pass --key-secret NAME\n");
   }
   Result<std::vector<RenderedFile>> files = RenderK8s(config_yaml, *loaded, head_pattern_yaml, options);
   if (!files.ok()) {

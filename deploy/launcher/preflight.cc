@@ -1,6 +1,11 @@
 #include "deploy/launcher/preflight.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -47,6 +52,44 @@ Result<PreflightReport> LocalPreflight(const std::string& config_path,
   return report;
 }
 
+namespace {
+
+// The problem with key file `path` (config key `key`) for this user; "" when
+// there is none. `secret`: it must not be readable by every user.
+std::string KeyFileProblem(const std::string& key, const std::string& path, bool secret) {
+  const std::string what = key + " = " + path + ": ";
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return what + "not found (copy the key file there)";
+    return what + std::strerror(errno);
+  }
+  if (!S_ISREG(st.st_mode)) return what + "is not a regular file";
+  if (access(path.c_str(), R_OK) != 0) {
+    return what + "cannot be read by user " + std::to_string(geteuid()) + " (" +
+           std::strerror(errno) + "): the workers there run as that user";
+  }
+  if (secret && (st.st_mode & S_IROTH) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", unsigned(st.st_mode & 07777));
+    return what + "is a secret key readable by every user (mode " + mode +
+           "): chmod 600 it there";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> CheckWorkerKeyFiles(const SecurityConfig& security) {
+  std::vector<std::string> problems;
+  if (!security.HasKeys()) return problems;
+  for (const std::string& p :
+       {KeyFileProblem("security.coordinator_public_key", security.coordinator_public_key, false),
+        KeyFileProblem("security.client_key", security.client_key, true)}) {
+    if (!p.empty()) problems.push_back(p);
+  }
+  return problems;
+}
+
 std::string FormatPreflight(const PreflightReport& report) {
   std::ostringstream out;
   out << "version=" << report.version << "\n";
@@ -58,11 +101,13 @@ std::string FormatPreflight(const PreflightReport& report) {
   } else {
     out << "model_error=" << report.model_error << "\n";
   }
+  for (const std::string& e : report.key_errors) out << "key_error=" << e << "\n";
   return out.str();
 }
 
 Result<PreflightReport> ParsePreflight(const std::string& text) {
   std::map<std::string, std::string> values;
+  std::vector<std::string> key_errors;  // the one key that may repeat
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -70,7 +115,7 @@ Result<PreflightReport> ParsePreflight(const std::string& text) {
     if (eq == std::string::npos || eq == 0) continue;
     const std::string key = line.substr(0, eq);
     if (key.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") != std::string::npos) continue;
-    values[key] = line.substr(eq + 1);
+    if (key == "key_error") key_errors.push_back(line.substr(eq + 1)); else values[key] = line.substr(eq + 1);
   }
   for (const char* key : {"version", "config_hash", "model_path"}) {
     if (values.count(key) == 0) {
@@ -81,6 +126,7 @@ Result<PreflightReport> ParsePreflight(const std::string& text) {
   report.version = values["version"];
   report.config_hash = values["config_hash"];
   report.model_path = values["model_path"];
+  report.key_errors = std::move(key_errors);
   if (values.count("model_error") > 0) {
     report.model_error = values["model_error"];
     return report;
@@ -124,6 +170,7 @@ std::vector<std::string> PreflightProblems(const PreflightReport& local,
                        remote.model_checksum + ", " + local.model_path + " here has " +
                        local.model_checksum + ": copy the model there again");
   }
+  problems.insert(problems.end(), remote.key_errors.begin(), remote.key_errors.end());
   return problems;
 }
 

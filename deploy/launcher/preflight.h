@@ -13,12 +13,16 @@
 //   model_bytes=98362432                 its size; absent when model_error is set
 //   model_checksum=xxh64:...             XXH64 of its bytes; absent likewise
 //   model_error=not found                why the model could not be read
+//   key_error=security.client_key = /k: ...   a key file the host's workers
+//                                        would not read (see CheckWorkerKeyFiles);
+//                                        one line each, absent when all are fine
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/security_config.h"
 #include "common/status.h"
 
 namespace headway::launcher {
@@ -35,6 +39,7 @@ struct PreflightReport {
   int64_t model_bytes = -1;      // -1 when model_error is set
   std::string model_checksum;
   std::string model_error;       // "" when the model file was read
+  std::vector<std::string> key_errors;  // CheckWorkerKeyFiles's problems
 };
 
 // This host's report for the config file at `config_path`, the head-pattern
@@ -48,6 +53,15 @@ Result<PreflightReport> LocalPreflight(const std::string& config_path,
                                        const std::string& head_pattern_path,
                                        const std::string& model_path);
 
+// What keeps this host's workers from reading the control-plane key files
+// `security` names (its coordinator_public_key and client_key; a host
+// running only workers needs no other), one sentence each naming the config
+// key and the path: a file that does not exist, is not a regular file or
+// that this user cannot read, and a secret key (client_key) that every user
+// may read. Empty when the config has no keys or all are fine. Reads
+// nothing but the files' metadata and whether they open.
+std::vector<std::string> CheckWorkerKeyFiles(const SecurityConfig& security);
+
 // The report as key=value lines (the format above), ending in a newline.
 std::string FormatPreflight(const PreflightReport& report);
 
@@ -60,7 +74,7 @@ Result<PreflightReport> ParsePreflight(const std::string& text);
 // What differs between this machine's report and a remote host's, each as a
 // sentence that says what to fix there; empty when they agree. The model
 // paths may differ (each host resolves its own model directory); size and
-// checksum may not.
+// checksum may not. Every key_errors entry of `remote` is a problem.
 std::vector<std::string> PreflightProblems(const PreflightReport& local,
                                            const PreflightReport& remote);
 

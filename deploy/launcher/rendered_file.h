@@ -14,6 +14,7 @@ struct RenderedFile {
   std::string file_name;
   std::string text;
   bool executable = false;  // written with mode 0755 (a script)
+  bool secret = false;      // holds key material: written with mode 0600
 };
 
 // The port of coordinator.control_address when it is tcp://HOST:PORT.

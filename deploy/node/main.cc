@@ -37,9 +37,10 @@
 //
 // --preflight starts nothing: it prints this host's preflight report (its
 // version, the config file's hash, the model file's path, size and
-// checksum; deploy/launcher/preflight.h) for headway-launch to compare
-// before a multi-host deployment starts, and exits 0 (a missing model is
-// part of the report, not an error).
+// checksum, and what keeps its workers from reading their control-plane
+// key files; deploy/launcher/preflight.h) for headway-launch to compare
+// before a multi-host deployment starts, and exits 0 (a missing model or
+// key file is part of the report, not an error).
 //
 // Exit status: 0 after a requested stop; 1 when a worker could not be
 // started or refused its configuration (exit status 2, not restarted);
@@ -180,6 +181,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "headway-node: %s\n", report.status().message().c_str());
       return kExitUsage;
     }
+    report->key_errors = launcher::CheckWorkerKeyFiles(loaded->security);
     std::fputs(launcher::FormatPreflight(*report).c_str(), stdout);
     return 0;
   }

@@ -213,6 +213,103 @@ TEST(K8sManifestsTest, SameInputSameBytes) {
   EXPECT_EQ(a, b);
 }
 
+constexpr char kSecurity[] = R"(
+security:
+  coordinator_key: /keys/c.key_secret
+  coordinator_public_key: /keys/c.key
+  client_key: /keys/w.key_secret
+  authorized_keys: /keys/authorized
+)";
+
+// The volume named `name` of a pod spec, or an undefined node (false).
+YAML::Node Volume(const YAML::Node& pod_spec, const std::string& name) {
+  for (const YAML::Node& v : pod_spec["volumes"]) {
+    if (v["name"].as<std::string>() == name) return v;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+std::vector<std::string> ItemKeys(const YAML::Node& volume) {
+  std::vector<std::string> keys;
+  for (const YAML::Node& item : volume["secret"]["items"]) keys.push_back(item["key"].as<std::string>());
+  return keys;
+}
+
+TEST(K8sManifestsTest, KeyFilesTravelInARenderedSecretMountedReadOnly) {
+  K8sOptions options;
+  options.key_files = {"coordinator secret\n", "coordinator public\n", "worker secret\n",
+                       "public-key = \"w\"\n"};
+  const auto files = Render(std::string(kMixed) + kSecurity, options);
+  ASSERT_EQ(files.count("secret.yaml"), 1u);
+  const YAML::Node secret = YAML::Load(files.at("secret.yaml"));
+  EXPECT_EQ(secret["kind"].as<std::string>(), "Secret");
+  EXPECT_EQ(secret["metadata"]["name"].as<std::string>(), "headway-keys");
+  EXPECT_EQ(secret["stringData"][kK8sSecretCoordinatorKey].as<std::string>(), "coordinator secret\n");
+  EXPECT_EQ(secret["stringData"][kK8sSecretCoordinatorPublicKey].as<std::string>(),
+            "coordinator public\n");
+  EXPECT_EQ(secret["stringData"][kK8sSecretClientKey].as<std::string>(), "worker secret\n");
+  EXPECT_EQ(secret["stringData"][kK8sSecretAuthorizedKeys].as<std::string>(), "public-key = \"w\"\n");
+  Result<std::vector<RenderedFile>> rendered =
+      RenderK8s(std::string(kMixed) + kSecurity, Parse(std::string(kMixed) + kSecurity), "", options);
+  ASSERT_TRUE(rendered.ok());
+  for (const RenderedFile& f : *rendered) EXPECT_EQ(f.secret, f.file_name == "secret.yaml") << f.file_name;
+
+  // The pods' config names the mounted files.
+  const Config pod = PodConfig(files);
+  EXPECT_EQ(pod.security.coordinator_key, "/etc/headway-keys/coordinator.key_secret");
+  EXPECT_EQ(pod.security.coordinator_public_key, "/etc/headway-keys/coordinator.key");
+  EXPECT_EQ(pod.security.client_key, "/etc/headway-keys/client.key_secret");
+  EXPECT_EQ(pod.security.authorized_keys, "/etc/headway-keys/authorized_keys");
+
+  // Each pod mounts only the files its processes read, read-only, never
+  // readable by others.
+  const YAML::Node coordinator =
+      YAML::Load(files.at("coordinator-deployment.yaml"))["spec"]["template"]["spec"];
+  const YAML::Node worker =
+      YAML::Load(files.at("lws-main.yaml"))["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"];
+  for (const YAML::Node& spec : {coordinator, worker}) {
+    const YAML::Node keys = Volume(spec, "keys");
+    ASSERT_TRUE(keys);
+    EXPECT_EQ(keys["secret"]["secretName"].as<std::string>(), "headway-keys");
+    EXPECT_EQ(keys["secret"]["defaultMode"].as<int>() & 07, 0);
+    bool mounted = false;
+    for (const YAML::Node& m : spec["containers"][0]["volumeMounts"]) {
+      if (m["name"].as<std::string>() != "keys") continue;
+      mounted = true;
+      EXPECT_EQ(m["mountPath"].as<std::string>(), kK8sKeyDir);
+      EXPECT_TRUE(m["readOnly"].as<bool>());
+    }
+    EXPECT_TRUE(mounted);
+  }
+  EXPECT_EQ(ItemKeys(Volume(coordinator, "keys")),
+            (std::vector<std::string>{kK8sSecretCoordinatorKey, kK8sSecretAuthorizedKeys}));
+  EXPECT_EQ(ItemKeys(Volume(worker, "keys")),
+            (std::vector<std::string>{kK8sSecretCoordinatorPublicKey, kK8sSecretClientKey}));
+}
+
+TEST(K8sManifestsTest, AnExistingSecretIsReferencedAndNoKeyMaterialIsWritten) {
+  K8sOptions options;
+  options.key_secret = "prod-headway-keys";
+  options.key_files.client_key = "must not appear";
+  const auto files = Render(std::string(kPd) + kSecurity, options);
+  EXPECT_EQ(files.count("secret.yaml"), 0u);
+  for (const auto& [name, text] : files) {
+    EXPECT_EQ(text.find("must not appear"), std::string::npos) << name;
+  }
+  const YAML::Node ds = YAML::Load(files.at("disaggregatedset.yaml"));
+  for (const YAML::Node& role : ds["spec"]["roles"]) {
+    const YAML::Node keys =
+        Volume(role["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"], "keys");
+    ASSERT_TRUE(keys);
+    EXPECT_EQ(keys["secret"]["secretName"].as<std::string>(), "prod-headway-keys");
+  }
+  // Without keys, no Secret and no mount.
+  const auto plain = Render(kPd, options);
+  EXPECT_EQ(plain.count("secret.yaml"), 0u);
+  EXPECT_FALSE(Volume(YAML::Load(plain.at("coordinator-deployment.yaml"))["spec"]["template"]["spec"],
+                      "keys"));
+}
+
 TEST(K8sManifestsTest, RefusesWhatKubernetesCannotRunAsRendered) {
   struct Case {
     std::string yaml;
@@ -227,6 +324,8 @@ TEST(K8sManifestsTest, RefusesWhatKubernetesCannotRunAsRendered) {
   bad_name.name = "Headway";
   K8sOptions long_name;
   long_name.name = std::string(60, 'h');
+  K8sOptions bad_secret;
+  bad_secret.key_secret = "Keys_1";
   const std::vector<Case> cases = {
       {replaced(kMixed, "tcp://10.1.1.1:6000", "ipc:///tmp/c"), {}, "over TCP"},
       {replaced(kMixed, "http_port: 8080", "http_port: 0"), {}, "http_port"},
@@ -237,6 +336,7 @@ TEST(K8sManifestsTest, RefusesWhatKubernetesCannotRunAsRendered) {
       {replaced(kPd, "hosts: [x]", "hosts: [x, y, z]"), {}, "pools[1].instances[0].hosts"},
       {kMixed, bad_name, "--name"},
       {kMixed, long_name, "longer than 63"},
+      {std::string(kMixed) + kSecurity, bad_secret, "--key-secret"},
   };
   for (const Case& c : cases) {
     Result<Config> config = ParseConfig(c.yaml);

@@ -2,6 +2,7 @@
 // agent command lines, the `launch:` config section, the preflight report
 // and its comparison, and the XXH64 checksum (against values from the
 // reference library, libxxhash 0.8.1).
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -247,6 +248,45 @@ TEST(PreflightTest, LocalReportHashesConfigHeadPatternAndModel) {
   Result<PreflightReport> no_model = LocalPreflight(dir + "/c.yaml", "", dir + "/none.gguf");
   ASSERT_TRUE(no_model.ok());
   EXPECT_EQ(no_model->model_error, "not found");
+}
+
+TEST(PreflightTest, WorkerKeyFilesMustExistBeReadableAndSecretOnesPrivate) {
+  const std::string dir = testing::MakeTempDir("headway-preflight-keys");
+  SecurityConfig security;
+  EXPECT_TRUE(CheckWorkerKeyFiles(security).empty());  // no keys, nothing to read
+  security.coordinator_key = dir + "/coordinator.key_secret";  // the coordinator's: not read here
+  security.authorized_keys = dir + "/authorized";
+  security.coordinator_public_key = dir + "/coordinator.key";
+  security.client_key = dir + "/worker.key_secret";
+  std::ofstream(security.coordinator_public_key) << "public\n";
+  std::ofstream(security.client_key) << "secret\n";
+  chmod(security.client_key.c_str(), 0600);
+  EXPECT_TRUE(CheckWorkerKeyFiles(security).empty());
+
+  chmod(security.client_key.c_str(), 0644);
+  std::vector<std::string> problems = CheckWorkerKeyFiles(security);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0], "security.client_key = " + security.client_key +
+                             ": is a secret key readable by every user (mode 0644): chmod 600 "
+                             "it there");
+  chmod(security.client_key.c_str(), 0640);  // the group may read it
+  EXPECT_TRUE(CheckWorkerKeyFiles(security).empty());
+
+  security.coordinator_public_key = dir + "/none.key";
+  security.client_key = dir;  // a directory
+  problems = CheckWorkerKeyFiles(security);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "security.coordinator_public_key = " + dir +
+                             "/none.key: not found (copy the key file there)");
+  EXPECT_EQ(problems[1], "security.client_key = " + dir + ": is not a regular file");
+
+  // They travel in the report, one line each, and each is a problem.
+  PreflightReport remote = Report();
+  remote.key_errors = problems;
+  Result<PreflightReport> parsed = ParsePreflight(FormatPreflight(remote));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->key_errors, problems);
+  EXPECT_EQ(PreflightProblems(Report(), *parsed), problems);
 }
 
 TEST(PreflightTest, EveryDifferenceIsOneProblemSayingWhatToFix) {

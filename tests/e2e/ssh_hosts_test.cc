@@ -7,6 +7,7 @@
 // Needs the model, root (network namespaces, sshd) and openssh-server;
 // skips, saying which, without them.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -358,7 +359,10 @@ TEST(SshHostsTest, KilledLauncherLeavesNothingOnAnyHostSlow) {
 
 // A launch that the preflight on host2 refuses: exit status 2, a message
 // naming host2 and containing `problem`, and nothing started anywhere.
-void ExpectRefused(HostState host2, const std::string& problem) {
+// `spoil`, when given, changes the test's directory before the launch; the
+// hosts share the file system, so then host1 must be refused as well.
+void ExpectRefused(HostState host2, const std::string& problem,
+                   const std::function<void(const std::string& dir)>& spoil = nullptr) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   HW_SKIP_WITHOUT_SSHD();
   ScopedTempDir dir("headway-ssh-hosts");
@@ -375,6 +379,7 @@ void ExpectRefused(HostState host2, const std::string& problem) {
   std::ofstream(config) << SshDeploymentYaml(pools, "launchhost", FreePort(), FreePort(), false,
                                              dir.path) +
                                hosts.LaunchSection();
+  if (spoil) spoil(dir.path);
   ChildProcess launcher(
       hosts.lan().ExecArgv(0, {BinaryPath("headway-launch"), config, "--model-dir",
                                std::filesystem::path(SmolLm2Path()).parent_path().string()}),
@@ -385,7 +390,13 @@ void ExpectRefused(HostState host2, const std::string& problem) {
   const std::string log = launcher.Log();
   EXPECT_NE(log.find("preflight: host host2: "), std::string::npos) << log;
   EXPECT_NE(log.find(problem), std::string::npos) << log;
-  EXPECT_EQ(log.find("preflight: host host1"), std::string::npos) << log;
+  if (spoil) {
+    // Each line names its host, then the key.
+    EXPECT_NE(log.find("preflight: host host2: " + problem), std::string::npos) << log;
+    EXPECT_NE(log.find("preflight: host host1: " + problem), std::string::npos) << log;
+  } else {
+    EXPECT_EQ(log.find("preflight: host host1"), std::string::npos) << log;
+  }
   EXPECT_EQ(log.find("headway: started"), std::string::npos) << log;
   EXPECT_TRUE(HeadwayProcessesOf(dir.path).empty());
   std::printf("[ info     ] %s", log.c_str());
@@ -401,6 +412,19 @@ TEST(SshHostsTest, PreflightRefusesAHostWithADifferentModelFile) {
 
 TEST(SshHostsTest, PreflightRefusesAnUnreachableHost) {
   ExpectRefused(HostState::kNoSshd, "cannot run a command there over ssh");
+}
+
+// The workers' secret key readable by every user, and then their copy of
+// the coordinator's public key missing: refused before anything starts,
+// naming the host, the config key and the path.
+TEST(SshHostsTest, PreflightRefusesWorkerKeyFilesThatAreMissingOrNotPrivate) {
+  ExpectRefused(HostState::kServing, "security.client_key = ", [](const std::string& dir) {
+    ASSERT_EQ(chmod((dir + "/keys/worker.key_secret").c_str(), 0644), 0);
+  });
+  // (ScopedTempDir made a fresh directory, with fresh keys, for this one.)
+  ExpectRefused(HostState::kServing, "security.coordinator_public_key = ", [](const std::string& dir) {
+    ASSERT_EQ(std::remove((dir + "/keys/coordinator.key").c_str()), 0);
+  });
 }
 
 }  // namespace

@@ -89,7 +89,9 @@ std::unique_ptr<Deployment> Deployment::Start(const DeploymentOptions& options,
   return nullptr;
 }
 
-Deployment::~Deployment() {
+Deployment::~Deployment() { Stop(); }
+
+void Deployment::Stop() {
   if (launcher_) launcher_->Stop(std::chrono::seconds(15));
 }
 

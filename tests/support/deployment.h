@@ -75,6 +75,10 @@ class Deployment {
   static std::unique_ptr<Deployment> Start(const DeploymentOptions& options,
                                            std::string* error, int timeout_s = 120);
   ~Deployment();  // stops every process
+  // Stops every process now (SIGTERM to the launcher, which stops the
+  // workers, then the coordinator); Log() still reads what they wrote.
+  // Idempotent.
+  void Stop();
 
   int http_port() const { return http_port_; }
   const std::string& config_path() const { return config_path_; }
