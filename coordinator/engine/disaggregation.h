@@ -11,7 +11,9 @@
 // job's blocks are then pinned there, the decode instance reserves only the
 // blocks its prefix cache lacks, the prefill ranks send them over UCX
 // (TransferPlan) and the received blocks enter the decode instance's prefix
-// cache. The request then joins the decode instance like any other: its
+// cache. Each attempt's plans carry, per target, a write grant MACed with
+// the receiving rank's write key (comm/kv_write_auth.h): receivers refuse
+// block messages without one. The request then joins the decode instance like any other: its
 // prefix lookup hits the received blocks and it computes only the rest of
 // its prompt.
 //

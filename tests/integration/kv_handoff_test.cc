@@ -275,7 +275,15 @@ TEST_F(KvHandoffTest, BadPlansFailWithAReasonAndTheWorkerKeepsServing) {
             std::string::npos)
       << workers_[1]->Log();
 
-  r = Transfer(4, endpoints_["i1r0"], blocks, blocks);
+  // A write range whose tag is cut short: nothing of the target is sent.
+  proto::Envelope short_tag =
+      TransferEnvelope(4, endpoints_["i1r0"], write_keys_["i1r0"], blocks, blocks, 5000);
+  short_tag.mutable_transfer_plan()->mutable_targets(0)->mutable_write_ranges(0)->set_tag("abc");
+  r = Ask("i0r0", short_tag, &proto::Envelope::has_transfer_result).transfer_result();
+  EXPECT_NE(r.error().find("3-byte tag"), std::string::npos) << r.error();
+  EXPECT_EQ(r.blocks(), 0u);
+
+  r = Transfer(5, endpoints_["i1r0"], blocks, blocks);
   EXPECT_EQ(r.error(), "");
   // B has no kv_sender problem either: it answers steps.
   Step("i1r0", 1, 1, true, {5, 6, 7}, 0, blocks);
