@@ -12,9 +12,9 @@ namespace {
 // Domain separation: these tags mean nothing to any other use of a key.
 constexpr char kContext[] = "headway-kv-write-v1";
 
-// The MAC's input: kContext (without its NUL), then the fields,
-// little-endian (memcpy of the host's order on the little-endian machines
-// Headway builds for; both ends compute it the same way).
+// The MAC's input: kContext (without its NUL), then the fields written
+// little-endian whatever the host's order, so that the coordinator and a
+// worker on another architecture compute the same tag.
 struct TagInput {
   char context[sizeof(kContext) - 1];
   uint8_t transfer_id[8];
