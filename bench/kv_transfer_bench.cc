@@ -111,7 +111,7 @@ uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>(i * 7 + i / 4099);
     std::cerr << "receiver: " << agent.status().ToString() << "\n";
     _exit(2);
   }
-  if (!SendPeerInfo(up, (*agent)->local_info())) _exit(3);
+  if (!SendPeerInfo(up, (*agent)->local_info(), (*agent)->write_key())) _exit(3);
   char done = 0;
   ReadAll(down, &done, 1);
   char good = 1;
@@ -127,14 +127,19 @@ uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>(i * 7 + i / 4099);
 }
 
 // Sender child: times WriteBlocks, writes "<coalesced_s> <per_block_s>\n"
-// (median seconds) or "error <message>\n" to `up`.
+// (median seconds) or "error <message>\n" to `up`. Each run writes under a
+// grant of its own made with the receiver's `write_key` (as the coordinator
+// grants each transfer), outside the timed part.
 [[noreturn]] void RunSender(const BenchOptions& opts, const Setting& setting,
-                            const KvPeerInfo& peer_info, int up) {
+                            const KvPeerInfo& peer_info, const std::string& write_key, int up) {
   const KvTransferOptions base = EnterSide(setting, 1);
   std::vector<uint8_t> pool(opts.block_bytes * opts.blocks);
   for (uint64_t i = 0; i < pool.size(); ++i) pool[i] = PatternByte(i);
   std::vector<BlockCopy> copies(opts.blocks);
   for (uint32_t b = 0; b < opts.blocks; ++b) copies[b] = {b, b};
+  std::vector<uint32_t> dst_blocks(opts.blocks);
+  for (uint32_t b = 0; b < opts.blocks; ++b) dst_blocks[b] = b;
+  uint64_t transfer_id = 0;
   std::ostringstream out;
   for (bool coalesce : {true, false}) {
     KvTransferOptions options = base;
@@ -152,8 +157,15 @@ uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>(i * 7 + i / 4099);
     std::vector<double> seconds;
     Status failure = Status::Ok();
     for (int run = 0; run <= opts.runs && failure.ok(); ++run) {
+      Result<KvWriteGrant> grant =
+          GrantKvWrites(write_key, ++transfer_id, uint32_t(opts.timeout_ms) + 1000, dst_blocks);
+      if (!grant.ok()) {
+        failure = grant.status();
+        break;
+      }
       auto start = std::chrono::steady_clock::now();
-      failure = (*agent)->WriteBlocks(*peer, copies, std::chrono::milliseconds(opts.timeout_ms));
+      failure = (*agent)->WriteBlocks(*peer, copies, *grant,
+                                      std::chrono::milliseconds(opts.timeout_ms));
       std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       if (run > 0) seconds.push_back(took.count());  // run 0 warms up
     }
@@ -185,14 +197,15 @@ nlohmann::json MeasureAgent(const BenchOptions& opts, const Setting& setting) {
   close(r_down[0]);
   nlohmann::json result;
   KvPeerInfo info;
-  if (!ReceivePeerInfo(r_up[0], &info)) {
+  std::string write_key;
+  if (!ReceivePeerInfo(r_up[0], &info, &write_key)) {
     result["error"] = "receiver did not start";
   } else {
     pid_t sender = fork();
     if (sender == 0) {
       close(s_up[0]);
       dup2(STDERR_FILENO, STDOUT_FILENO);  // UCX logs to stdout: keep it for the JSON
-      RunSender(opts, setting, info, s_up[1]);
+      RunSender(opts, setting, info, write_key, s_up[1]);
     }
     close(s_up[1]);
     std::string line;

@@ -28,18 +28,21 @@ bool ReadAll(int fd, void* data, size_t n) {
   return true;
 }
 
-bool SendPeerInfo(int fd, const KvPeerInfo& info) {
+bool SendPeerInfo(int fd, const KvPeerInfo& info, const std::string& write_key) {
+  if (write_key.size() != kKvWriteKeyBytes) return false;
   const uint32_t n = static_cast<uint32_t>(info.worker_address.size());
   return WriteAll(fd, &n, sizeof n) && WriteAll(fd, info.worker_address.data(), n) &&
-         WriteAll(fd, &info.block_bytes, 8) && WriteAll(fd, &info.num_blocks, 4);
+         WriteAll(fd, &info.block_bytes, 8) && WriteAll(fd, &info.num_blocks, 4) &&
+         WriteAll(fd, write_key.data(), write_key.size());
 }
 
-bool ReceivePeerInfo(int fd, KvPeerInfo* info) {
+bool ReceivePeerInfo(int fd, KvPeerInfo* info, std::string* write_key) {
   uint32_t n = 0;
   if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return false;
   info->worker_address.resize(n);
+  write_key->resize(kKvWriteKeyBytes);
   return ReadAll(fd, info->worker_address.data(), n) && ReadAll(fd, &info->block_bytes, 8) &&
-         ReadAll(fd, &info->num_blocks, 4);
+         ReadAll(fd, &info->num_blocks, 4) && ReadAll(fd, write_key->data(), write_key->size());
 }
 
 }  // namespace headway

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "comm/kv_transfer.h"
 
@@ -15,10 +16,13 @@ namespace headway {
 bool WriteAll(int fd, const void* data, size_t n);
 bool ReadAll(int fd, void* data, size_t n);
 
-// Encoding: u32 length, worker_address; u64 block_bytes; u32 num_blocks, in
-// host byte order (both ends on one host). ReceivePeerInfo refuses an
-// address over 1 MiB. False on I/O failure.
-bool SendPeerInfo(int fd, const KvPeerInfo& info);
-bool ReceivePeerInfo(int fd, KvPeerInfo* info);
+// A receiver's KvPeerInfo and its write key (KvTransferAgent::write_key),
+// for the process that grants writes to it (as the coordinator does in
+// serving). Encoding: u32 length, worker_address; u64 block_bytes; u32
+// num_blocks; kKvWriteKeyBytes bytes of key, in host byte order (both ends
+// on one host). ReceivePeerInfo refuses an address over 1 MiB. False on I/O
+// failure or a key of the wrong size.
+bool SendPeerInfo(int fd, const KvPeerInfo& info, const std::string& write_key);
+bool ReceivePeerInfo(int fd, KvPeerInfo* info, std::string* write_key);
 
 }  // namespace headway

@@ -25,6 +25,14 @@
 // there, and the receiver copies each message into its device pool before
 // acknowledging it ("staged"). memory_path() says which.
 //
+// Authorization: every block message carries a grant (comm/kv_write_auth.h)
+// MACed with the receiver's write key, which the receiver gives only to
+// the coordinator; a message whose grant does not verify, whose bytes lie
+// outside the blocks the grant covers, or whose transfer has expired is
+// refused before anything is copied: its sender's WriteBlocks fails with
+// FailedPrecondition and the receiver counts it (refused_messages) and
+// logs it, at most once a second.
+//
 // Faults: a peer process that dies or stalls mid-transfer never takes this
 // process down (tests/comm/kv_transfer_fault_test.cc). A sender's write to
 // a dead receiver fails with Unavailable, at the latest at its timeout; a
@@ -41,6 +49,7 @@
 #include <vector>
 
 #include "comm/kv_pool_memory.h"
+#include "comm/kv_write_auth.h"
 #include "common/status.h"
 
 namespace headway {
@@ -85,6 +94,11 @@ struct KvTransferOptions {
   // agent's message size, 256 KiB; fewer, larger messages, measured by
   // bench/kv_transfer_bench.cc). false = one message per block.
   bool coalesce_runs = true;
+  // Test only: the sender labels every message with the grant's first range
+  // whether or not that range holds the message's blocks, as a sender that
+  // lies about its grant would, so that tests can check that receivers
+  // refuse it. Never set outside tests.
+  bool TEST_label_all_with_first_range = false;
 };
 
 // One copy: local block `src` -> the peer's block `dst`.
@@ -97,11 +111,11 @@ struct BlockCopy {
 class KvTransferAgent {
  public:
   // Maps `pool` ([num_blocks, block_bytes] bytes, owned by the caller and
-  // alive longer than the agent) for UCX and starts the progress
-  // thread. Errors: InvalidArgument for a null pool, zero sizes or
-  // max_outstanding_messages < 1;
+  // alive longer than the agent) for UCX, draws the agent's write key and
+  // starts the progress thread. Errors: InvalidArgument for a null pool,
+  // zero sizes or max_outstanding_messages < 1;
   // Unavailable when UCX cannot start with the requested transports (the
-  // message names them and UCX's status).
+  // message names them and UCX's status) or libsodium cannot start.
   static Result<std::unique_ptr<KvTransferAgent>> Create(void* pool, uint64_t block_bytes,
                                                          uint32_t num_blocks,
                                                          const KvTransferOptions& options);
@@ -124,6 +138,16 @@ class KvTransferAgent {
   // This agent's description for peers.
   virtual const KvPeerInfo& local_info() const = 0;
 
+  // The secret (kKvWriteKeyBytes random bytes, drawn by Create) that
+  // grants to write into this agent's pool are MACed with. Give it to the
+  // coordinator only, over the authenticated control channel; never to a
+  // sender, which could then grant itself any block.
+  virtual const std::string& write_key() const = 0;
+
+  // Block messages this agent has refused as a receiver since Create (no
+  // valid grant, bytes outside it, or an expired transfer).
+  virtual uint64_t refused_messages() const = 0;
+
   // Connects to a receiver (once per receiver; cheap to repeat with the same
   // info: the endpoint is reused). Returns a peer handle for WriteBlocks.
   // Errors: InvalidArgument when the peer's block_bytes differs from ours
@@ -134,16 +158,22 @@ class KvTransferAgent {
 
   // Writes every copy's block_bytes bytes from the local pool into the
   // peer's pool and returns once the peer's memory holds them (the receiver
-  // has acknowledged every block message). For a device pool, the kernels
+  // has acknowledged every block message). `grant` is the coordinator's for
+  // this transfer to this peer (GrantKvWrites with the peer's write key);
+  // each message names the range of it that holds its destination blocks.
+  // For a device pool, the kernels
   // that wrote the blocks must have finished (the copies do not wait for
   // other streams). Errors: OutOfRange for a block id outside either pool
-  // (nothing is sent); Unavailable when a message send, the endpoint or a
-  // copy out of a device pool fails or `timeout` passes before every ack;
-  // Aborted when the receiver could not copy the bytes
-  // into its pool (a device error there; retrying will not help). After an
-  // error the peer's blocks are undefined.
+  // (nothing is sent); FailedPrecondition for a destination no range of
+  // `grant` covers (nothing is sent) and when the receiver refused a message
+  // (a grant that does not verify under its key or has expired: a new
+  // grant, i.e. a new transfer, is needed); Unavailable when a message
+  // send, the endpoint or a copy out of a device pool fails or `timeout`
+  // passes before every ack; Aborted when the receiver could not copy the
+  // bytes into its pool (a device error there; retrying will not help).
+  // After an error the peer's blocks are undefined.
   virtual Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,
-                             std::chrono::milliseconds timeout) = 0;
+                             const KvWriteGrant& grant, std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace headway

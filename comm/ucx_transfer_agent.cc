@@ -106,18 +106,42 @@ constexpr uint64_t kMaxMessageBytes = 256 * 1024;
 constexpr int kMaxStagingBuffers = 8;
 
 // Header of a block message (both ends on the same architecture: the
-// header travels as raw bytes).
+// header travels as raw bytes). 56 bytes:
+//   0  dst_offset   u64  bytes from the receiver's pool start
+//   8  write_id     u64  the sender's WriteBlocks call, echoed in the ack
+//  16  transfer_id  u64  \
+//  24  lifetime_ms  u32   | the grant range holding the message's bytes
+//  28  first_block  u32   | (comm/kv_write_auth.h); the tag covers these
+//  32  num_blocks   u32   | four fields
+//  36  reserved     u32   | (0)
+//  40  tag          u8[16]/
 struct BlocksHeader {
-  uint64_t dst_offset;  // bytes from the receiver's pool start
-  uint64_t token;       // the sender's write, echoed in the ack
+  uint64_t dst_offset;
+  uint64_t write_id;
+  uint64_t transfer_id;
+  uint32_t lifetime_ms;
+  uint32_t first_block;
+  uint32_t num_blocks;
+  uint32_t reserved;
+  KvWriteTag tag;
+};
+static_assert(sizeof(BlocksHeader) == 56);
+
+// What an ack says about its message.
+enum AckResult : uint64_t {
+  kAckCopyFailed = 0,  // the receiver's copy into its pool failed
+  kAckStored = 1,      // the bytes are in the receiver's pool
+  kAckRefused = 2,     // the grant did not admit the message: nothing stored
 };
 
-// Header of an ack: the write's token and whether the receiver stored the
-// message's bytes (0 = its copy into the pool failed).
+// Header of an ack: the write's id and an AckResult.
 struct AckHeader {
-  uint64_t token;
-  uint64_t stored;
+  uint64_t write_id;
+  uint64_t result;
 };
+
+// Refusals are logged at most this often (the rest are counted).
+constexpr auto kRefusalLogInterval = std::chrono::seconds(1);
 
 // What a block message's send callback needs; freed by it. `status` points
 // into the AmWrite that `keep_alive` holds. A staged message also holds its
@@ -278,8 +302,10 @@ Result<std::unique_ptr<KvTransferAgent>> UcxTransferAgent::Create(
     return Status::InvalidArgument("KV transfer: max_outstanding_messages must be >= 1, got " +
                                    std::to_string(options.max_outstanding_messages));
   }
+  HW_ASSIGN_OR_RETURN(std::string write_key, NewKvWriteKey());
   std::unique_ptr<UcxTransferAgent> agent(
       new UcxTransferAgent(std::move(memory), block_bytes, num_blocks, options));
+  agent->write_key_ = std::move(write_key);
   HW_RETURN_IF_ERROR(agent->Init());
   return std::unique_ptr<KvTransferAgent>(std::move(agent));
 }
@@ -441,23 +467,35 @@ ucs_status_t UcxTransferAgent::OnBlocksMessage(void* arg, const void* header,
                                                const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransferAgent*>(arg);
   // Senders force eager messages, so `data` holds the bytes; anything else
-  // (malformed, rendezvous) is dropped unacked and its sender times out.
-  if (header_length != sizeof(BlocksHeader) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+  // (malformed, rendezvous) is refused unacked and its sender times out.
+  if (header_length != sizeof(BlocksHeader)) {
+    self->RefuseBlocks("a header of the wrong size");
+    return UCS_OK;
+  }
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    self->RefuseBlocks("rendezvous (not eager) data");
     return UCS_OK;
   }
   BlocksHeader blocks;
   std::memcpy(&blocks, header, sizeof(blocks));
-  const uint64_t pool_bytes = self->block_bytes_ * self->num_blocks_;
-  if (blocks.dst_offset > pool_bytes || length > pool_bytes - blocks.dst_offset) return UCS_OK;
-  // A host pool: memcpy; a device pool (any path): a synchronized copy to
-  // the device, so the ack below means the bytes are in the pool.
-  const Status stored = self->memory_->CopyFromHost(blocks.dst_offset, data, length);
-  if (!stored.ok()) spdlog::error("KV transfer: storing a received message: {}", stored.ToString());
+  const char* why = nullptr;
+  AckResult result = kAckRefused;
+  if (self->AdmitBlocks(header, length, &why)) {
+    // A host pool: memcpy; a device pool (any path): a synchronized copy to
+    // the device, so the ack below means the bytes are in the pool.
+    const Status stored = self->memory_->CopyFromHost(blocks.dst_offset, data, length);
+    if (!stored.ok()) {
+      spdlog::error("KV transfer: storing a received message: {}", stored.ToString());
+    }
+    result = stored.ok() ? kAckStored : kAckCopyFailed;
+  } else {
+    self->RefuseBlocks(why);
+  }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || param->reply_ep == nullptr) {
     return UCS_OK;
   }
   // The ack's header must live until its send completes.
-  auto* ack = new AckHeader{blocks.token, stored.ok() ? 1u : 0u};
+  auto* ack = new AckHeader{blocks.write_id, result};
   ucp_request_param_t params{};
   params.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -472,6 +510,54 @@ ucs_status_t UcxTransferAgent::OnBlocksMessage(void* arg, const void* header,
   return UCS_OK;
 }
 
+bool UcxTransferAgent::AdmitBlocks(const void* header, size_t length, const char** why) {
+  BlocksHeader blocks;
+  std::memcpy(&blocks, header, sizeof(blocks));
+  // The tag first: nothing an unauthenticated message says reaches the
+  // transfer window.
+  if (!VerifyKvWriteRange(write_key_, blocks.transfer_id, blocks.lifetime_ms, blocks.first_block,
+                          blocks.num_blocks, blocks.tag)) {
+    *why = "no valid grant";
+    return false;
+  }
+  // Blocks [first_block, first_block + num_blocks) of this pool, in bytes;
+  // 64-bit sums of 32-bit ids cannot overflow.
+  const uint64_t range_end_block = uint64_t(blocks.first_block) + blocks.num_blocks;
+  if (range_end_block > num_blocks_) {
+    *why = "a grant beyond the pool";
+    return false;
+  }
+  const uint64_t begin = uint64_t(blocks.first_block) * block_bytes_;
+  const uint64_t end = range_end_block * block_bytes_;
+  if (blocks.dst_offset < begin || blocks.dst_offset > end || length > end - blocks.dst_offset) {
+    *why = "bytes outside the blocks its grant covers";
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(window_mu_);
+  if (!window_.Admit(blocks.transfer_id, blocks.lifetime_ms, Clock::now())) {
+    *why = "an expired transfer (a replay)";
+    return false;
+  }
+  return true;
+}
+
+void UcxTransferAgent::RefuseBlocks(const char* why) {
+  const uint64_t total = refused_.fetch_add(1) + 1;
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> lock(window_mu_);
+  if (now - last_refusal_log_ < kRefusalLogInterval) {
+    ++refusals_not_logged_;
+    return;
+  }
+  // UCX's worker-address endpoints do not report the peer's address
+  // (ucp_ep_query gives socket addresses only for listener endpoints).
+  spdlog::warn("KV transfer: refused a block message with {} (sender's address unknown to UCX); "
+               "{} refused in all, {} more since the last such line",
+               why, total, refusals_not_logged_);
+  last_refusal_log_ = now;
+  refusals_not_logged_ = 0;
+}
+
 ucs_status_t UcxTransferAgent::OnAckMessage(void* arg, const void* header, size_t header_length,
                                             void* /*data*/, size_t /*length*/,
                                             const ucp_am_recv_param_t* /*param*/) {
@@ -480,10 +566,14 @@ ucs_status_t UcxTransferAgent::OnAckMessage(void* arg, const void* header, size_
   AckHeader ack;
   std::memcpy(&ack, header, sizeof(ack));
   std::lock_guard<std::mutex> lock(self->am_writes_mu_);
-  auto it = self->am_writes_.find(ack.token);
+  auto it = self->am_writes_.find(ack.write_id);
   if (it != self->am_writes_.end()) {
     // Set before counting, so a writer that sees the count sees the refusal.
-    if (ack.stored == 0) it->second->rejected.store(true);
+    if (ack.result == kAckRefused) {
+      it->second->refused.store(true);
+    } else if (ack.result != kAckStored) {
+      it->second->rejected.store(true);
+    }
     it->second->acked.fetch_add(1);
   }
   return UCS_OK;  // an ack of a finished (timed out) write is dropped
@@ -569,15 +659,44 @@ ucs_status_t UcxTransferAgent::Wait(void* request, Clock::time_point deadline) {
   return status;
 }
 
-std::vector<UcxTransferAgent::MessageRange> UcxTransferAgent::PlanMessages(
-    const std::vector<BlockCopy>& copies, uint64_t max_bytes) const {
+Result<std::vector<UcxTransferAgent::MessageRange>> UcxTransferAgent::PlanMessages(
+    const std::vector<BlockCopy>& copies, const KvWriteGrant& grant, uint64_t max_bytes) const {
+  // The grant's ranges by first block, to find the one holding a block.
+  std::vector<const KvWriteRange*> by_first;
+  by_first.reserve(grant.ranges.size());
+  for (const KvWriteRange& range : grant.ranges) by_first.push_back(&range);
+  std::sort(by_first.begin(), by_first.end(),
+            [](const KvWriteRange* a, const KvWriteRange* b) {
+              return a->first_block < b->first_block;
+            });
+  auto covers = [](const KvWriteRange* range, uint32_t block) {
+    return block >= range->first_block && block - range->first_block < range->num_blocks;
+  };
+  auto range_of = [&](uint32_t block) -> const KvWriteRange* {
+    auto it = std::upper_bound(
+        by_first.begin(), by_first.end(), block,
+        [](uint32_t b, const KvWriteRange* range) { return b < range->first_block; });
+    if (it == by_first.begin() || !covers(*(it - 1), block)) return nullptr;
+    return *(it - 1);
+  };
   std::vector<MessageRange> messages;
   messages.reserve(copies.size());
   for (size_t i = 0; i < copies.size();) {
+    const KvWriteRange* range = range_of(copies[i].dst);
+    if (options_.TEST_label_all_with_first_range && !grant.ranges.empty()) {
+      range = &grant.ranges.front();
+    }
+    if (range == nullptr) {
+      return Status::FailedPrecondition("KV transfer: destination block " +
+                                        std::to_string(copies[i].dst) + " lies in no range of "
+                                        "transfer " + std::to_string(grant.transfer_id) +
+                                        "'s grant");
+    }
     size_t run = 1;
     if (options_.coalesce_runs) {
       while (i + run < copies.size() && copies[i + run].src == copies[i].src + run &&
-             copies[i + run].dst == copies[i].dst + run) {
+             copies[i + run].dst == copies[i].dst + run &&
+             (options_.TEST_label_all_with_first_range || covers(range, copies[i + run].dst))) {
         ++run;
       }
     }
@@ -586,7 +705,7 @@ std::vector<UcxTransferAgent::MessageRange> UcxTransferAgent::PlanMessages(
     const uint64_t bytes = run * block_bytes_;
     for (uint64_t done = 0; done < bytes;) {
       const uint64_t piece = std::min(max_bytes, bytes - done);
-      messages.push_back({src + done, dst + done, piece});
+      messages.push_back({src + done, dst + done, piece, range});
       done += piece;
     }
     i += run;
@@ -594,21 +713,25 @@ std::vector<UcxTransferAgent::MessageRange> UcxTransferAgent::PlanMessages(
   return messages;
 }
 
-ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
+ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer, const KvWriteGrant& grant,
                                                      const std::vector<MessageRange>& messages,
                                                      Clock::time_point deadline,
-                                                     Status* copy_error) {
+                                                     Status* copy_error, bool* refused) {
   auto write = std::make_shared<AmWrite>();
-  const uint64_t token = next_token_.fetch_add(1);
+  const uint64_t write_id = next_write_id_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(am_writes_mu_);
-    am_writes_[token] = write;
+    am_writes_[write_id] = write;
   }
   uint64_t sent = 0;
   // Drives the worker until `done()`; stops early on a failed endpoint or
   // send, a refused message or the deadline.
   auto drive_until = [&](auto&& done) -> ucs_status_t {
     while (true) {
+      if (write->refused.load()) {
+        *refused = true;
+        return UCS_ERR_REJECTED;
+      }
       if (write->rejected.load()) return UCS_ERR_REJECTED;
       if (done()) return UCS_OK;
       if (peer->failed.load()) return UCS_ERR_CONNECTION_RESET;
@@ -629,8 +752,11 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
     if (failure != UCS_OK) break;
     // Header and callback state live on the heap: a send still in flight
     // when this call gives up completes (and frees them) later.
-    auto* send =
-        new BlocksSend{{message.dst_offset, token}, write, &write->send_status, nullptr, -1};
+    BlocksHeader header{message.dst_offset,        write_id,
+                        grant.transfer_id,         grant.lifetime_ms,
+                        message.range->first_block, message.range->num_blocks,
+                        0,                         message.range->tag};
+    auto* send = new BlocksSend{header, write, &write->send_status, nullptr, -1};
     const void* data = nullptr;
     if (staged) {
       // A slot frees when one of this agent's sends completes.
@@ -679,11 +805,12 @@ ucs_status_t UcxTransferAgent::WriteByActiveMessages(Peer* peer,
   }
   if (failure == UCS_OK) failure = wait_for_acks(0);
   std::lock_guard<std::mutex> lock(am_writes_mu_);
-  am_writes_.erase(token);
+  am_writes_.erase(write_id);
   return failure;
 }
 
 Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCopy>& copies,
+                                     const KvWriteGrant& grant,
                                      std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   Peer* peer = nullptr;
@@ -705,6 +832,8 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
     }
   }
   if (copies.empty()) return Status::Ok();
+  HW_ASSIGN_OR_RETURN(std::vector<MessageRange> messages,
+                      PlanMessages(copies, grant, kMaxMessageBytes));
 
   std::lock_guard<std::mutex> peer_lock(peer->mu);
   if (peer->ep == nullptr || peer->failed.load()) {
@@ -715,11 +844,17 @@ Status UcxTransferAgent::WriteBlocks(int peer_handle, const std::vector<BlockCop
     HW_RETURN_IF_ERROR(memory_->BindCallingThread());
   }
   Status copy_error;
+  bool refused = false;
   const ucs_status_t failure =
-      WriteByActiveMessages(peer, PlanMessages(copies, kMaxMessageBytes), deadline, &copy_error);
+      WriteByActiveMessages(peer, grant, messages, deadline, &copy_error, &refused);
   if (failure == UCS_ERR_IO_ERROR && !copy_error.ok()) {
     return Status::Unavailable("KV transfer: copying blocks out of the pool: " +
                                copy_error.message());
+  }
+  if (refused) {
+    return Status::FailedPrecondition(
+        "KV transfer: the receiver refused transfer " + std::to_string(grant.transfer_id) +
+        "'s grant (not made with its write key, expired, or not covering the blocks)");
   }
   if (failure == UCS_ERR_REJECTED) {
     return Status::Aborted(

@@ -18,7 +18,10 @@
 // ucx_transfer_agent.cc, at kAmIdBlocks). The ack here is an ordinary send
 // request, which just fails. A block message names its destination as an
 // offset into the receiver's pool, so peers exchange no memory keys or
-// addresses (KvPeerInfo).
+// addresses (KvPeerInfo), and the grant range that authorizes it
+// (comm/kv_write_auth.h): the handler verifies the range's tag, that the
+// bytes lie inside the range and that the transfer is fresh before it
+// copies, and otherwise answers with a refusal.
 //
 // Endpoints use UCP_ERR_HANDLING_MODE_PEER so that a dead peer fails the
 // writes (then WriteBlocks returns Unavailable) instead of aborting the
@@ -70,9 +73,11 @@ class UcxTransferAgent final : public KvTransferAgent {
   UcxTransferAgent& operator=(const UcxTransferAgent&) = delete;
 
   const KvPeerInfo& local_info() const override { return local_info_; }
+  const std::string& write_key() const override { return write_key_; }
+  uint64_t refused_messages() const override { return refused_.load(); }
   const char* memory_path() const override;
   Result<int> Connect(const KvPeerInfo& peer) override;
-  Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies,
+  Status WriteBlocks(int peer, const std::vector<BlockCopy>& copies, const KvWriteGrant& grant,
                      std::chrono::milliseconds timeout) override;
 
  private:
@@ -88,11 +93,12 @@ class UcxTransferAgent final : public KvTransferAgent {
   };
 
   // One block message: `bytes` from local offset `src_offset` to peer
-  // offset `dst_offset`.
+  // offset `dst_offset`, inside the grant's range `range`.
   struct MessageRange {
     uint64_t src_offset;
     uint64_t dst_offset;
     uint64_t bytes;
+    const KvWriteRange* range;
   };
 
   // One WriteBlocks call over active messages. Shared with the send
@@ -102,6 +108,7 @@ class UcxTransferAgent final : public KvTransferAgent {
     std::atomic<uint64_t> acked{0};
     std::atomic<int> send_status{0};  // first failed send's ucs_status_t
     std::atomic<bool> rejected{false};  // an ack said the receiver's copy failed
+    std::atomic<bool> refused{false};   // an ack said the receiver refused the grant
   };
 
   enum class MemoryPath { kHost, kStaged, kDirect };
@@ -122,18 +129,29 @@ class UcxTransferAgent final : public KvTransferAgent {
   // Drives the worker until `request` completes or `deadline` passes; frees
   // the request either way. Returns UCX's status, or UCS_ERR_TIMED_OUT.
   ucs_status_t Wait(void* request, std::chrono::steady_clock::time_point deadline);
-  // Splits `copies` into block messages, merging runs when
-  // options_.coalesce_runs and cutting each into pieces of at most `max_bytes`.
-  std::vector<MessageRange> PlanMessages(const std::vector<BlockCopy>& copies,
-                                         uint64_t max_bytes) const;
-  // Sends `messages` (staged: through staging buffers) and waits for their
-  // acks until `deadline`. Returns UCS_ERR_REJECTED when the receiver could
-  // not store a message, UCS_ERR_IO_ERROR when copying out of the local pool
-  // failed (then *copy_error says why).
+  // Splits `copies` into block messages, merging runs (inside one range of
+  // `grant`) when options_.coalesce_runs and cutting each into pieces of at
+  // most `max_bytes`. Errors: FailedPrecondition for a destination block
+  // that no range of `grant` covers. The messages point into `grant`.
+  Result<std::vector<MessageRange>> PlanMessages(const std::vector<BlockCopy>& copies,
+                                                 const KvWriteGrant& grant,
+                                                 uint64_t max_bytes) const;
+  // Sends `messages` of `grant` (staged: through staging buffers) and waits
+  // for their acks until `deadline`. Returns UCS_ERR_REJECTED when the
+  // receiver could not store a message or refused one (then *refused is
+  // set), UCS_ERR_IO_ERROR when copying out of the local pool failed (then
+  // *copy_error says why).
   // REQUIRES: peer->mu held, peer usable, ids checked.
-  ucs_status_t WriteByActiveMessages(Peer* peer, const std::vector<MessageRange>& messages,
+  ucs_status_t WriteByActiveMessages(Peer* peer, const KvWriteGrant& grant,
+                                     const std::vector<MessageRange>& messages,
                                      std::chrono::steady_clock::time_point deadline,
-                                     Status* copy_error);
+                                     Status* copy_error, bool* refused);
+  // Receiver side: whether a block message of `length` bytes at
+  // `dst_offset` under the header's grant fields may be stored; else
+  // counts and logs (rate-limited) the refusal. Sets *why to the reason.
+  bool AdmitBlocks(const void* header, size_t length, const char** why);
+  // Counts a refused block message and logs it at most once a second.
+  void RefuseBlocks(const char* why);
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   // Receiver side: copies a block message into the pool and acks it.
@@ -156,6 +174,7 @@ class UcxTransferAgent final : public KvTransferAgent {
   ucp_mem_h memh_ = nullptr;  // null for a staged pool
   int epoll_fd_ = -1;  // watches the worker's event fd; -1 = sleep instead
   KvPeerInfo local_info_;
+  std::string write_key_;  // kKvWriteKeyBytes random bytes
   std::thread progress_thread_;
   std::atomic<bool> stop_{false};
 
@@ -167,10 +186,17 @@ class UcxTransferAgent final : public KvTransferAgent {
   // transports cannot detect peer failure): later endpoints skip the try.
   bool peer_error_mode_refused_ = false;
 
-  // Active-message writes in progress, by token (the acks name the token).
+  // Active-message writes in progress, by write id (the acks name it).
   std::mutex am_writes_mu_;
   std::map<uint64_t, std::shared_ptr<AmWrite>> am_writes_;  // guarded by am_writes_mu_
-  std::atomic<uint64_t> next_token_{1};
+  std::atomic<uint64_t> next_write_id_{1};
+
+  // Receiver side: admitted transfers and refusals.
+  std::atomic<uint64_t> refused_{0};
+  std::mutex window_mu_;
+  KvTransferWindow window_;  // guarded by window_mu_
+  std::chrono::steady_clock::time_point last_refusal_log_{};  // guarded by window_mu_
+  uint64_t refusals_not_logged_ = 0;                            // guarded by window_mu_
 };
 
 }  // namespace headway

@@ -21,7 +21,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   python3-pip python3-venv unzip curl
-  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler
+  libzmq3-dev cppzmq-dev libsodium-dev libprotobuf-dev protobuf-compiler
   libcpp-httplib-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
   libopenblas-dev libpcre2-dev libucx-dev ucx-utils libgloo-dev
   libgtest-dev libgmock-dev

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -74,9 +75,10 @@ KvSender::KvSender(KvPool* pool, std::unique_ptr<KvTransferAgent> agent,
       endpoint_(std::move(endpoint)),
       inject_stall_(inject_stall) {}
 
-Status KvSender::ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget& target,
-                               Deadline deadline, std::chrono::milliseconds plan_timeout,
-                               uint64_t* written) {
+Status KvSender::ExecuteTarget(const proto::TransferPlan& plan,
+                               const proto::TransferTarget& target, Deadline deadline,
+                               std::chrono::milliseconds plan_timeout, uint64_t* written) {
+  const uint64_t transfer_id = plan.transfer_id();
   const proto::KvEndpoint& peer = target.endpoint();
   if (peer.layout_version() != kKvBlockLayoutVersion || peer.dtype() != kDtype ||
       peer.block_bytes() != pool_->layout().BlockBytes()) {
@@ -106,6 +108,21 @@ Status KvSender::ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget
                                 std::to_string(peer.num_blocks()) + " (receiver) blocks");
     }
   }
+  KvWriteGrant grant;
+  grant.transfer_id = transfer_id;
+  grant.lifetime_ms = plan.write_lifetime_ms();
+  for (const proto::KvWriteRange& r : target.write_ranges()) {
+    if (r.tag().size() != kKvWriteTagBytes) {
+      return Status::InvalidArgument("write range at block " + std::to_string(r.first_block()) +
+                                     " has a " + std::to_string(r.tag().size()) +
+                                     "-byte tag, must have " + std::to_string(kKvWriteTagBytes));
+    }
+    KvWriteRange range;
+    range.first_block = r.first_block();
+    range.num_blocks = r.num_blocks();
+    std::memcpy(range.tag.data(), r.tag().data(), kKvWriteTagBytes);
+    grant.ranges.push_back(range);
+  }
   KvPeerInfo info;
   info.worker_address = peer.worker_address();
   info.block_bytes = peer.block_bytes();
@@ -119,7 +136,7 @@ Status KvSender::ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget
     const std::chrono::milliseconds left = Left(deadline);
     if (left.count() == 0) return TimedOut(plan_timeout, *written - written_before, n);
     std::vector<BlockCopy> part(copies.begin() + long(begin), copies.begin() + long(end));
-    Status s = agent_->WriteBlocks(handle, part, left);
+    Status s = agent_->WriteBlocks(handle, part, grant, left);
     if (!s.ok()) {
       // A write cut off by the plan's deadline is the plan timing out.
       if (Left(deadline).count() == 0) {
@@ -158,7 +175,7 @@ proto::TransferResult KvSender::Execute(const proto::TransferPlan& plan, int tp_
     Status s = Left(deadline).count() == 0
                    ? Status::Unavailable("plan timed out: its " + std::to_string(timeout.count()) +
                                          " ms timeout ran out before this target")
-                   : ExecuteTarget(plan.transfer_id(), plan.targets(t), deadline, timeout, &blocks);
+                   : ExecuteTarget(plan, plan.targets(t), deadline, timeout, &blocks);
     if (!s.ok()) {
       result.set_error("transfer " + std::to_string(plan.transfer_id()) + " target " +
                        std::to_string(t) + ": " + s.ToString());

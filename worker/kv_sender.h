@@ -51,6 +51,10 @@ class KvSender {
   // This rank's endpoint for its RegisterRequest.
   const proto::KvEndpoint& endpoint() const { return endpoint_; }
 
+  // The pool's write key for its RegisterRequest (kv_write_key): for the
+  // coordinator only (KvTransferAgent::write_key).
+  const std::string& write_key() const { return agent_->write_key(); }
+
   // How the pool's bytes reach UCX: "host", "staged" or "direct".
   const char* memory_path() const { return agent_->memory_path(); }
 
@@ -63,8 +67,10 @@ class KvSender {
   // with an error saying the transfer timed out. Errors reported in the
   // result: a target whose layout differs from this pool's (block bytes,
   // layout version, dtype), src/dst lists of different lengths, block ids
-  // out of range (nothing of that target is sent), UCX failures, the
-  // timeout. Targets after a failed one are not sent. The timeout counts
+  // out of range or a write range whose tag is not 16 bytes (nothing of
+  // that target is sent), destinations the target's write_ranges do not
+  // cover and a receiver that refuses them (FailedPrecondition), UCX
+  // failures, the timeout. Targets after a failed one are not sent. The timeout counts
   // from `received`, when the plan reached this worker (time spent queued
   // behind other plans counts: the coordinator's deadline runs from sending).
   proto::TransferResult Execute(const proto::TransferPlan& plan, int tp_rank,
@@ -77,7 +83,7 @@ class KvSender {
            std::chrono::milliseconds inject_stall);
   // Writes `target`'s blocks before `deadline` (the plan's, whose timeout
   // was `plan_timeout`); adds the blocks that landed to `*written`.
-  Status ExecuteTarget(uint64_t transfer_id, const proto::TransferTarget& target,
+  Status ExecuteTarget(const proto::TransferPlan& plan, const proto::TransferTarget& target,
                        Deadline deadline, std::chrono::milliseconds plan_timeout,
                        uint64_t* written);
 

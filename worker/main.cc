@@ -466,7 +466,10 @@ int main(int argc, char** argv) {
   request.set_num_blocks(uint32_t(pool->num_blocks()));
   request.set_vocab_size(uint32_t(spec->vocab_size));
   request.set_pid(uint32_t(getpid()));
-  if (kv_sender) *request.mutable_kv_endpoint() = kv_sender->endpoint();
+  if (kv_sender) {
+    *request.mutable_kv_endpoint() = kv_sender->endpoint();
+    request.set_kv_write_key(kv_sender->write_key());
+  }
 
   WorkerLoopOptions loop_options;
   loop_options.heartbeat_interval_ms = config->heartbeat_interval_ms;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "comm/kv_write_auth.h"
 #include "coordinator/engine/router.h"
 #include "coordinator/engine/transfer_planner.h"
 
@@ -113,6 +114,7 @@ void DisaggregationCoordinator::StartTransfer(uint64_t request_id, Job& job, Ins
   }
   for (const RankBlockCopies& c : *copies) {
     proto::TransferTarget* t = job.plans[c.src_rank].add_targets();
+    job.target_ranks[c.src_rank].push_back(c.dst_rank);
     *t->mutable_endpoint() = decode.ranks[size_t(c.dst_rank)].kv_endpoint;
     t->mutable_src_blocks()->Add(c.src_blocks.begin(), c.src_blocks.end());
     t->mutable_dst_blocks()->Add(c.dst_blocks.begin(), c.dst_blocks.end());
@@ -122,21 +124,53 @@ void DisaggregationCoordinator::StartTransfer(uint64_t request_id, Job& job, Ins
     EndTransfer(request_id, true, Clock::now(), out);
     return;
   }
-  SendTransfer(job, request_id);
+  SendTransfer(job, request_id, out);
 }
 
-void DisaggregationCoordinator::SendTransfer(Job& job, uint64_t request_id) {
+void DisaggregationCoordinator::SendTransfer(Job& job, uint64_t request_id,
+                                             std::vector<Handoff>* out) {
   ++job.attempt;
   job.error.clear();
   job.bytes = 0;
   job.transfer_id = next_transfer_id_++;
   job.deadline = Clock::now() + std::chrono::milliseconds(config_.kv_transfer_timeout_ms) +
                  kTransferDeadlineSlack;
-  job.pending_results = int(job.plans.size());
   transfers_[job.transfer_id] = request_id;
-  const Instance& prefill = registry_->at(job.prefill);
+  // Receivers accept the transfer's writes as long as the coordinator waits
+  // for it: after that its blocks may be handed to another sequence.
+  const auto lifetime_ms =
+      uint32_t(config_.kv_transfer_timeout_ms + kTransferDeadlineSlack.count());
+  const Instance& decode = registry_->at(job.decode);
   for (auto& [rank, plan] : job.plans) {
     plan.set_transfer_id(job.transfer_id);
+    plan.set_write_lifetime_ms(lifetime_ms);
+    for (int t = 0; t < plan.targets_size(); ++t) {
+      proto::TransferTarget* target = plan.mutable_targets(t);
+      const RankState& receiver = decode.ranks[size_t(job.target_ranks[rank][size_t(t)])];
+      const std::vector<uint32_t> dst(target->dst_blocks().begin(), target->dst_blocks().end());
+      Result<KvWriteGrant> grant =
+          GrantKvWrites(receiver.kv_write_key, job.transfer_id, lifetime_ms, dst);
+      if (!grant.ok()) {
+        spdlog::error("request {}: KV transfer {}: {}", request_id, job.transfer_id,
+                      grant.status().ToString());
+        job.error = grant.status().message();
+        job.attempt = kMaxTransferAttempts;
+        job.pending_results = 0;
+        EndTransfer(request_id, false, Clock::now(), out);
+        return;
+      }
+      target->clear_write_ranges();
+      for (const KvWriteRange& range : grant->ranges) {
+        proto::KvWriteRange* r = target->add_write_ranges();
+        r->set_first_block(range.first_block);
+        r->set_num_blocks(range.num_blocks);
+        r->set_tag(range.tag.data(), range.tag.size());
+      }
+    }
+  }
+  job.pending_results = int(job.plans.size());
+  const Instance& prefill = registry_->at(job.prefill);
+  for (auto& [rank, plan] : job.plans) {
     plan.set_timeout_ms(uint32_t(config_.kv_transfer_timeout_ms));
     proto::Envelope env;
     *env.mutable_transfer_plan() = plan;
@@ -178,7 +212,7 @@ void DisaggregationCoordinator::EndTransfer(uint64_t request_id, bool ok, Clock:
     // a late block of the failed attempt carries the same bytes.
     spdlog::warn("KV transfer {} for request {} failed ({}); retrying", job.transfer_id,
                  request_id, job.error);
-    SendTransfer(job, request_id);  // late results of the failed attempt are ignored
+    SendTransfer(job, request_id, out);  // late results of the failed attempt are ignored
     return;
   }
   if (decode_alive) {

@@ -11,7 +11,9 @@
 // job's blocks are then pinned there, the decode instance reserves only the
 // blocks its prefix cache lacks, the prefill ranks send them over UCX
 // (TransferPlan) and the received blocks enter the decode instance's prefix
-// cache. The request then joins the decode instance like any other: its
+// cache. Each attempt's plans carry, per target, a write grant MACed with
+// the receiving rank's write key (comm/kv_write_auth.h): receivers refuse
+// block messages without one. The request then joins the decode instance like any other: its
 // prefix lookup hits the received blocks and it computes only the rest of
 // its prompt.
 //
@@ -115,6 +117,7 @@ class DisaggregationCoordinator {
     uint64_t transfer_id = 0;         // of the current attempt
     int pending_results = 0;          // prefill ranks yet to answer it
     std::map<int, proto::TransferPlan> plans;  // by prefill rank, kept for the retry
+    std::map<int, std::vector<int>> target_ranks;  // by prefill rank: each target's decode rank
     std::string error;                // of the current attempt
     PinId pin;                        // on the prefill instance
     ReservationId reservation;        // on the decode instance
@@ -136,8 +139,11 @@ class DisaggregationCoordinator {
   // Pins, reserves and plans the transfer of `job` (its prompt computed).
   void StartTransfer(uint64_t request_id, Job& job, Instance& prefill, Instance& decode,
                      std::vector<Handoff>* out);
-  // Sends the job's plans under a new transfer id (attempt + 1).
-  void SendTransfer(Job& job, uint64_t request_id);
+  // Sends the job's plans under a new transfer id (attempt + 1), each target
+  // with a write grant MACed with its decode rank's write key. A grant that
+  // cannot be made (a bad key: a bug, registration checks keys) ends the
+  // transfer as failed, without a retry.
+  void SendTransfer(Job& job, uint64_t request_id, std::vector<Handoff>* out);
   // Ends the current attempt at `now`: retries once after a failure, then
   // hands the request to a decode instance (with the blocks, or for a
   // fallback).

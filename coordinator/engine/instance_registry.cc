@@ -74,6 +74,7 @@ bool InstanceRegistry::Register(Instance& inst, const std::string& peer,
   rs.num_blocks = int(request.num_blocks());
   rs.last_heard = Clock::now();
   rs.kv_endpoint = request.kv_endpoint();
+  rs.kv_write_key = request.kv_write_key();
   proto::Envelope reply;
   reply.mutable_register_response()->set_accepted(true);
   Reply(peer, reply);

@@ -33,6 +33,7 @@ struct RankState {
   int num_blocks = 0;
   Clock::time_point last_heard;
   proto::KvEndpoint kv_endpoint;  // where senders write this rank's blocks
+  std::string kv_write_key;       // grants to write there are MACed with it; never sent on
 };
 
 struct Instance {

@@ -1,6 +1,7 @@
 #include "coordinator/engine/registration.h"
 
 #include "comm/control_channel.h"
+#include "comm/kv_write_auth.h"
 #include "common/kv_layout.h"
 
 namespace headway {
@@ -114,6 +115,9 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
     }
     HW_RETURN_IF_ERROR(
         CheckKvEndpoint(request.kv_endpoint(), request.num_blocks(), config, spec, shard));
+    if (request.kv_write_key().size() != kKvWriteKeyBytes) {
+      return Mismatch("kv_write_key bytes", request.kv_write_key().size(), kKvWriteKeyBytes);
+    }
   }
   if (request.num_blocks() == 0) {
     return Status::InvalidArgument("num_blocks is 0: the worker has no KV pool (raise cache.kv_memory_mb)");

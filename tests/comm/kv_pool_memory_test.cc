@@ -5,6 +5,7 @@
 #include "comm/kv_pool_memory.h"
 #include "comm/kv_transfer.h"
 #include "tests/comm/kv_block_pattern.h"
+#include "tests/comm/kv_write_grant.h"
 #include "tests/comm/transport_name.h"
 
 #include <gtest/gtest.h>
@@ -192,7 +193,8 @@ TEST_P(KvTransferStagedTest, WritesEveryByteThroughStaging) {
     auto peer = src->agent->Connect(dst->agent->local_info());
     ASSERT_TRUE(peer.ok()) << peer.status().ToString();
     const std::vector<BlockCopy> copies = testing::PatternCopies();
-    Status st = src->agent->WriteBlocks(*peer, copies, kTimeout);
+    Status st = src->agent->WriteBlocks(*peer, copies,
+                                        testing::Grant(dst->agent->write_key(), copies), kTimeout);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectCopied(*src, *dst, copies, 2);
     const uint64_t bytes = copies.size() * kBlockBytes;
@@ -206,7 +208,10 @@ TEST_P(KvTransferStagedTest, WritesEveryByteThroughStaging) {
 
     // A second write over the same endpoint lands too.
     const std::vector<BlockCopy> more = {{10, 11}, {11, 12}, {46, 45}};
-    ASSERT_TRUE(src->agent->WriteBlocks(*peer, more, kTimeout).ok());
+    ASSERT_TRUE(
+        src->agent
+            ->WriteBlocks(*peer, more, testing::Grant(dst->agent->write_key(), more), kTimeout)
+            .ok());
     std::vector<BlockCopy> all = copies;
     all.insert(all.end(), more.begin(), more.end());
     ExpectCopied(*src, *dst, all, 2);
@@ -222,19 +227,26 @@ TEST_P(KvTransferStagedTest, CopyFailuresFailTheWrite) {
 
   // The receiver cannot store: its acks say so and the sender aborts.
   dst->opaque->fail_copies.store(true);
-  Status st = src->agent->WriteBlocks(*peer, testing::PatternCopies(), kTimeout);
+  Status st = src->agent->WriteBlocks(
+      *peer, testing::PatternCopies(),
+      testing::Grant(dst->agent->write_key(), testing::PatternCopies()), kTimeout);
   EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
   dst->opaque->fail_copies.store(false);
 
   // The sender cannot copy out: nothing more is sent.
   src->opaque->fail_copies.store(true);
-  st = src->agent->WriteBlocks(*peer, {{5, 5}}, kTimeout);
+  st = src->agent->WriteBlocks(*peer, {{5, 5}}, testing::Grant(dst->agent->write_key(), {{5, 5}}),
+                               kTimeout);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("injected copy failure"), std::string::npos) << st.ToString();
   src->opaque->fail_copies.store(false);
 
   // Both recover: the endpoint and the staging buffers are still usable.
-  ASSERT_TRUE(src->agent->WriteBlocks(*peer, testing::PatternCopies(), kTimeout).ok());
+  ASSERT_TRUE(src->agent
+                  ->WriteBlocks(*peer, testing::PatternCopies(),
+                                testing::Grant(dst->agent->write_key(), testing::PatternCopies()),
+                                kTimeout)
+                  .ok());
   ExpectCopied(*src, *dst, testing::PatternCopies(), 2);
 }
 

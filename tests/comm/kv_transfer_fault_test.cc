@@ -28,6 +28,7 @@
 
 #include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/kv_write_grant.h"
 #include "tests/comm/transport_name.h"
 
 namespace headway {
@@ -209,7 +210,7 @@ std::unique_ptr<KvTransferAgent> CreateAgent(std::vector<uint8_t>& pool, const s
 int RunReceiver(int fd, const std::string& tls) {
   std::vector<uint8_t> pool = MakePool(kReceiverSeed);
   auto agent = CreateAgent(pool, tls);
-  if (agent == nullptr || !SendPeerInfo(fd, agent->local_info())) return 2;
+  if (agent == nullptr || !SendPeerInfo(fd, agent->local_info(), agent->write_key())) return 2;
   for (;;) {
     char cmd = 0;
     if (!ReadAll(fd, &cmd, 1) || cmd == kCmdQuit) break;
@@ -253,18 +254,20 @@ int RunSender(int fd, const std::string& tls, uint8_t seed) {
   auto agent = CreateAgent(pool, tls);
   if (agent == nullptr) return 2;
   int peer = -1;
+  std::string key;  // the receiver's write key: this test plays the coordinator
   for (;;) {
     char cmd = 0;
     if (!ReadAll(fd, &cmd, 1) || cmd == kCmdQuit) break;
     if (cmd == kCmdConnect) {
       KvPeerInfo info;
-      if (!ReceivePeerInfo(fd, &info)) return 3;
+      if (!ReceivePeerInfo(fd, &info, &key)) return 3;
       auto handle = agent->Connect(info);
       char code = static_cast<char>(handle.status().code());
       if (handle.ok()) peer = *handle;
       if (!WriteAll(fd, &code, 1)) break;
     } else if (cmd == kCmdWrite) {
-      Status st = agent->WriteBlocks(peer, FreshCopies(), kFreshWriteTimeout);
+      Status st = agent->WriteBlocks(peer, FreshCopies(), testing::Grant(key, FreshCopies()),
+                                     kFreshWriteTimeout);
       char code = static_cast<char>(st.code());
       if (!WriteAll(fd, &code, 1)) break;
     } else if (cmd == kCmdFlood) {
@@ -272,7 +275,7 @@ int RunSender(int fd, const std::string& tls, uint8_t seed) {
       FloodEnd end;
       for (bool first = true;; first = false) {
         const auto start = Clock::now();
-        Status st = agent->WriteBlocks(peer, copies, kWriteTimeout);
+        Status st = agent->WriteBlocks(peer, copies, testing::Grant(key, copies), kWriteTimeout);
         const int64_t ms = std::chrono::duration_cast<Millis>(Clock::now() - start).count();
         if (first) {
           const FloodStart begin{static_cast<int32_t>(st.code()), ms};
@@ -291,6 +294,12 @@ int RunSender(int fd, const std::string& tls, uint8_t seed) {
   return 0;
 }
 
+// A receiver's info and write key, as the coordinator holds them.
+struct PeerInfoAndKey {
+  KvPeerInfo info;
+  std::string key;
+};
+
 class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
  protected:
   // A write to a dead child's socket must fail with EPIPE, not kill the
@@ -298,10 +307,10 @@ class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override { old_sigpipe_ = signal(SIGPIPE, SIG_IGN); }
   void TearDown() override { signal(SIGPIPE, old_sigpipe_); }
 
-  std::unique_ptr<ChildProcess> StartReceiver(KvPeerInfo* info) {
+  std::unique_ptr<ChildProcess> StartReceiver(PeerInfoAndKey* info) {
     const std::string tls = GetParam();
     auto child = ChildProcess::Start([tls](int fd) { return RunReceiver(fd, tls); });
-    if (child == nullptr || !ReceivePeerInfo(child->fd(), info)) return nullptr;
+    if (child == nullptr || !ReceivePeerInfo(child->fd(), &info->info, &info->key)) return nullptr;
     return child;
   }
 
@@ -312,9 +321,9 @@ class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
 
   // Sends `cmd` (and `info` for kCmdConnect) and returns the one-byte reply,
   // or -1 when none came within kReplyTimeout.
-  static int Command(ChildProcess& child, char cmd, const KvPeerInfo* info = nullptr) {
+  static int Command(ChildProcess& child, char cmd, const PeerInfoAndKey* info = nullptr) {
     if (!WriteAll(child.fd(), &cmd, 1)) return -1;
-    if (info != nullptr && !SendPeerInfo(child.fd(), *info)) return -1;
+    if (info != nullptr && !SendPeerInfo(child.fd(), info->info, info->key)) return -1;
     return Reply(child);
   }
 
@@ -333,7 +342,7 @@ class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
 
   // Starts a sender that connects to `receiver` and floods it; returns once
   // the flood has run for kFloodBeforeFault.
-  std::unique_ptr<ChildProcess> StartFlood(const KvPeerInfo& info) {
+  std::unique_ptr<ChildProcess> StartFlood(const PeerInfoAndKey& info) {
     auto sender = StartSender(kFloodSeed);
     if (sender == nullptr) return nullptr;
     const int connected = Command(*sender, kCmdConnect, &info);
@@ -371,7 +380,7 @@ class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
   // instead time out, see SharedMemoryFifoMayWedge); finally the receiver
   // exits cleanly.
   void ExpectReceiverServesFreshSender(std::unique_ptr<ChildProcess> receiver,
-                                       const KvPeerInfo& info, Millis window) {
+                                       const PeerInfoAndKey& info, Millis window) {
     const auto end = Clock::now() + window;
     while (Clock::now() < end) {
       ASSERT_EQ(Command(*receiver, kCmdPing), kCmdPing)
@@ -405,7 +414,7 @@ class KvTransferFaultTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(KvTransferFaultTest, SenderKilledMidTransfer) {
-  KvPeerInfo info;
+  PeerInfoAndKey info;
   auto receiver = StartReceiver(&info);
   ASSERT_NE(receiver, nullptr);
   auto sender = StartFlood(info);
@@ -416,7 +425,7 @@ TEST_P(KvTransferFaultTest, SenderKilledMidTransfer) {
 }
 
 TEST_P(KvTransferFaultTest, SenderStalledMidTransfer) {
-  KvPeerInfo info;
+  PeerInfoAndKey info;
   auto receiver = StartReceiver(&info);
   ASSERT_NE(receiver, nullptr);
   auto sender = StartFlood(info);
@@ -436,7 +445,7 @@ TEST_P(KvTransferFaultTest, SenderStalledMidTransfer) {
 }
 
 TEST_P(KvTransferFaultTest, ReceiverKilledMidTransfer) {
-  KvPeerInfo info;
+  PeerInfoAndKey info;
   auto receiver = StartReceiver(&info);
   ASSERT_NE(receiver, nullptr);
   auto sender = StartFlood(info);
@@ -457,7 +466,7 @@ TEST_P(KvTransferFaultTest, ReceiverKilledMidTransfer) {
   EXPECT_TRUE(sender->Alive()) << "sender " << sender->Describe();
 
   // The same sender serves a fresh receiver.
-  KvPeerInfo fresh_info;
+  PeerInfoAndKey fresh_info;
   auto fresh = StartReceiver(&fresh_info);
   ASSERT_NE(fresh, nullptr);
   EXPECT_EQ(Command(*sender, kCmdConnect, &fresh_info), static_cast<int>(StatusCode::kOk));

@@ -3,6 +3,7 @@
 // the bytes itself.
 #include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/kv_write_grant.h"
 #include "tests/comm/transport_name.h"
 
 #include <arpa/inet.h>
@@ -83,13 +84,18 @@ TEST_P(KvTransferTest, WritesScatteredBlocksExactly) {
     ASSERT_TRUE(sender && receiver);
     auto peer = sender->Connect(receiver->local_info());
     ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-    Status st = sender->WriteBlocks(*peer, ScatteredCopies(), kTimeout);
+    Status st =
+        sender->WriteBlocks(*peer, ScatteredCopies(),
+                            testing::Grant(receiver->write_key(), ScatteredCopies()), kTimeout);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectCopied(src, dst, ScatteredCopies(), 2);
     // A second write over the same endpoint; and an empty list is a no-op.
     std::vector<BlockCopy> more = {{40, 50}, {41, 51}, {42, 52}, {43, 53}};
-    ASSERT_TRUE(sender->WriteBlocks(*peer, more, kTimeout).ok());
-    ASSERT_TRUE(sender->WriteBlocks(*peer, {}, kTimeout).ok());
+    ASSERT_TRUE(
+        sender->WriteBlocks(*peer, more, testing::Grant(receiver->write_key(), more), kTimeout)
+            .ok());
+    ASSERT_TRUE(
+        sender->WriteBlocks(*peer, {}, testing::Grant(receiver->write_key(), {}), kTimeout).ok());
     std::vector<BlockCopy> all = ScatteredCopies();
     all.insert(all.end(), more.begin(), more.end());
     ExpectCopied(src, dst, all, 2);
@@ -117,13 +123,25 @@ TEST_P(KvTransferTest, OutOfRangeIdWritesNothing) {
   // The bad id comes last, after valid copies that must not go out either.
   std::vector<BlockCopy> bad_dst = {{0, 0}, {1, 1}, {2, kNumBlocks}};
   std::vector<BlockCopy> bad_src = {{3, 3}, {kNumBlocks, 4}};
-  EXPECT_EQ(sender->WriteBlocks(*peer, bad_dst, kTimeout).code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(sender->WriteBlocks(*peer, bad_src, kTimeout).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      sender->WriteBlocks(*peer, bad_dst, testing::Grant(receiver->write_key(), bad_dst), kTimeout)
+          .code(),
+      StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      sender->WriteBlocks(*peer, bad_src, testing::Grant(receiver->write_key(), bad_src), kTimeout)
+          .code(),
+      StatusCode::kOutOfRange);
   // A valid write on the same endpoint: once it is acknowledged, messages
   // the bad lists had sent before it would have landed too.
-  ASSERT_TRUE(sender->WriteBlocks(*peer, {{9, 9}}, kTimeout).ok());
+  ASSERT_TRUE(
+      sender
+          ->WriteBlocks(*peer, {{9, 9}}, testing::Grant(receiver->write_key(), {{9, 9}}), kTimeout)
+          .ok());
   ExpectCopied(src, dst, {{9, 9}}, 2);
-  EXPECT_EQ(sender->WriteBlocks(*peer + 1, {{0, 0}}, kTimeout).code(),
+  EXPECT_EQ(sender
+                ->WriteBlocks(*peer + 1, {{0, 0}}, testing::Grant(receiver->write_key(), {{0, 0}}),
+                              kTimeout)
+                .code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -200,7 +218,11 @@ TEST(KvTransferAgentTest, NetDevicesChooseTheAddressesAReceiverPublishes) {
   ASSERT_TRUE(sender);
   auto peer = sender->Connect((*receiver)->local_info());
   ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-  ASSERT_TRUE(sender->WriteBlocks(*peer, ScatteredCopies(), kTimeout).ok());
+  ASSERT_TRUE(sender
+                  ->WriteBlocks(*peer, ScatteredCopies(),
+                                testing::Grant((*receiver)->write_key(), ScatteredCopies()),
+                                kTimeout)
+                  .ok());
   ExpectCopied(src, dst, ScatteredCopies(), 2);
 
   // Without the restriction, the host's other interfaces are published too
@@ -233,7 +255,10 @@ TEST(KvTransferAgentTest, SmallOutstandingCapStillWritesAll) {
   ASSERT_TRUE(peer.ok());
   std::vector<BlockCopy> copies;
   for (uint32_t b = 0; b < kNumBlocks; ++b) copies.push_back({b, kNumBlocks - 1 - b});
-  ASSERT_TRUE((*sender)->WriteBlocks(*peer, copies, kTimeout).ok());
+  ASSERT_TRUE(
+      (*sender)
+          ->WriteBlocks(*peer, copies, testing::Grant(receiver->write_key(), copies), kTimeout)
+          .ok());
   ExpectCopied(src, dst, copies, 2);
 }
 
@@ -252,7 +277,10 @@ TEST(KvTransferAgentTest, TcpSegSizeReachesTheTcpTransport) {
   ASSERT_TRUE(peer.ok());
   std::vector<BlockCopy> copies;
   for (uint32_t b = 0; b < kNumBlocks; ++b) copies.push_back({b, b});
-  ASSERT_TRUE((*sender)->WriteBlocks(*peer, copies, kTimeout).ok());
+  ASSERT_TRUE(
+      (*sender)
+          ->WriteBlocks(*peer, copies, testing::Grant((*receiver)->write_key(), copies), kTimeout)
+          .ok());
   ExpectCopied(src, dst, copies, 2);
 
   options.tcp_seg_size = "100";
@@ -266,9 +294,10 @@ TEST(KvTransferAgentTest, DestroyedPeerFailsWithinTimeout) {
   auto sender = MakeAgent(src, "tcp");
   auto receiver = MakeAgent(dst, "tcp");
   ASSERT_TRUE(sender && receiver);
+  const std::string key = receiver->write_key();
   auto peer = sender->Connect(receiver->local_info());
   ASSERT_TRUE(peer.ok());
-  ASSERT_TRUE(sender->WriteBlocks(*peer, {{0, 0}}, kTimeout).ok());
+  ASSERT_TRUE(sender->WriteBlocks(*peer, {{0, 0}}, testing::Grant(key, {{0, 0}}), kTimeout).ok());
   receiver.reset();
   const Millis timeout(3000);
   const auto start = std::chrono::steady_clock::now();
@@ -278,7 +307,7 @@ TEST(KvTransferAgentTest, DestroyedPeerFailsWithinTimeout) {
   for (int i = 0; i < 20 && st.ok(); ++i) {
     std::vector<BlockCopy> copies;
     for (uint32_t b = 0; b < kNumBlocks; ++b) copies.push_back({b, b});
-    st = sender->WriteBlocks(*peer, copies, timeout);
+    st = sender->WriteBlocks(*peer, copies, testing::Grant(key, copies), timeout);
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
@@ -294,7 +323,8 @@ TEST(KvTransferAgentTest, DestroyedPeerFailsWithinTimeout) {
   KvTransferOptions options;
   options.transports = tls;
   auto agent = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
-  if (!agent.ok() || !SendPeerInfo(to_parent, (*agent)->local_info())) _exit(2);
+  if (!agent.ok() || !SendPeerInfo(to_parent, (*agent)->local_info(), (*agent)->write_key()))
+    _exit(2);
   char go = 0;
   if (!ReadAll(from_parent, &go, 1)) _exit(3);
   std::vector<uint8_t> src = MakePool(1);
@@ -324,13 +354,15 @@ void RunCrossProcess(const std::string& tls) {
   close(up[1]);
   close(down[0]);
   KvPeerInfo info;
-  ASSERT_TRUE(ReceivePeerInfo(up[0], &info));
+  std::string key;
+  ASSERT_TRUE(ReceivePeerInfo(up[0], &info, &key));
   std::vector<uint8_t> src = MakePool(1);
   auto sender = MakeAgent(src, tls);
   ASSERT_TRUE(sender);
   auto peer = sender->Connect(info);
   ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-  Status st = sender->WriteBlocks(*peer, ScatteredCopies(), kTimeout);
+  Status st = sender->WriteBlocks(*peer, ScatteredCopies(), testing::Grant(key, ScatteredCopies()),
+                                  kTimeout);
   EXPECT_TRUE(st.ok()) << st.ToString();
   char go = 1, verdict = 0;
   ASSERT_TRUE(WriteAll(down[1], &go, 1));
@@ -373,7 +405,8 @@ void RunDyingChildPeer(const std::string& tls) {
     KvTransferOptions options;
     options.transports = tls;
     auto agent = KvTransferAgent::Create(dst.data(), kBlockBytes, kNumBlocks, options);
-    if (!agent.ok() || !SendPeerInfo(up[1], (*agent)->local_info())) _exit(2);
+    if (!agent.ok() || !SendPeerInfo(up[1], (*agent)->local_info(), (*agent)->write_key()))
+      _exit(2);
     char die = 0;
     ReadAll(down[0], &die, 1);
     _exit(0);
@@ -381,13 +414,17 @@ void RunDyingChildPeer(const std::string& tls) {
   close(up[1]);
   close(down[0]);
   KvPeerInfo info;
-  ASSERT_TRUE(ReceivePeerInfo(up[0], &info));
+  std::string key;
+  ASSERT_TRUE(ReceivePeerInfo(up[0], &info, &key));
   std::vector<uint8_t> src = MakePool(1);
   auto sender = MakeAgent(src, tls);
   ASSERT_TRUE(sender);
   auto peer = sender->Connect(info);
   ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-  ASSERT_TRUE(sender->WriteBlocks(*peer, ScatteredCopies(), kTimeout).ok());
+  ASSERT_TRUE(
+      sender
+          ->WriteBlocks(*peer, ScatteredCopies(), testing::Grant(key, ScatteredCopies()), kTimeout)
+          .ok());
   char die = 1;
   ASSERT_TRUE(WriteAll(down[1], &die, 1));
   int wstatus = 0;
@@ -398,7 +435,9 @@ void RunDyingChildPeer(const std::string& tls) {
   const auto start = std::chrono::steady_clock::now();
   Status st = Status::Ok();
   // Until the transport notices, a write may still be taken by socket buffers.
-  for (int i = 0; i < 5 && st.ok(); ++i) st = sender->WriteBlocks(*peer, ScatteredCopies(), timeout);
+  for (int i = 0; i < 5 && st.ok(); ++i)
+    st = sender->WriteBlocks(*peer, ScatteredCopies(), testing::Grant(key, ScatteredCopies()),
+                             timeout);
   EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5 * timeout + Millis(1000));
   sender.reset();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "tests/coordinator/fake_instances.h"
@@ -123,6 +124,28 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
   std::unique_ptr<DisaggregationCoordinator> pd_;
 };
 
+// Every target of `plan` carries write ranges that cover exactly its
+// destination blocks, in order, and verify under the receiver's `key` for
+// the plan's transfer id and lifetime (the coordinator's wait for it).
+void ExpectGrantedBy(const proto::TransferPlan& plan, const std::string& key) {
+  EXPECT_EQ(plan.write_lifetime_ms(), plan.timeout_ms() + 2000u);
+  for (const proto::TransferTarget& t : plan.targets()) {
+    std::vector<uint32_t> covered;
+    for (const proto::KvWriteRange& r : t.write_ranges()) {
+      ASSERT_EQ(r.tag().size(), kKvWriteTagBytes);
+      KvWriteTag tag;
+      std::memcpy(tag.data(), r.tag().data(), tag.size());
+      EXPECT_TRUE(VerifyKvWriteRange(key, plan.transfer_id(), plan.write_lifetime_ms(),
+                                     r.first_block(), r.num_blocks(), tag));
+      EXPECT_FALSE(VerifyKvWriteRange(testing::FakeKvWriteKey(0, 0), plan.transfer_id(),
+                                      plan.write_lifetime_ms(), r.first_block(), r.num_blocks(),
+                                      tag));
+      for (uint32_t b = 0; b < r.num_blocks(); ++b) covered.push_back(r.first_block() + b);
+    }
+    EXPECT_EQ(covered, std::vector<uint32_t>(t.dst_blocks().begin(), t.dst_blocks().end()));
+  }
+}
+
 TEST_F(DisaggregationCoordinatorTest, PrefillPositionsAreThePromptsWholeBlocksBeforeItsLastPosition) {
   EXPECT_EQ(pd_->PrefillPositions(16), 0);
   EXPECT_EQ(pd_->PrefillPositions(17), 16);
@@ -145,6 +168,7 @@ TEST_F(DisaggregationCoordinatorTest, SuccessfulTransferHandsOffWithTheBlocksCac
   }
   EXPECT_EQ(blocks, 2 * 2 * 3);
   EXPECT_EQ(plans[0].second.timeout_ms(), 1000u);
+  ExpectGrantedBy(plans[0].second, testing::FakeKvWriteKey(1, 0));
   EXPECT_EQ(ReferencedBlocks(prefill()), 12);  // pinned
   EXPECT_EQ(ReferencedBlocks(decode()), 12);   // reserved
   ExpectConsistent();
@@ -178,6 +202,10 @@ TEST_F(DisaggregationCoordinatorTest, AFailedTransferIsRetriedOnceWithTheSameBlo
   auto retry = server_.TakeTransferPlans();
   ASSERT_EQ(retry.size(), 1u);
   EXPECT_NE(retry[0].second.transfer_id(), first[0].second.transfer_id());
+  // Fresh grants: the first attempt's tags do not cover the retry's id.
+  ExpectGrantedBy(retry[0].second, testing::FakeKvWriteKey(1, 0));
+  EXPECT_NE(retry[0].second.targets(0).write_ranges(0).tag(),
+            first[0].second.targets(0).write_ranges(0).tag());
   ASSERT_EQ(retry[0].second.targets_size(), first[0].second.targets_size());
   for (int i = 0; i < retry[0].second.targets_size(); ++i) {
     EXPECT_EQ(retry[0].second.targets(i).dst_blocks_size(), first[0].second.targets(i).dst_blocks_size());
@@ -322,6 +350,18 @@ TEST_F(DisaggregationCoordinatorTest, HeterogeneousTpSendsEachKvHeadToItsRank) {
   EXPECT_EQ(endpoints, (std::set<std::string>{"ucx-address-i1r0", "ucx-address-i1r1",
                                               "ucx-address-i1r2"}));
   EXPECT_EQ(blocks, 12);
+  // Each target's grant is made with the key of the rank it writes to.
+  for (int rank = 0; rank < 3; ++rank) {
+    proto::TransferPlan to_rank = plans[0].second;
+    to_rank.clear_targets();
+    for (const proto::TransferTarget& t : plans[0].second.targets()) {
+      if (t.endpoint().worker_address() == "ucx-address-i1r" + std::to_string(rank)) {
+        *to_rank.add_targets() = t;
+      }
+    }
+    ASSERT_GT(to_rank.targets_size(), 0);
+    ExpectGrantedBy(to_rank, testing::FakeKvWriteKey(1, rank));
+  }
   std::vector<Handoff> out = pd_->OnTransferResult(Result(plans[0].second));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].transferred);

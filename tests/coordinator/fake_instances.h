@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/control_channel.h"
+#include "comm/kv_write_auth.h"
 #include "common/config.h"
 #include "coordinator/engine/instance_registry.h"
 #include "common/kv_layout.h"
@@ -38,6 +39,13 @@ class FakeControlServer : public ControlServer {
   }
 };
 
+// A write key of the right size, different for every rank.
+inline std::string FakeKvWriteKey(int instance, int rank) {
+  std::string key = "key-of-" + PeerName(instance, rank);
+  key.resize(kKvWriteKeyBytes, '#');
+  return key;
+}
+
 // What rank `rank` of instance `instance` (tp `tp`) registers with:
 // `num_blocks` blocks of `block_size` positions, a KV endpoint when
 // `with_kv_endpoint`.
@@ -64,6 +72,7 @@ inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instan
     e->set_layout_version(kKvBlockLayoutVersion);
     e->set_dtype("f32");
     for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) e->add_kv_heads(uint32_t(h));
+    r.set_kv_write_key(FakeKvWriteKey(instance, rank));
   }
   return r;
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/kv_write_auth.h"
 #include "common/kv_layout.h"
 #include "tests/coordinator/fake_model_spec.h"
 
@@ -92,6 +93,7 @@ TEST(RegistrationTest, KvEndpointLayoutMustMatch) {
     e->set_dtype("f32");
     const TpShard shard = ShardForRank(spec, tp, rank);
     for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) e->add_kv_heads(h);
+    r.set_kv_write_key(std::string(kKvWriteKeyBytes, 'k'));
     return r;
   };
   EXPECT_TRUE(ValidateRegisterRequest(with_endpoint(0, 0, 1), "i0r0", config, spec).ok());
@@ -118,6 +120,10 @@ TEST(RegistrationTest, KvEndpointLayoutMustMatch) {
   r = with_endpoint(0, 0, 1);
   r.mutable_kv_endpoint()->clear_worker_address();
   expect(r, "i0r0", "no UCX worker address");
+  // Without its write key no sender could be granted its blocks.
+  r = with_endpoint(0, 0, 1);
+  r.clear_kv_write_key();
+  expect(r, "i0r0", "kv_write_key bytes is 0 but the coordinator expects 32");
 }
 
 }  // namespace

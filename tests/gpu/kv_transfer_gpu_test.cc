@@ -17,6 +17,7 @@
 #include "comm/kv_transfer.h"
 #include "tests/comm/kv_block_pattern.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/comm/kv_write_grant.h"
 #include "tests/comm/transport_name.h"
 
 namespace headway {
@@ -127,12 +128,16 @@ TEST_P(KvTransferGpuTest, MovesEveryByteBetweenDeviceAndHostPools) {
     auto peer = src->agent->Connect(dst->agent->local_info());
     ASSERT_TRUE(peer.ok()) << peer.status().ToString();
     const std::vector<BlockCopy> copies = testing::PatternCopies();
-    Status st = src->agent->WriteBlocks(*peer, copies, kTimeout);
+    Status st = src->agent->WriteBlocks(*peer, copies,
+                                        testing::Grant(dst->agent->write_key(), copies), kTimeout);
     ASSERT_TRUE(st.ok()) << st.ToString();
     ExpectCopied(*src, *dst, copies, 2);
 
     const std::vector<BlockCopy> more = {{10, 11}, {11, 12}, {46, 45}};
-    ASSERT_TRUE(src->agent->WriteBlocks(*peer, more, kTimeout).ok());
+    ASSERT_TRUE(
+        src->agent
+            ->WriteBlocks(*peer, more, testing::Grant(dst->agent->write_key(), more), kTimeout)
+            .ok());
     std::vector<BlockCopy> all = copies;
     all.insert(all.end(), more.begin(), more.end());
     ExpectCopied(*src, *dst, all, 2);

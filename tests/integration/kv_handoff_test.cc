@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comm/control_channel.h"
+#include "comm/kv_write_auth.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/process.h"
 #include "tests/support/test_env.h"
@@ -78,6 +79,7 @@ class KvHandoffTest : public ::testing::Test {
       std::optional<Inbound> in = server_->Receive(std::chrono::milliseconds(100));
       if (!in || !in->envelope.has_register_request()) continue;
       endpoints_[in->peer] = in->envelope.register_request().kv_endpoint();
+      write_keys_[in->peer] = in->envelope.register_request().kv_write_key();
       proto::Envelope reply;
       reply.mutable_register_response()->set_accepted(true);
       ASSERT_TRUE(server_->Send(in->peer, reply).ok());
@@ -149,8 +151,11 @@ class KvHandoffTest : public ::testing::Test {
                                                  : proto::SampledToken();
   }
 
-  // A TransferPlan moving slot s's blocks src[s][i] -> dst[s][i] to `to`.
+  // A TransferPlan moving slot s's blocks src[s][i] -> dst[s][i] to `to`,
+  // granted with `write_key` as the coordinator grants it (the receiver's
+  // key; another key makes a grant the receiver refuses).
   static proto::Envelope TransferEnvelope(uint64_t id, const proto::KvEndpoint& to,
+                                          const std::string& write_key,
                                           const std::vector<std::vector<int32_t>>& src,
                                           const std::vector<std::vector<int32_t>>& dst,
                                           uint32_t timeout_ms) {
@@ -158,12 +163,26 @@ class KvHandoffTest : public ::testing::Test {
     proto::TransferPlan* plan = env.mutable_transfer_plan();
     plan->set_transfer_id(id);
     plan->set_timeout_ms(timeout_ms);
+    plan->set_write_lifetime_ms(timeout_ms + 2000);
     proto::TransferTarget* target = plan->add_targets();
     *target->mutable_endpoint() = to;
     for (int slot = 0; slot < kSlots; ++slot) {
       for (size_t i = 0; i < src[size_t(slot)].size(); ++i) {
         target->add_src_blocks(uint32_t(src[size_t(slot)][i]));
         target->add_dst_blocks(uint32_t(dst[size_t(slot)][i]));
+      }
+    }
+    const std::vector<uint32_t> dst_blocks(target->dst_blocks().begin(),
+                                           target->dst_blocks().end());
+    Result<KvWriteGrant> grant =
+        GrantKvWrites(write_key, id, plan->write_lifetime_ms(), dst_blocks);
+    EXPECT_TRUE(grant.ok()) << grant.status().ToString();
+    if (grant.ok()) {
+      for (const KvWriteRange& range : grant->ranges) {
+        proto::KvWriteRange* r = target->add_write_ranges();
+        r->set_first_block(range.first_block);
+        r->set_num_blocks(range.num_blocks);
+        r->set_tag(range.tag.data(), range.tag.size());
       }
     }
     return env;
@@ -174,7 +193,7 @@ class KvHandoffTest : public ::testing::Test {
                                  const std::vector<std::vector<int32_t>>& src,
                                  const std::vector<std::vector<int32_t>>& dst,
                                  uint32_t timeout_ms = 5000) {
-    return Ask("i0r0", TransferEnvelope(id, to, src, dst, timeout_ms),
+    return Ask("i0r0", TransferEnvelope(id, to, write_keys_["i1r0"], src, dst, timeout_ms),
                &proto::Envelope::has_transfer_result)
         .transfer_result();
   }
@@ -225,6 +244,7 @@ class KvHandoffTest : public ::testing::Test {
   std::unique_ptr<ControlServer> server_;
   std::vector<std::unique_ptr<testing::ChildProcess>> workers_;
   std::map<std::string, proto::KvEndpoint> endpoints_;  // by peer name
+  std::map<std::string, std::string> write_keys_;       // by peer name
 };
 
 TEST_F(KvHandoffTest, DecodeOnTheReceiverMatchesTheSender) {
@@ -243,7 +263,27 @@ TEST_F(KvHandoffTest, BadPlansFailWithAReasonAndTheWorkerKeepsServing) {
   r = Transfer(2, endpoints_["i1r0"], blocks, out_of_range);
   EXPECT_NE(r.error().find("OutOfRange"), std::string::npos) << r.error();
 
-  r = Transfer(3, endpoints_["i1r0"], blocks, blocks);
+  // A grant made with another key (here the sender's own): B refuses it,
+  // and the result says so at once, not at the timeout.
+  r = Ask("i0r0",
+          TransferEnvelope(3, endpoints_["i1r0"], write_keys_["i0r0"], blocks, blocks, 5000),
+          &proto::Envelope::has_transfer_result)
+          .transfer_result();
+  EXPECT_NE(r.error().find("receiver refused"), std::string::npos) << r.error();
+  EXPECT_LT(r.seconds(), 5.0);
+  EXPECT_NE(workers_[1]->Log().find("refused a block message with no valid grant"),
+            std::string::npos)
+      << workers_[1]->Log();
+
+  // A write range whose tag is cut short: nothing of the target is sent.
+  proto::Envelope short_tag =
+      TransferEnvelope(4, endpoints_["i1r0"], write_keys_["i1r0"], blocks, blocks, 5000);
+  short_tag.mutable_transfer_plan()->mutable_targets(0)->mutable_write_ranges(0)->set_tag("abc");
+  r = Ask("i0r0", short_tag, &proto::Envelope::has_transfer_result).transfer_result();
+  EXPECT_NE(r.error().find("3-byte tag"), std::string::npos) << r.error();
+  EXPECT_EQ(r.blocks(), 0u);
+
+  r = Transfer(5, endpoints_["i1r0"], blocks, blocks);
   EXPECT_EQ(r.error(), "");
   // B has no kv_sender problem either: it answers steps.
   Step("i1r0", 1, 1, true, {5, 6, 7}, 0, blocks);
@@ -278,8 +318,10 @@ TEST_F(KvHandoffStalledSenderTest, StallPastTheTimeoutFailsOnTimeAndStepsKeepFlo
   }
   constexpr int kBlocks = kSlots * kBlocksPerSlot;
   const Clock::time_point sent = Clock::now();
-  ASSERT_TRUE(
-      server_->Send("i0r0", TransferEnvelope(1, endpoints_["i1r0"], blocks, dst, kTimeoutMs)).ok());
+  ASSERT_TRUE(server_
+                  ->Send("i0r0", TransferEnvelope(1, endpoints_["i1r0"], write_keys_["i1r0"],
+                                                  blocks, dst, kTimeoutMs))
+                  .ok());
   // The transfer is now stalled half-way; A must still answer a step.
   const std::string fault = "injected fault: transfer 1 stalls " + std::to_string(kStallMs) +
                             " ms after " + std::to_string((kBlocks + 1) / 2) + " of " +

@@ -26,6 +26,7 @@
 
 #include "comm/fd_io.h"
 #include "comm/kv_transfer.h"
+#include "tests/comm/kv_write_grant.h"
 #include "tests/support/netns.h"
 
 namespace headway {
@@ -157,6 +158,7 @@ struct ConnectedSender {
   std::vector<uint8_t> pool;  // outlives the agent (members die in reverse)
   std::unique_ptr<KvTransferAgent> agent;
   int peer = -1;
+  std::string write_key;  // the receiver's: this test plays the coordinator
 };
 
 ConnectedSender ConnectSender(const NetnsPair& link, int chan, int out,
@@ -164,8 +166,10 @@ ConnectedSender ConnectSender(const NetnsPair& link, int chan, int out,
   std::string err = EnterSide(link, NetnsSide::kB);
   if (!err.empty()) Report(out, "SKIP " + err, 2);
   KvPeerInfo info;
-  if (!ReceivePeerInfo(chan, &info)) Report(out, "FAIL no info from the receiver", 3);
   ConnectedSender sender;
+  if (!ReceivePeerInfo(chan, &info, &sender.write_key)) {
+    Report(out, "FAIL no info from the receiver", 3);
+  }
   sender.pool = MakePool(kSenderSeed, kBlockBytes, kNumBlocks);
   auto agent = MakeAgent(sender.pool, max_outstanding_messages, coalesce);
   if (!agent.ok()) Report(out, "FAIL sender Create: " + agent.status().ToString(), 4);
@@ -205,7 +209,8 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
     std::vector<uint8_t> pool = MakePool(kReceiverSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
     if (!agent.ok()) Report(out, "FAIL receiver Create: " + agent.status().ToString(), 3);
-    if (!SendPeerInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
+    if (!SendPeerInfo(chan, (*agent)->local_info(), (*agent)->write_key()))
+      Report(out, "FAIL sending info", 4);
     char written = 0;
     if (!ReadAll(chan, &written, 1)) Report(out, "FAIL sender went away before writing", 5);
     std::string bad = CheckReceived(pool, ScatteredCopies());
@@ -225,7 +230,8 @@ TEST(KvTransferNetnsTest, WritesScatteredBlocksAcrossNamespaces) {
     close(rx_result[1]);
     close(tx_result[0]);
     ConnectedSender tx = ConnectSender(link, chan, out, 256, true);
-    Status st = tx.agent->WriteBlocks(tx.peer, ScatteredCopies(), kWriteTimeout);
+    Status st = tx.agent->WriteBlocks(
+        tx.peer, ScatteredCopies(), testing::Grant(tx.write_key, ScatteredCopies()), kWriteTimeout);
     if (!st.ok()) Report(out, "FAIL WriteBlocks: " + st.ToString(), 6);
     char byte = 1;
     if (!WriteAll(chan, &byte, 1) || !ReadAll(chan, &byte, 1)) {
@@ -286,7 +292,8 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     std::vector<uint8_t> pool = MakePool(kReceiverSeed, kBlockBytes, kNumBlocks);
     auto agent = MakeAgent(pool, 256, true);
     if (!agent.ok()) Report(out, "FAIL receiver Create: " + agent.status().ToString(), 3);
-    if (!SendPeerInfo(chan, (*agent)->local_info())) Report(out, "FAIL sending info", 4);
+    if (!SendPeerInfo(chan, (*agent)->local_info(), (*agent)->write_key()))
+      Report(out, "FAIL sending info", 4);
     // Serve block messages (the progress thread) until the parent's SIGKILL; the
     // parent, not this process, reads what the sender sends on `chan`.
     WriteAll(out, "READY", 5);
@@ -303,7 +310,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     ConnectedSender tx = ConnectSender(link, chan, out, 2, false);
     std::vector<BlockCopy> all;
     for (uint32_t b = 0; b < kNumBlocks; ++b) all.push_back({b, kNumBlocks - 1 - b});
-    Status st = tx.agent->WriteBlocks(tx.peer, all, kTimeout);
+    Status st = tx.agent->WriteBlocks(tx.peer, all, testing::Grant(tx.write_key, all), kTimeout);
     if (!st.ok()) Report(out, "FAIL first WriteBlocks: " + st.ToString(), 6);
     char started = 1;
     WriteAll(chan, &started, 1);  // the parent kills the receiver on this
@@ -312,7 +319,7 @@ TEST(KvTransferNetnsTest, KilledReceiverFailsSenderWithinTimeout) {
     const auto loop_end = Clock::now() + Millis(15000);
     while (st.ok() && Clock::now() < loop_end) {
       const auto t0 = Clock::now();
-      st = tx.agent->WriteBlocks(tx.peer, all, kTimeout);
+      st = tx.agent->WriteBlocks(tx.peer, all, testing::Grant(tx.write_key, all), kTimeout);
       failed_after = std::chrono::duration_cast<Millis>(Clock::now() - t0);
       ++writes;
     }
