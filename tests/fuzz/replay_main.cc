@@ -1,7 +1,7 @@
 // main() for the normal (GCC) build of a fuzz target: runs every file of the
 // directories named on the command line (and every file named itself)
 // through LLVMFuzzerTestOneInput once, in name order, so the default test suite replays the seed corpus and every
-// regression input (tests/fuzz/README in the main README's "Fuzzing").
+// regression input (README "Fuzzing").
 // Exit status 1 when no input was found at all: a replay of nothing would
 // pass whatever the target does. A missing directory is skipped (a target
 // with no regressions yet has none).
