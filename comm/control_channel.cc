@@ -58,7 +58,6 @@ std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
 
 enum class ReadResult { kNone, kDropped, kMessage };
 
-
 // InvalidArgument when `payload` is over the socket's limit.
 Status CheckSize(const std::string& payload, int64_t max_bytes, const std::string& to) {
   if (int64_t(payload.size()) <= max_bytes) return Status::Ok();
