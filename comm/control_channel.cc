@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <initializer_list>
+#include <limits>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -57,17 +58,6 @@ std::vector<zmq::message_t> ReadMultipart(zmq::socket_t& socket) {
 
 enum class ReadResult { kNone, kDropped, kMessage };
 
-// Every PeerName is printable ASCII without spaces; anything else is a peer
-// that is not a Headway worker (a DEALER without an identity gets ZeroMQ's
-// binary one).
-bool IsPrintableIdentity(const std::string& identity) {
-  if (identity.empty()) return false;
-  for (unsigned char c : identity) {
-    if (c < 0x21 || c > 0x7e) return false;
-  }
-  return true;
-}
-
 // InvalidArgument when `payload` is over the socket's limit.
 Status CheckSize(const std::string& payload, int64_t max_bytes, const std::string& to) {
   if (int64_t(payload.size()) <= max_bytes) return Status::Ok();
@@ -97,22 +87,16 @@ ReadResult ReadEnvelope(zmq::socket_t& socket, bool routed, Inbound* out, int* s
                  expected_frames);
     return ReadResult::kDropped;
   }
-  Inbound inbound;
-  if (routed) inbound.peer = frames[0].to_string();
   zmq::message_t& payload = frames.back();
-  if (routed && !IsPrintableIdentity(inbound.peer)) {
-    spdlog::warn("control channel: dropped a message of {} bytes from a peer whose identity is "
-                 "not a worker's: \"{}\"",
-                 payload.size(), EscapeForLog(inbound.peer));
-    return ReadResult::kDropped;
-  }
-  if (!inbound.envelope.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    spdlog::warn("control channel: dropped an unparsable message of {} bytes from {}",
-                 payload.size(), routed ? "`" + inbound.peer + "`" : std::string("the coordinator"));
+  Result<Inbound> inbound =
+      DecodeInbound(routed ? frames[0].to_string_view() : std::string_view(),
+                    payload.to_string_view(), routed);
+  if (!inbound.ok()) {
+    spdlog::warn("control channel: {}", inbound.status().message());
     return ReadResult::kDropped;
   }
   if (src_fd != nullptr) *src_fd = zmq_msg_get(payload.handle(), ZMQ_SRCFD);
-  *out = std::move(inbound);
+  *out = std::move(*inbound);
   return ReadResult::kMessage;
 }
 
@@ -373,6 +357,36 @@ class ZmqControlClient final : public ControlClient {
 };
 
 }  // namespace
+
+// Every PeerName is printable ASCII without spaces; anything else is a peer
+// that is not a Headway worker (a DEALER without an identity gets ZeroMQ's
+// binary one).
+static bool IsPrintableIdentity(std::string_view identity) {
+  if (identity.empty()) return false;
+  for (unsigned char c : identity) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+Result<Inbound> DecodeInbound(std::string_view identity, std::string_view payload, bool routed) {
+  Inbound inbound;
+  if (routed) inbound.peer = std::string(identity);
+  if (routed && !IsPrintableIdentity(identity)) {
+    return Status::InvalidArgument("dropped a message of " + std::to_string(payload.size()) +
+                                   " bytes from a peer whose identity is not a worker's: \"" +
+                                   EscapeForLog(inbound.peer) + "\"");
+  }
+  // protobuf takes an int size; a larger payload cannot be an Envelope of
+  // ours (ZMQ_MAXMSGSIZE stops it long before).
+  if (payload.size() > size_t(std::numeric_limits<int>::max()) ||
+      !inbound.envelope.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return Status::InvalidArgument(
+        "dropped an unparsable message of " + std::to_string(payload.size()) + " bytes from " +
+        (routed ? "`" + inbound.peer + "`" : std::string("the coordinator")));
+  }
+  return inbound;
+}
 
 std::string PeerName(int instance_id, int tp_rank) {
   return "i" + std::to_string(instance_id) + "r" + std::to_string(tp_rank);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -58,6 +59,15 @@ struct Inbound {
   std::string peer;              // routing identity of the sender
   proto::Envelope envelope;      // kMessage only
 };
+
+// The checks every received message passes before Receive returns it, as a
+// pure function of its frames: `identity` is the ROUTER's routing-identity
+// frame (`routed`; ignored for a DEALER, whose Inbound::peer stays empty)
+// and `payload` the serialized proto::Envelope. Errors: InvalidArgument
+// when a routed identity is not printable ASCII (0x21..0x7e; every PeerName
+// is) or the payload does not parse; the message, safe for a log (the
+// identity passes through EscapeForLog), says which and how many bytes.
+Result<Inbound> DecodeInbound(std::string_view identity, std::string_view payload, bool routed);
 
 // CurveZMQ (RFC 26) on the control plane: the coordinator's ROUTER is a
 // CURVE server and admits, through its ZAP handler (comm/zap_handler.h),

@@ -26,6 +26,9 @@ PACKAGES=(
   libopenblas-dev libpcre2-dev libucx-dev ucx-utils libgloo-dev
   libgtest-dev libgmock-dev
   openssh-client openssh-server
+  # The fuzz build (tests/fuzz, deploy/test.sh --fuzz): clang, libFuzzer and
+  # the sanitizer runtimes, and clang's OpenMP.
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 MODEL_DIR="${HEADWAY_MODEL_DIR:-$HOME/.cache/headway/models}"

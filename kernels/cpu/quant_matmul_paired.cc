@@ -1,5 +1,5 @@
-// Two instances of quant_paired_sweep.inc: under `#pragma GCC target` for
-// AVX-512F, and for the AVX2 baseline. Each lives in an anonymous namespace
+// Two instances of quant_paired_sweep.inc: under `#pragma GCC target` (clang:
+// `#pragma clang attribute`) for AVX-512F, and for the AVX2 baseline. Each lives in an anonymous namespace
 // (internal linkage), so the linker never merges an AVX-512 copy of a
 // function into code that runs on AVX2-only machines; the shared helpers
 // (quant_blocks_avx2.h) are defined before the pragma, for the baseline, and
@@ -15,8 +15,13 @@
 namespace headway::cpu::paired {
 namespace {
 
+// clang ignores GCC's target pragmas; its own attribute pragma does the same.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 namespace avx512_impl {
 
 struct Ops {
@@ -45,7 +50,11 @@ struct Ops {
 #include "kernels/cpu/quant_paired_sweep.inc"
 
 }  // namespace avx512_impl
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace avx2_impl {
 
