@@ -38,6 +38,12 @@ esac
 # HTTP with fake workers), the control channel, KV transfer over UCX, and the
 # shm and Gloo all-reduce.
 TSAN_TARGETS=(test_comm test_worker test_integration headway-coordinator headway-worker)
+# Left out, as ThreadSanitizer cannot see what orders them (they pass under
+# AddressSanitizer): KV transfer over UCX's shared-memory transports (sm, posix,
+# cma), whose FIFOs UCX, not instrumented, synchronizes with plain memory
+# accesses; and cases whose receiver runs in a forked child and is told over
+# a socket that another process's write completed (TSan follows one process).
+TSAN_EXCLUDE='/(sm_self|posix_cma_self)( |$)|^KvTransferCrossProcessTest\.(Tcp|SharedMemory)ReceiverInChildGetsBlocks$|^Transports/KvTransferFaultTest\.'
 # (A parameterized case's name starts with its instantiation, "Transports/".)
 TSAN_TESTS='^([A-Za-z]+/)?(ComputeThreadTest|StepExecutorTest|CoordinatorFakeWorkerTest|ControlChannel|ControlAuthTest|KvTransfer|KvHandoff|CommunicatorTest|ShmCommunicatorTest|ChildProcessSanitizerTest)\.'
 
@@ -63,8 +69,13 @@ case "$SANITIZE" in
     ;;
   thread)
     cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TSAN_TARGETS[@]}"
-    # Races are reported as found; the process then exits 66.
+    # Races are reported as found; the process then exits 66. UCX's memory
+    # hooks (libucm patches mmap/madvise, loaded with headway_comm) run in
+    # glibc's thread exit after ThreadSanitizer has let go of the thread, and
+    # crash it: UCX runs without them, as with any allocator it cannot hook.
+    export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
     export TSAN_OPTIONS="$(supp tsan)second_deadlock_stack=1:history_size=4${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
-    ctest --test-dir "$BUILD_DIR" --output-on-failure -R "$TSAN_TESTS" -LE slow -j2 "$@"
+    ctest --test-dir "$BUILD_DIR" --output-on-failure -R "$TSAN_TESTS" -E "$TSAN_EXCLUDE" \
+      -LE slow -j2 "$@"
     ;;
 esac
