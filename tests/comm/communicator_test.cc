@@ -267,8 +267,10 @@ TEST_P(CommunicatorTest, PeerDyingMidCollectiveIsUnavailable) {
   int wstatus = 0;
   ASSERT_EQ(child, waitpid(child, &wstatus, 0));
   EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 1) << "child status " << wstatus;
-  close(fds[0]);
+  // The server returns at the dead child's EOF; closing its socket while it
+  // may still be in recv() would race on the descriptor.
   server.join();
+  close(fds[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo", "shm"),

@@ -9,6 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +22,9 @@ namespace headway::testing {
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path)
     : log_path_(std::move(log_path)) {
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(log_path_, ec);
+  log_start_ = ec ? 0 : size;
   pid_ = fork();
   if (pid_ == 0) {
     // Child: never outlive the test process.
@@ -47,6 +53,7 @@ bool ChildProcess::Running() {
   if (r == pid_) {
     exited_ = true;
     status_ = status;
+    CheckSanitizerReports();
     return false;
   }
   return true;
@@ -72,6 +79,30 @@ int ChildProcess::Stop(std::chrono::milliseconds grace) {
   if (WaitExit(grace) != -1) return status_;
   kill(pid_, SIGKILL);
   return WaitExit(std::chrono::seconds(5));
+}
+
+void ChildProcess::CheckSanitizerReports() {
+  std::string log = Log();
+  if (log_start_ >= log.size()) return;
+  log.erase(0, log_start_);
+  // Every sanitizer ends a report with "SUMMARY: <Name>Sanitizer: ...".
+  size_t summary = std::string::npos;
+  for (const char* name : {"Address", "Leak", "Thread", "UndefinedBehavior"}) {
+    summary = std::min(summary, log.find(std::string("SUMMARY: ") + name + "Sanitizer:"));
+  }
+  if (summary == std::string::npos) return;
+  // The first report starts at its "==<pid>==ERROR: ...Sanitizer", "WARNING:
+  // ThreadSanitizer" or "<file>:<line>: runtime error:" line.
+  size_t start = summary;
+  for (const char* marker : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                             "WARNING: ThreadSanitizer", ": runtime error: "}) {
+    start = std::min(start, log.find(marker));
+  }
+  start = log.rfind('\n', start);
+  start = start == std::string::npos ? 0 : start + 1;
+  constexpr size_t kMaxReport = 16384;  // the top frames of several reports
+  ADD_FAILURE() << "sanitizer report from child " << pid_ << " (log " << log_path_ << "):\n"
+                << log.substr(start, kMaxReport);
 }
 
 std::string ChildProcess::Log() const {

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@ namespace headway::testing {
 // A child process that is stopped (SIGTERM, then SIGKILL after 5 s) when the
 // object goes out of scope, on every path out of a test. Its stdout and
 // stderr go to `log_path` (appended) so a failing test can show them.
+// Once it has exited, a sanitizer report in what it wrote to the log (a
+// sanitizer build, README "Tests" > "Sanitizers") fails the current test,
+// whatever its exit status: many tests stop their children with SIGTERM and
+// do not look at how they exited.
 class ChildProcess {
  public:
   // Starts `argv[0]` with arguments argv[1..]. Returns an object whose
@@ -35,8 +40,13 @@ class ChildProcess {
   const std::string& log_path() const { return log_path_; }
 
  private:
+  // Called once the child is reaped: ADD_FAILURE with any sanitizer report
+  // that appeared in the log after log_start_.
+  void CheckSanitizerReports();
+
   pid_t pid_ = -1;
   int status_ = -1;
+  std::uintmax_t log_start_ = 0;  // the log's size (bytes) before the child started
   bool exited_ = false;
   std::string log_path_;
 };
