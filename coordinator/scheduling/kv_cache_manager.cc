@@ -394,10 +394,12 @@ int64_t KvCacheManager::NumCoveredPositions(TableKey key) const {
   return it == tables_.end() ? 0 : it->second.num_positions;
 }
 
-int64_t KvCacheManager::FootprintBlocks(int tp_rank, int64_t max_positions) const {
+int64_t KvCacheManager::FootprintBlocks(int tp_rank, int64_t max_positions,
+                                        int64_t prompt_positions) const {
   int64_t total = 0;
   for (const SlotSpec& spec : ranks_.at(tp_rank).slot_specs) {
-    total += slot_blocks_.FootprintBlocks(spec, max_positions, options_.enable_prefix_caching);
+    total += slot_blocks_.FootprintBlocks(spec, max_positions, options_.enable_prefix_caching,
+                                          max_positions - prompt_positions);
   }
   return total;
 }

@@ -313,8 +313,10 @@ class KvCacheManager {
   // once as it grows to `max_positions` (prompt + max_tokens), summed over
   // the rank's slots (SlotBlocks::FootprintBlocks: every block of a full
   // slot; a recycling sliding slot's sink, the window of a one-token step
-  // and, with prefix caching, its retained prompt window).
-  int64_t FootprintBlocks(int tp_rank, int64_t max_positions) const;
+  // and, with prefix caching, the part of its retained prompt window that
+  // can fall behind, given a prompt of `prompt_positions`; 0 = unknown, the
+  // most).
+  int64_t FootprintBlocks(int tp_rank, int64_t max_positions, int64_t prompt_positions = 0) const;
   // What rank `tp_rank` keeps on top of the footprints so that prefill
   // chunks of up to `max_chunk_tokens` proceed: the blocks one such chunk
   // spans in the recycling sliding slots beyond a one-token step

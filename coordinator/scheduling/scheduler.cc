@@ -31,7 +31,9 @@ std::vector<int64_t> Scheduler::Footprint(const Sequence& seq) const {
     positions = std::min<int64_t>(positions, seq.stop().max_model_len);
   }
   std::vector<int64_t> blocks(size_t(kv_->tp_size()));
-  for (int r = 0; r < kv_->tp_size(); ++r) blocks[size_t(r)] = kv_->FootprintBlocks(r, positions);
+  for (int r = 0; r < kv_->tp_size(); ++r) {
+    blocks[size_t(r)] = kv_->FootprintBlocks(r, positions, seq.num_prompt_tokens());
+  }
   return blocks;
 }
 

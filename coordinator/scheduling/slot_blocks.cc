@@ -52,12 +52,14 @@ BlockSpan SlotBlocks::RetainedSpan(const SlotSpec& spec, int64_t prompt_position
   return {Unneeded(spec, earliest_match).end, committed_blocks};
 }
 
-int64_t SlotBlocks::FootprintBlocks(const SlotSpec& spec, int64_t max_positions,
-                                    bool retains) const {
+int64_t SlotBlocks::FootprintBlocks(const SlotSpec& spec, int64_t max_positions, bool retains,
+                                    int64_t decode_positions) const {
   const int64_t all = LogicalBlocks(max_positions);
   if (!Recycles(spec)) return all;
   const int64_t window = 1 + (int64_t(spec.window) - 1 + block_size_ - 1) / block_size_;
-  return std::min(all, SinkBlocks(spec) + window * (retains ? 2 : 1));
+  const int64_t behind =
+      retains ? std::min(window, LogicalBlocks(std::max<int64_t>(0, decode_positions)) + 2) : 0;
+  return std::min(all, SinkBlocks(spec) + window + behind);
 }
 
 int64_t SlotBlocks::ChunkExtraBlocks(const SlotSpec& spec, int chunk_tokens) const {

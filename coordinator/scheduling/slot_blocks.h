@@ -70,9 +70,14 @@ class SlotBlocks {
   // `max_positions`, computing one token per step. A full slot (or any slot
   // with recycling off): LogicalBlocks(max_positions). A recycling sliding
   // slot (window W, sink S): min(LogicalBlocks(max_positions), sink blocks
-  // + the window of a one-token step, 1 + ceil((W - 1) / B) blocks, + the
-  // retained span when `retains` (prefix caching), as many again).
-  int64_t FootprintBlocks(const SlotSpec& spec, int64_t max_positions, bool retains) const;
+  // + the window of a one-token step, 1 + ceil((W - 1) / B) blocks, + when
+  // `retains` (prefix caching) the retained span's blocks that can lie
+  // behind that window: as many again, but no more than the request moves
+  // past its prompt: ceil(decode_positions / B) + 2, since the committed
+  // length starts up to B - 1 positions before the prompt's end and the
+  // window's first block may be partial).
+  int64_t FootprintBlocks(const SlotSpec& spec, int64_t max_positions, bool retains,
+                          int64_t decode_positions) const;
 
   // Blocks a prefill chunk of `chunk_tokens` can span in this slot beyond
   // a one-token step's: ceil((chunk_tokens - 1) / B) for a recycling

@@ -89,12 +89,14 @@ TEST(SlotBlocksTest, FootprintPlusOneChunkCoversThePrefillPeak) {
     for (const SlotSpec& spec : {Sliding(32, 0), Sliding(100, 7), Sliding(512, 0), SlotSpec{}}) {
       for (int chunk : {1, 5, 64, 512}) {
         for (int64_t len : {1, 31, 200, 5000}) {
-          EXPECT_GE(blocks.FootprintBlocks(spec, len, false) + blocks.ChunkExtraBlocks(spec, chunk),
+          EXPECT_GE(blocks.FootprintBlocks(spec, len, false, len) +
+                        blocks.ChunkExtraBlocks(spec, chunk),
                     blocks.PeakBlocks(spec, len, chunk))
               << "block " << block_size << " window " << spec.window << " chunk " << chunk
               << " len " << len;
           // Retention adds at most the retained span.
-          EXPECT_LE(blocks.FootprintBlocks(spec, len, true) - blocks.FootprintBlocks(spec, len, false),
+          EXPECT_LE(blocks.FootprintBlocks(spec, len, true, len) -
+                        blocks.FootprintBlocks(spec, len, false, len),
                     blocks.RetainedSpan(spec, 1 << 20).end - blocks.RetainedSpan(spec, 1 << 20).begin);
         }
       }
