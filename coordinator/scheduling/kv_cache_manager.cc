@@ -138,7 +138,7 @@ void KvCacheManager::EnsureUnused(const std::vector<int>& needed) {
       if (!ranks_[r].pool.CanAllocate(needed[r])) short_somewhere = true;
     }
     if (!short_somewhere) return;
-    const CacheEntryId victim = cache_.LruOrder().front();
+    const CacheEntryId victim = cache_.NextEviction();
     int64_t by_kind[2] = {0, 0};  // full, sliding
     for (int r = 0; r < tp_size(); ++r) {
       const std::vector<int32_t>& blocks = cache_.blocks(victim)[size_t(r)];
@@ -146,8 +146,6 @@ void KvCacheManager::EnsureUnused(const std::vector<int>& needed) {
         if (blocks[s] >= 0) ++by_kind[ranks_[r].slot_specs[s].IsSliding() ? 1 : 0];
       }
     }
-    num_evicted_blocks_[0] += uint64_t(by_kind[0]);
-    num_evicted_blocks_[1] += uint64_t(by_kind[1]);
     counters_->OnKvBlocksEvicted(by_kind[0], by_kind[1]);
     std::vector<std::vector<int32_t>> evicted = cache_.EvictLru();
     for (int r = 0; r < tp_size(); ++r) ranks_[r].pool.Free(evicted[r]);

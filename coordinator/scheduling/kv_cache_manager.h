@@ -218,10 +218,6 @@ class KvCacheManager {
 
   // Blocks Recycle has returned to the pools since construction (all ranks).
   uint64_t num_recycled_blocks() const { return num_recycled_blocks_; }
-  // Blocks eviction has returned to the pools since construction (all
-  // ranks), by the kind of slot they belonged to.
-  uint64_t num_evicted_full_blocks() const { return num_evicted_blocks_[0]; }
-  uint64_t num_evicted_sliding_blocks() const { return num_evicted_blocks_[1]; }
 
   // Rank `tp_rank`'s rows of `seq_id` ([slot][logical], -1 = no block).
   // REQUIRES: Contains(seq_id).
@@ -424,7 +420,6 @@ class KvCacheManager {
   uint64_t next_pin_id_ = 1;
   uint64_t next_reservation_id_ = 1;
   uint64_t num_recycled_blocks_ = 0;
-  uint64_t num_evicted_blocks_[2] = {0, 0};  // full slots, sliding slots
   InstanceCounters* counters_;  // never null (a no-op default)
 };
 

@@ -157,6 +157,8 @@ class PrefixCache {
   std::vector<CacheEntryId> EntryIds() const;
   // Evictable entry ids, least recently released first.
   std::vector<CacheEntryId> LruOrder() const { return {lru_.begin(), lru_.end()}; }
+  // The entry EvictLru removes next. REQUIRES: num_evictable_entries() > 0.
+  CacheEntryId NextEviction() const { return lru_.front(); }
 
  private:
   struct Entry {
