@@ -2,21 +2,43 @@
 // depth check, then ParseChatRequest. Any bytes must give a request that
 // keeps ParseChatRequest's contract or an OpenAI-style error, never a crash.
 #include <cstdint>
+#include <string_view>
 #include <variant>
 
+#include "common/http_config.h"
 #include "coordinator/http/chat_request.h"
-#include "tests/fuzz/request_fuzz.h"
+#include "coordinator/http/request_limits.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
 
 using namespace headway;
 
+void CheckError(const ApiError& e) {
+  FUZZ_CHECK(e.http_status == 400 || e.http_status == 404, e.message);
+  FUZZ_CHECK(!e.message.empty(), "an error without a message");
+  (void)e.ToJson().dump();
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const CompletionLimits limits = fuzz::RequestLimits();
-  const std::optional<ChatRequest> parsed = fuzz::ParseRequestBody<ChatRequest>(
-      data, size, limits, [](std::string_view body, const CompletionLimits& l) {
-        return ParseChatRequest(body, l);
-      });
-  if (!parsed) return 0;
-  const ChatRequest& req = *parsed;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  // The server refuses deeper bodies before it parses them (api_server.cc).
+  if (auto e = CheckJsonDepth(body, HttpApiConfig{}.max_json_depth)) {
+    CheckError(*e);
+    return 0;
+  }
+  CompletionLimits limits;
+  limits.served_model_name = "m";
+  limits.vocab_size = 100;
+  limits.max_model_len = 64;
+  ParsedChat parsed = ParseChatRequest(body, limits);
+  if (const auto* e = std::get_if<ApiError>(&parsed)) {
+    CheckError(*e);
+    return 0;
+  }
+  const ChatRequest& req = std::get<ChatRequest>(parsed);
   FUZZ_CHECK(!req.messages.empty(), "accepted no messages");
   for (const ChatMessage& m : req.messages) {
     FUZZ_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",

@@ -3,21 +3,43 @@
 // accepted. Any bytes must give a request that keeps ParseCompletionRequest's
 // contract or an OpenAI-style error, never a crash.
 #include <cstdint>
+#include <string_view>
 #include <variant>
 
+#include "common/http_config.h"
 #include "coordinator/http/completion_request.h"
-#include "tests/fuzz/request_fuzz.h"
+#include "coordinator/http/request_limits.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
 
 using namespace headway;
 
+void CheckError(const ApiError& e) {
+  FUZZ_CHECK(e.http_status == 400 || e.http_status == 404, e.message);
+  FUZZ_CHECK(!e.message.empty(), "an error without a message");
+  (void)e.ToJson().dump();
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const CompletionLimits limits = fuzz::RequestLimits();
-  const std::optional<CompletionRequest> parsed = fuzz::ParseRequestBody<CompletionRequest>(
-      data, size, limits, [](std::string_view body, const CompletionLimits& l) {
-        return ParseCompletionRequest(body, l);
-      });
-  if (!parsed) return 0;
-  const CompletionRequest& req = *parsed;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  // The server refuses deeper bodies before it parses them (api_server.cc).
+  if (auto e = CheckJsonDepth(body, HttpApiConfig{}.max_json_depth)) {
+    CheckError(*e);
+    return 0;
+  }
+  CompletionLimits limits;
+  limits.served_model_name = "m";
+  limits.vocab_size = 100;
+  limits.max_model_len = 64;
+  ParsedCompletion parsed = ParseCompletionRequest(body, limits);
+  if (const auto* e = std::get_if<ApiError>(&parsed)) {
+    CheckError(*e);
+    return 0;
+  }
+  const CompletionRequest& req = std::get<CompletionRequest>(parsed);
   if (req.prompt_is_ids) {
     FUZZ_CHECK(!req.prompt_ids.empty(), "accepted an empty id prompt");
     for (int32_t id : req.prompt_ids) {
@@ -37,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::variant<int, ApiError> max_tokens =
       ResolveMaxTokens(n, req.params.max_tokens, limits.max_model_len, kDefaultMaxTokens);
   if (const auto* e = std::get_if<ApiError>(&max_tokens)) {
-    fuzz::CheckApiError(*e);
+    CheckError(*e);
   } else {
     const int m = std::get<int>(max_tokens);
     FUZZ_CHECK(m >= 1 && n + m <= limits.max_model_len,
