@@ -458,6 +458,20 @@ TEST(ConfigTest, RecyclingGranularity) {
       {"cache.recycling_granularity", "head", "kv_head, layer"});
 }
 
+TEST(ConfigTest, AdmissionPolicy) {
+  Result<Config> by_default = ParseConfig(kFull);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
+  EXPECT_EQ(by_default->admission_policy, "guaranteed_no_evict");
+  Result<Config> max_utilization = ParseConfig(
+      Edit(kFull, "max_num_seqs: 32", "max_num_seqs: 32\n  admission_policy: max_utilization"));
+  ASSERT_TRUE(max_utilization.ok()) << max_utilization.status().ToString();
+  EXPECT_EQ(max_utilization->admission_policy, "max_utilization");
+  ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: 32\n  admission_policy: greedy"),
+              {"scheduler.admission_policy", "greedy", "guaranteed_no_evict", "max_utilization"});
+  ExpectError(Edit(kFull, "max_num_seqs: 32", "max_num_seqs: 32\n  admission_policy: [1]"),
+              {"scheduler.admission_policy"});
+}
+
 TEST(ConfigTest, HeadPatternIsOptional) {
   Result<Config> config = ParseConfig(kFull);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
