@@ -116,6 +116,39 @@ TEST(ConfigTest, ShippedTp3ConfigIsValid) {
   EXPECT_EQ(config->Instances()[0]->CollectiveBackend(), "shm");
 }
 
+// The routing benchmark's deployments (bench/conversation_bench.py): each
+// instance one worker with one thread, 128 MiB of KV per worker (the
+// arithmetic is in two-mixed.yaml).
+TEST(ConfigTest, ShippedTwoMixedConfigIsValid) {
+  Result<Config> config =
+      LoadConfigFile(testing::SourceDir() + "/deploy/configs/two-mixed.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->Instances().size(), 2u);
+  for (const InstanceConfig* instance : config->Instances()) {
+    EXPECT_EQ(instance->tp_size, 1);
+    EXPECT_EQ(instance->num_threads, 1);
+  }
+  EXPECT_EQ(config->pools[0].role, PoolRole::kMixed);
+  EXPECT_EQ(config->kv_memory_mb, 128);
+  EXPECT_FALSE(config->kv_transfer_enabled);
+}
+
+TEST(ConfigTest, ShippedPd2p2dConfigIsValid) {
+  Result<Config> config = LoadConfigFile(testing::SourceDir() + "/deploy/configs/pd-2p2d.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->pools.size(), 2u);
+  EXPECT_EQ(config->pools[0].role, PoolRole::kPrefill);
+  EXPECT_EQ(config->pools[1].role, PoolRole::kDecode);
+  ASSERT_EQ(config->Instances().size(), 4u);
+  for (const InstanceConfig* instance : config->Instances()) {
+    EXPECT_EQ(instance->tp_size, 1);
+    EXPECT_EQ(instance->num_threads, 1);
+  }
+  EXPECT_EQ(config->kv_memory_mb, 128);
+  EXPECT_TRUE(config->kv_transfer_enabled);
+  EXPECT_EQ(config->kv_transfer_transports, "tcp");
+}
+
 TEST(ConfigTest, CollectiveBackendAndItsDefaults) {
   const std::string base = Edit(kFull, "num_threads: 2", "num_threads: 2\n        collective: gloo\n        collective_timeout_ms: 5000");
   Result<Config> config = ParseConfig(base);

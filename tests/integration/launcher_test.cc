@@ -1,7 +1,8 @@
 // headway-launch: its plan (pure), then the real binary and the real node
 // agent (headway-node) supervising stand-in processes (shell scripts, with
 // this test serving /health), then, when the coordinator and worker binaries
-// are built, a real deployment whose worker is killed and comes back.
+// are built, a real deployment whose worker is killed and comes back, and
+// the shipped multi-instance configs serving.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -577,6 +578,60 @@ TEST_F(LauncherTest, StartsRealDeploymentAndStops) {
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << run.Err();
   EXPECT_FALSE(Alive(worker_pid));
+}
+
+// The shipped multi-instance configs (bench/conversation_bench.py's) start
+// under headway-launch with every instance ready and answer a completion.
+// Copies with free ports, so that they run beside other tests.
+TEST_F(LauncherTest, ShippedMultiInstanceConfigsServe) {
+  const std::string coordinator = testing::BinaryPath("headway-coordinator");
+  const std::string worker = testing::BinaryPath("headway-worker");
+  if (!fs::exists(coordinator) || !fs::exists(worker)) {
+    GTEST_SKIP() << "needs " << coordinator << " and " << worker;
+  }
+  const std::string model = testing::SmolLm2Path();
+  HW_REQUIRE_MODEL(model);
+  const std::pair<const char*, int> shipped[] = {{"two-mixed.yaml", 2}, {"pd-2p2d.yaml", 4}};
+  for (const auto& [name, num_workers] : shipped) {
+    SCOPED_TRACE(name);
+    const std::string yaml = std::regex_replace(
+        ReadText(testing::SourceDir() + "/deploy/configs/" + name),
+        std::regex(R"(tcp://127\.0\.0\.1:5557)"),
+        "tcp://127.0.0.1:" + std::to_string(FreeTcpPort()));
+    WriteFile(dir_ / name, yaml);
+    const int port = FreeTcpPort();
+    LauncherRun run(dir_, {(dir_ / name).string(), "--bin-dir",
+                           fs::path(coordinator).parent_path().string(), "--model-dir",
+                           fs::path(model).parent_path().string(), "--http-port",
+                           std::to_string(port)});
+    ASSERT_TRUE(run.WaitForStdout("headway: ready at http://127.0.0.1:" + std::to_string(port) +
+                                      " (" + std::to_string(num_workers) + " workers) in",
+                                  130s))
+        << run.Out() << run.Err();
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(60s);
+    httplib::Result health = client.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    size_t ready = 0;
+    for (size_t at = health->body.find("\"state\":\"ready\""); at != std::string::npos;
+         at = health->body.find("\"state\":\"ready\"", at + 1)) {
+      ++ready;
+    }
+    EXPECT_EQ(ready, size_t(num_workers)) << health->body;  // one worker per instance
+    httplib::Result r = client.Post(
+        "/v1/completions",
+        R"({"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})",
+        "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(r->body.find("\"completion_tokens\":4"), std::string::npos) << r->body;
+
+    kill(run.pid(), SIGTERM);
+    std::optional<int> status = run.Wait(30s);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status << run.Err();
+  }
 }
 
 }  // namespace
