@@ -1,12 +1,12 @@
-// The real headway-coordinator process against a fake worker implemented
-// here: a DEALER that speaks proto/control.proto, answers every step with
-// the token of "a", and checks that the block-table deltas it receives are
-// consistent (appended at the end of each row, never a block owned by two
-// sequences, rows covering every computed position). Covers the API:
-// completions and chat, streaming (SSE framing, [DONE], include_usage),
-// logprobs, the API key, /tokenize and /detokenize, aborted streams, and
-// an instance whose worker disconnects (its requests move or fail, /health,
-// /ready and /live).
+// The real headway-coordinator process against fake workers
+// (tests/support/fake_worker.h): DEALERs that speak proto/control.proto,
+// answer every step with the token of "a", and check that the block-table
+// deltas they receive are consistent (appended at the end of each row,
+// never a block owned by two sequences, rows covering every computed
+// position). Covers the API: completions and chat, streaming (SSE framing,
+// [DONE], include_usage), logprobs, the API key, /tokenize and /detokenize,
+// aborted streams, and an instance whose worker disconnects (its requests
+// move or fail, /health, /ready and /live).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <arpa/inet.h>
@@ -21,18 +21,15 @@
 #include <fstream>
 #include <functional>
 #include <future>
-#include <map>
-#include <mutex>
-#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "comm/control_channel.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
 #include "coordinator/http/sse.h"
 #include "coordinator/tokenizer/tokenizer.h"
+#include "tests/support/fake_worker.h"
 #include "tests/support/process.h"
 #include "tests/support/prometheus_parser.h"
 #include "tests/support/test_env.h"
@@ -42,210 +39,14 @@ namespace {
 
 using nlohmann::json;
 using std::chrono::milliseconds;
+using testing::FakeWorker;
+using testing::FakeWorkerOptions;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kBlockSize = 16;
 constexpr int kNumBlocks = 3000;
 constexpr int kMaxModelLen = 256;
 constexpr int kHeartbeatTimeoutMs = 1000;
-
-struct FakeWorkerOptions {
-  std::string address;
-  ModelSpec spec;
-  int instance_id = 0;
-  int32_t token_id = 0;           // answered for every sampled sequence
-  int silent_after_plans = -1;    // >= 0: stop all traffic after this many plans
-  int step_delay_ms = 0;          // simulated compute time per step
-};
-
-// A fake worker's death: destroying it closes its control connection, as
-// the kernel does for a killed process.
-
-class FakeWorker {
- public:
-  explicit FakeWorker(FakeWorkerOptions options) : options_(std::move(options)) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~FakeWorker() {
-    stop_ = true;
-    thread_.join();
-  }
-
-  bool registered() const { return registered_; }
-  bool got_shutdown() const { return got_shutdown_; }
-  bool shutdown_fault() const { return shutdown_fault_; }  // of the first Shutdown
-  // Sends a DrainRequest, as a worker does on SIGTERM.
-  void RequestDrain() { drain_ = true; }
-  bool silent() const { return silent_; }
-  int num_plans() const { return num_plans_; }
-  void GoSilent() { silent_ = true; }
-  std::vector<std::string> errors() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return errors_;
-  }
-  size_t num_live_sequences() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return seqs_.size();
-  }
-
- private:
-  struct Seq {
-    std::vector<std::vector<int32_t>> rows;  // [slot][logical]
-    int num_positions = 0;
-  };
-
-  void Error(const std::string& e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    errors_.push_back(e);
-  }
-
-  void Run() {
-    auto client = ControlClient::Connect(options_.address, PeerName(options_.instance_id, 0));
-    if (!client.ok()) return Error(client.status().ToString());
-    const ModelSpec& spec = options_.spec;
-    proto::Envelope reg;
-    proto::RegisterRequest* r = reg.mutable_register_request();
-    r->set_instance_id(uint32_t(options_.instance_id));
-    r->set_tp_rank(0);
-    r->set_tp_size(1);
-    r->set_model_name(spec.name);
-    r->set_num_layers(spec.num_layers);
-    r->set_num_local_kv_heads(spec.num_kv_heads);
-    r->set_head_dim(spec.head_dim);
-    r->set_block_size(kBlockSize);
-    r->set_block_bytes(uint64_t(2) * kBlockSize * spec.head_dim * 4);
-    r->set_num_blocks(kNumBlocks);
-    r->set_vocab_size(spec.vocab_size);
-    r->set_pid(getpid());
-    if (!(*client)->Send(reg).ok()) return Error("cannot send RegisterRequest");
-    Clock::time_point last_sent = Clock::now();
-    while (!stop_) {
-      if (drain_.exchange(false)) {
-        proto::Envelope drain;
-        drain.mutable_drain_request()->set_reason("test");
-        if (!(*client)->Send(drain).ok()) Error("cannot send DrainRequest");
-      }
-      if (!silent_ && Clock::now() - last_sent > milliseconds(100)) {
-        proto::Envelope hb;
-        hb.mutable_heartbeat()->set_sent_unix_ms(0);
-        (void)(*client)->Send(hb);
-        last_sent = Clock::now();
-      }
-      std::optional<proto::Envelope> env = (*client)->Receive(milliseconds(10));
-      if (!env || silent_) continue;
-      if (env->has_register_response()) {
-        if (!env->register_response().accepted()) Error("rejected: " + env->register_response().error());
-        registered_ = env->register_response().accepted();
-      } else if (env->has_shutdown()) {
-        // A real worker exits at its first Shutdown; this one stays, so a
-        // later message gets it a second Shutdown (an unregistered worker's).
-        if (!got_shutdown_) shutdown_fault_ = env->shutdown().fault();
-        got_shutdown_ = true;
-      } else if (env->has_step_plan()) {
-        if (options_.silent_after_plans >= 0 && num_plans_ >= options_.silent_after_plans) {
-          silent_ = true;
-          continue;
-        }
-        ++num_plans_;
-        if (options_.step_delay_ms > 0) std::this_thread::sleep_for(milliseconds(options_.step_delay_ms));
-        proto::Envelope reply;
-        *reply.mutable_step_result() = Apply(env->step_plan());
-        if (!(*client)->Send(reply).ok()) Error("cannot send StepResult");
-        last_sent = Clock::now();
-      }
-    }
-  }
-
-  proto::StepResult Apply(const proto::StepPlan& plan) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto error = [&](const std::string& e) {
-      errors_.push_back("step " + std::to_string(plan.step_id()) + ": " + e);
-    };
-    if (plan.step_id() <= last_step_id_) error("step_id did not increase");
-    last_step_id_ = plan.step_id();
-    for (uint64_t id : plan.released_seq_ids()) {
-      auto it = seqs_.find(id);
-      if (it == seqs_.end()) {
-        error("release of unknown sequence " + std::to_string(id));
-        continue;
-      }
-      for (const auto& row : it->second.rows) {
-        for (int32_t b : row) {
-          if (--used_blocks_[b] == 0) used_blocks_.erase(b);
-        }
-      }
-      seqs_.erase(it);
-    }
-    const int num_slots = options_.spec.num_layers * options_.spec.num_kv_heads;
-    proto::StepResult result;
-    result.set_step_id(plan.step_id());
-    result.set_tp_rank(0);
-    for (const proto::SequenceStep& step : plan.seqs()) {
-      std::string who = "seq " + std::to_string(step.seq_id()) + ": ";
-      bool known = seqs_.count(step.seq_id()) > 0;
-      if (step.is_new() == known) error(who + "is_new disagrees with the worker's state");
-      Seq& seq = seqs_[step.seq_id()];
-      if (seq.rows.empty()) seq.rows.resize(num_slots);
-      // A prefix-cache hit: a new sequence starts after its cached positions,
-      // whose full blocks it may share with live sequences.
-      const int num_cached = step.is_new() ? int(step.start_pos()) : 0;
-      if (step.is_new() && num_cached % kBlockSize != 0) error(who + "cached prefix is not whole blocks");
-      if (step.is_new()) seq.num_positions = num_cached;
-      if (int(step.start_pos()) != seq.num_positions) {
-        error(who + "start_pos " + std::to_string(step.start_pos()) + " but " +
-              std::to_string(seq.num_positions) + " computed");
-      }
-      if (step.token_ids().empty()) error(who + "no tokens");
-      for (const proto::SlotDelta& d : step.deltas()) {
-        if (int(d.slot()) >= num_slots) {
-          error(who + "slot out of range");
-          continue;
-        }
-        auto& row = seq.rows[d.slot()];
-        if (d.first_logical() != row.size()) error(who + "delta does not append at the row's end");
-        for (int32_t b : d.appended()) {
-          if (b < 0 || b >= kNumBlocks) error(who + "block id out of range");
-          bool shared_prefix = int(row.size() + 1) * kBlockSize <= num_cached;
-          if (used_blocks_[b]++ > 0 && !shared_prefix) {
-            error(who + "block " + std::to_string(b) + " already in use");
-          }
-          row.push_back(b);
-        }
-      }
-      seq.num_positions = int(step.start_pos()) + step.token_ids_size();
-      for (const auto& row : seq.rows) {
-        if (int(row.size()) * kBlockSize < seq.num_positions) error(who + "row does not cover the positions");
-      }
-      if (step.sample()) {
-        proto::SampledToken* t = result.add_tokens();
-        t->set_seq_id(step.seq_id());
-        t->set_token_id(options_.token_id);
-        t->set_logprob(-0.25f);
-        for (int k = 0; k < int(step.sampling().num_logprobs()); ++k) {
-          proto::TopLogprob* top = t->add_top_logprobs();
-          top->set_token_id(options_.token_id + k);
-          top->set_logprob(-0.25f - k);
-        }
-      }
-    }
-    return result;
-  }
-
-  const FakeWorkerOptions options_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> silent_{false};
-  std::atomic<bool> registered_{false};
-  std::atomic<bool> got_shutdown_{false};
-  std::atomic<bool> shutdown_fault_{false};
-  std::atomic<bool> drain_{false};
-  std::atomic<int> num_plans_{0};
-  mutable std::mutex mu_;
-  std::vector<std::string> errors_;
-  std::map<uint64_t, Seq> seqs_;
-  std::map<int32_t, int> used_blocks_;  // block -> sequences holding it
-  uint64_t last_step_id_ = 0;
-};
 
 struct Reply {
   int status = 0;
@@ -306,9 +107,22 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
     if (HasFailure() && coordinator_) std::cerr << "coordinator log:\n" << coordinator_->Log();
   }
 
+  // A fake worker for `instance_id` of this config's pool and block size.
+  FakeWorkerOptions WorkerOptions(int instance_id, int silent_after_plans, int step_delay_ms) const {
+    FakeWorkerOptions options;
+    options.address = control_address_;
+    options.spec = spec_;
+    options.instance_id = instance_id;
+    options.token_id = token_a_;
+    options.silent_after_plans = silent_after_plans;
+    options.step_delay_ms = step_delay_ms;
+    options.block_size = kBlockSize;
+    options.num_blocks = kNumBlocks;
+    return options;
+  }
+
   void StartWorker(int silent_after_plans = -1, int step_delay_ms = 0) {
-    worker_ = std::make_unique<FakeWorker>(
-        FakeWorkerOptions{control_address_, spec_, 0, token_a_, silent_after_plans, step_delay_ms});
+    worker_ = std::make_unique<FakeWorker>(WorkerOptions(0, silent_after_plans, step_delay_ms));
   }
 
   // Waits for /health == `status`.
@@ -857,9 +671,7 @@ class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
 
   std::unique_ptr<FakeWorker> Worker(int instance_id, int silent_after_plans = -1,
                                      int step_delay_ms = 0) const {
-    FakeWorkerOptions options{control_address_, spec_,           instance_id,
-                              token_a_,         silent_after_plans, step_delay_ms};
-    return std::make_unique<FakeWorker>(std::move(options));
+    return std::make_unique<FakeWorker>(WorkerOptions(instance_id, silent_after_plans, step_delay_ms));
   }
 
   bool WaitHealthStatus(const std::string& status, milliseconds timeout = milliseconds(30000)) {
