@@ -319,7 +319,7 @@ class StreamLoad {
     current_ = &threads_stats_[size_t(thread_index)];
     std::mt19937_64 rng(options_.seed * 7919 + uint64_t(thread_index));
     const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    std::vector<Conn> conns(size_t(num_streams));  // never resized: epoll holds pointers
+    std::vector<Conn> conns(static_cast<size_t>(num_streams));  // never resized: epoll holds pointers
     std::vector<epoll_event> events(256);
     while (!stop_) {
       const Clock::time_point now = Clock::now();

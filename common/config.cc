@@ -212,6 +212,20 @@ Status ParseKvTransfer(const YAML::Node& node, Config& config) {
   return Status::Ok();
 }
 
+Status ParseRouting(const YAML::Node& node, Config& config) {
+  const std::string path = "routing";
+  HW_RETURN_IF_ERROR(RequireMap(node, path));
+  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"policy", "prefix_weight"}));
+  if (node["policy"]) {
+    HW_RETURN_IF_ERROR(ReadString(node["policy"], "routing.policy", config.routing_policy));
+  }
+  if (node["prefix_weight"]) {
+    HW_RETURN_IF_ERROR(
+        ReadDouble(node["prefix_weight"], "routing.prefix_weight", config.routing_prefix_weight));
+  }
+  return Status::Ok();
+}
+
 Status ParseScheduler(const YAML::Node& node, Config& config) {
   const std::string path = "scheduler";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
@@ -378,8 +392,8 @@ Status ParsePool(const YAML::Node& node, const std::string& path, PoolConfig& po
 Status ParseDocument(const YAML::Node& root, Config& config) {
   HW_RETURN_IF_ERROR(RequireMap(root, ""));
   HW_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "kv_transfer", "pools",
-                           "host_addresses", "launch", "chat", "security"}));
+      CheckKeys(root, "", {"model", "coordinator", "cache", "scheduler", "routing", "kv_transfer",
+                           "pools", "host_addresses", "launch", "chat", "security"}));
   if (!root["model"]) {
     return Status::InvalidArgument("missing key `model.path`: must be the GGUF file (absolute, "
                                    "or relative to the model directory)");
@@ -389,6 +403,7 @@ Status ParseDocument(const YAML::Node& root, Config& config) {
   if (root["cache"]) HW_RETURN_IF_ERROR(ParseCache(root["cache"], config));
   if (root["chat"]) HW_RETURN_IF_ERROR(ParseChat(root["chat"], config));
   if (root["scheduler"]) HW_RETURN_IF_ERROR(ParseScheduler(root["scheduler"], config));
+  if (root["routing"]) HW_RETURN_IF_ERROR(ParseRouting(root["routing"], config));
   if (root["kv_transfer"]) HW_RETURN_IF_ERROR(ParseKvTransfer(root["kv_transfer"], config));
   if (root["host_addresses"]) {
     HW_RETURN_IF_ERROR(ParseHostAddresses(root["host_addresses"], config));
@@ -590,6 +605,15 @@ Status ValidateConfig(const Config& config) {
                                 config.max_num_batched_tokens, 1, kMaxTokens, "(tokens)"));
   HW_RETURN_IF_ERROR(
       CheckRange("scheduler.max_model_len", config.max_model_len, 1, kMaxTokens, "(tokens)"));
+  if (config.routing_policy != "prefix_aware" && config.routing_policy != "least_loaded" &&
+      config.routing_policy != "round_robin") {
+    return BadValue("routing.policy", "\"" + config.routing_policy + "\"",
+                    "one of prefix_aware, least_loaded, round_robin");
+  }
+  if (!(config.routing_prefix_weight >= 0.0 && config.routing_prefix_weight <= 1e6)) {
+    return BadValue("routing.prefix_weight", std::to_string(config.routing_prefix_weight),
+                    "a number in [0, 1e6]");
+  }
 
   if (config.pools.empty()) {
     return Status::InvalidArgument(

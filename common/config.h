@@ -205,6 +205,16 @@ struct Config {
   // footprint at its max_tokens plus its own; "max_utilization" when its
   // first chunk fits, preempting by recompute as requests grow.
   std::string admission_policy = "guaranteed_no_evict";
+  // routing (coordinator/engine/router.h): which instance of a pool takes a
+  // new request. "prefix_aware" weighs each instance's exact prefix-cache
+  // hit on the prompt against its load; "least_loaded" takes the instance
+  // with the fewest sequences; "round_robin" takes them in turn.
+  std::string routing_policy = "prefix_aware";
+  // prefix_aware's balance between hit and load: the cost of one prefill
+  // token an instance must compute, in tokens of KV its running sequences
+  // hold (router.h). Larger keeps a prefix on its instance under more
+  // imbalance; 0 routes by load alone.
+  double routing_prefix_weight = 2.0;
   // pools
   std::vector<PoolConfig> pools;
   // host_addresses: per host name used in some instance's `hosts`. A host

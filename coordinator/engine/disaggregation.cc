@@ -26,8 +26,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 DisaggregationCoordinator::DisaggregationCoordinator(const Config& config, const ModelSpec& spec,
                                                      InstanceRegistry* registry,
-                                                     ServingMetrics* metrics)
-    : config_(config), spec_(spec), registry_(registry), metrics_(metrics) {}
+                                                     Router* router, ServingMetrics* metrics)
+    : config_(config), spec_(spec), registry_(registry), router_(router), metrics_(metrics) {}
 
 int64_t DisaggregationCoordinator::PrefillPositions(size_t prompt_length) const {
   return (int64_t(prompt_length) - 1) / config_.block_size * config_.block_size;
@@ -64,7 +64,8 @@ std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
   Job& job = it->second;
   metrics_->OnPdPrefill(Seconds(Clock::now() - job.arrival));
   const TokenIds prompt{job.request.prompt_ids, {}};
-  Instance* decode = DecodeInstanceFor(*registry_, prompt, job.full_positions);
+  const Route route = router_->Pick(*registry_, PoolRole::kDecode, prompt, job.full_positions);
+  Instance* decode = route.instance;
   if (decode == nullptr) {
     Handoff failed;
     failed.request_id = request_id;
@@ -75,6 +76,7 @@ std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
   }
   job.decode = decode->id;
   job.decode_generation = decode->generation;
+  metrics_->OnRouted(decode->id, route.hit_positions);
   StartTransfer(request_id, job, prefill, *decode, &out);
   return out;
 }

@@ -40,6 +40,7 @@
 #include "common/status.h"
 #include "coordinator/engine/engine_request.h"
 #include "coordinator/engine/instance_registry.h"
+#include "coordinator/engine/router.h"
 #include "coordinator/metrics/serving_metrics.h"
 
 namespace headway {
@@ -58,9 +59,10 @@ struct Handoff {
 
 class DisaggregationCoordinator {
  public:
-  // `registry` and `metrics` must outlive the coordinator.
+  // `registry`, `router` and `metrics` must outlive the coordinator. The
+  // router chooses each job's decode instance once its prefill is done.
   DisaggregationCoordinator(const Config& config, const ModelSpec& spec,
-                            InstanceRegistry* registry, ServingMetrics* metrics);
+                            InstanceRegistry* registry, Router* router, ServingMetrics* metrics);
 
   DisaggregationCoordinator(const DisaggregationCoordinator&) = delete;
   DisaggregationCoordinator& operator=(const DisaggregationCoordinator&) = delete;
@@ -154,6 +156,7 @@ class DisaggregationCoordinator {
   const Config& config_;
   const ModelSpec& spec_;
   InstanceRegistry* const registry_;
+  Router* const router_;
   ServingMetrics* const metrics_;
   std::unordered_map<uint64_t, Job> jobs_;            // by request id
   std::unordered_map<uint64_t, uint64_t> transfers_;  // transfer id -> request id

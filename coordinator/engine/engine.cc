@@ -96,6 +96,7 @@ struct Engine::Impl {
   std::unique_ptr<ControlServer> server;
   std::unique_ptr<ServingMetrics> metrics;
   InstanceRegistry registry;
+  Router router;
   DisaggregationCoordinator disaggregation;
   RequestTable requests;
 };
@@ -120,7 +121,8 @@ Engine::Impl::Impl(Config c, ModelSpec s, const Tokenizer* t, std::unique_ptr<Co
       server(std::move(srv)),
       metrics(MakeMetrics(config)),
       registry(config, spec, server.get(), metrics.get()),
-      disaggregation(config, spec, &registry, metrics.get()),
+      router(config),
+      disaggregation(config, spec, &registry, &router, metrics.get()),
       requests(metrics.get()) {}
 
 // ======================================================================
@@ -281,12 +283,20 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
     requests.Refuse(std::move(promise), request.stream, std::move(status));
   };
   const bool pd = Disaggregated(registry);
+  const TokenIds prompt{request.prompt_ids, {}};
   // Prompts of at least one whole block (besides the last position) go
   // through a prefill instance; shorter ones have nothing to transfer.
-  const bool prefill_first = pd && disaggregation.PrefillPositions(request.prompt_ids.size()) > 0;
-  Instance* prefill = prefill_first ? LeastLoaded(registry, PoolRole::kPrefill) : nullptr;
-  Instance* target =
-      prefill != nullptr ? prefill : LeastLoaded(registry, pd ? PoolRole::kDecode : PoolRole::kMixed);
+  const int64_t prefill_positions =
+      pd ? disaggregation.PrefillPositions(request.prompt_ids.size()) : 0;
+  const Route prefill = prefill_positions > 0
+                            ? router.Pick(registry, PoolRole::kPrefill, prompt, prefill_positions)
+                            : Route{};
+  const Route route =
+      prefill.instance != nullptr
+          ? prefill
+          : router.Pick(registry, pd ? PoolRole::kDecode : PoolRole::kMixed, prompt,
+                        prompt.size());
+  Instance* target = route.instance;
   // Without a ready prefill instance, the decode instance prefills the
   // whole prompt itself.
   if (target == nullptr) {
@@ -303,9 +313,11 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
         (pd ? "; a decode instance is needed)" : ")")));
   }
   const Clock::time_point arrival = Clock::now();
-  Status added = prefill != nullptr ? disaggregation.Begin(id, request, *prefill, arrival)
-                                    : AddSequence(*target, id, request, arrival);
+  Status added = prefill.instance != nullptr
+                     ? disaggregation.Begin(id, request, *prefill.instance, arrival)
+                     : AddSequence(*target, id, request, arrival);
   if (!added.ok()) return fail(Status::InvalidArgument(added.message()));
+  metrics->OnRouted(target->id, route.hit_positions);
   requests.Add(id, target->id, request.deadline, std::move(promise),
                std::make_unique<OutputProcessor>(*tokenizer,
                                                  StopConditionsOf(request, config, *tokenizer),

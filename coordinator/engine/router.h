@@ -1,26 +1,99 @@
-// Where a request runs: the instance of a pool that takes it. Today by load
-// alone, except a disaggregated request's decode instance, which is the one
-// already holding the longest prefix of its prompt (least KV to move).
+// Where a request runs: which accepting instance (ready, not draining) of a
+// pool takes it, by the policy of config key routing.policy.
+//
+//   least_loaded   the fewest waiting + running sequences.
+//   round_robin    the pool's accepting instances in turn, by instance id.
+//   prefix_aware   the least cost, in tokens, of
+//
+//                    cost(i) = w * (queued(i) + n - hit(i)) + active(i)
+//
+//     n          positions of the request to place: its prompt, or the
+//                whole blocks a prefill job computes;
+//     hit(i)     the first of those that instance i's prefix cache holds
+//                now (KvCacheManager::MatchPrefix). Exact, not estimated:
+//                the coordinator allocates every block of every instance;
+//     queued(i)  prompt tokens queued on i and not yet computed
+//                (SchedulerLoad::queued_prefill_tokens);
+//     active(i)  KV positions i's running sequences hold, the context its
+//                decode steps attend over (SchedulerLoad::active_tokens);
+//     w          routing.prefix_weight.
+//
+//   The first term is the prefill i must do before this request's first
+//   token, the second its decode load. This is the cost of Dynamo's KV
+//   router ("overlap score weight" x potential prefill blocks + potential
+//   decode blocks; docs.nvidia.com/dynamo, Router Design), counted in tokens
+//   and with an exact hit. SGLang's cache-aware router gets the same balance
+//   from thresholds instead (route to the best match unless the load is
+//   imbalanced past balance_abs/rel_threshold); llm-d's precise prefix-cache
+//   scorer adds the resident-block fraction to load scorers with weights.
+//   w = 0 routes by load alone; a larger w keeps a conversation on the
+//   instance holding its earlier turns under more imbalance: at w = 2 a
+//   turn of 1,000 cached tokens moves only when its instance holds 2,000
+//   more active tokens than another.
+//
+// Ties go to the fewer sequences, then the lower instance id, so a policy
+// decides the same way for the same state.
+//
+// Not thread-safe: the engine thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 
+#include "common/config.h"
 #include "coordinator/engine/instance_registry.h"
 
 namespace headway {
+
+enum class RoutingPolicy { kLeastLoaded, kPrefixAware, kRoundRobin };
+
+// Parses config key routing.policy ("least_loaded", "prefix_aware",
+// "round_robin"); nullopt for anything else (ValidateConfig refuses it).
+std::optional<RoutingPolicy> ParseRoutingPolicy(const std::string& name);
+const char* RoutingPolicyName(RoutingPolicy policy);
 
 // True when the deployment has a prefill pool (and so a decode pool):
 // requests are prefilled on one instance and decoded on another.
 bool Disaggregated(const InstanceRegistry& registry);
 
-// The accepting instance (ready, not draining) of pool role `role` with the
-// fewest waiting + running sequences (the first of equals); nullptr if none.
+// The accepting instance of pool role `role` with the fewest waiting +
+// running sequences (the lowest id of equals); nullptr if none. Failover
+// (moving a request off an instance that went down) uses it whatever the
+// policy: the request's prefix went with the instance.
 Instance* LeastLoaded(InstanceRegistry& registry, PoolRole role);
 
-// The accepting decode instance whose prefix cache holds the most of
-// `prompt`'s first `num_positions` positions, the least loaded of equals;
-// nullptr if none.
-Instance* DecodeInstanceFor(InstanceRegistry& registry, const TokenIds& prompt,
-                            int64_t num_positions);
+// A routing decision: the instance, and what it already holds of the
+// request (0 when the policy does not look).
+struct Route {
+  Instance* instance = nullptr;  // nullptr: no accepting instance in the pool
+  int64_t hit_positions = 0;     // of the n positions asked about
+};
+
+class Router {
+ public:
+  // `prefix_weight` is w above, >= 0.
+  Router(RoutingPolicy policy, double prefix_weight);
+  // From config keys routing.policy and routing.prefix_weight.
+  // REQUIRES: ValidateConfig(config).ok().
+  explicit Router(const Config& config);
+
+  RoutingPolicy policy() const { return policy_; }
+
+  // The instance of pool role `role` that takes a request whose first
+  // `num_positions` positions of `prompt` are to be computed there (or
+  // received there: a decode instance after a prefill job).
+  // REQUIRES: 0 <= num_positions <= the prompt's length.
+  Route Pick(InstanceRegistry& registry, PoolRole role, const TokenIds& prompt,
+             int64_t num_positions);
+
+ private:
+  RoutingPolicy policy_;
+  double prefix_weight_;
+  // round_robin: per pool role, the id of the instance that took the last
+  // request; the next goes to the first accepting instance after it.
+  std::map<PoolRole, int> last_;
+};
 
 }  // namespace headway

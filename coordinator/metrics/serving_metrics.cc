@@ -125,6 +125,8 @@ struct ServingMetrics::InstanceFamilies {
   CounterFamily* generation_tokens = nullptr;
   CounterFamily* preemptions = nullptr;
   CounterFamily* recycled = nullptr;
+  CounterFamily* routed = nullptr;
+  CounterFamily* routed_hits = nullptr;
   CounterFamily* evicted = nullptr;  // + slot_kind
   CounterFamily* success = nullptr;  // + finished_reason
   CounterFamily* rejected = nullptr;
@@ -219,6 +221,16 @@ Status ServingMetrics::AddCounterFamilies(InstanceFamilies* f) {
                                    "Sliding-window KV blocks returned to the pools once outside "
                                    "every window and sink.",
                                    labels));
+  HW_ASSIGN_OR_RETURN(f->routed,
+                      r.AddCounter("headway:routed_requests_total",
+                                   "Requests the router placed on the instance (a disaggregated "
+                                   "request counts on its prefill and on its decode instance).",
+                                   labels));
+  HW_ASSIGN_OR_RETURN(f->routed_hits,
+                      r.AddCounter("headway:routed_prefix_hit_tokens_total",
+                                   "Tokens of the requests placed on the instance that its prefix "
+                                   "cache held when the router chose it.",
+                                   labels));
   HW_ASSIGN_OR_RETURN(f->evicted,
                       r.AddCounter("headway:kv_blocks_evicted_total",
                                    "KV blocks returned to the pools by evicting least recently "
@@ -251,6 +263,8 @@ Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) 
   HW_ASSIGN_OR_RETURN(s.generation_tokens, f.generation_tokens->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.preemptions, f.preemptions->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.blocks_recycled, f.recycled->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.routed, f.routed->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.routed_hits, f.routed_hits->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.blocks_evicted_full, f.evicted->WithLabels({model_name_, values[1], "full"}));
   HW_ASSIGN_OR_RETURN(s.blocks_evicted_sliding,
                       f.evicted->WithLabels({model_name_, values[1], "sliding"}));
@@ -397,6 +411,14 @@ void ServingMetrics::OnKvBlocksRecycled(int instance_id, int64_t num_blocks) {
   if (s == nullptr) return;
   if (num_blocks < 0) return Reject(instance_id);
   (void)s->blocks_recycled->Increment(static_cast<double>(num_blocks));
+}
+
+void ServingMetrics::OnRouted(int instance_id, int64_t hit_tokens) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (hit_tokens < 0) return Reject(instance_id);
+  (void)s->routed->Increment(1.0);
+  (void)s->routed_hits->Increment(static_cast<double>(hit_tokens));
 }
 
 void ServingMetrics::OnKvBlocksEvicted(int instance_id, int64_t full_blocks,

@@ -22,6 +22,8 @@
 //     headway:num_preemptions_total          preempted sequences
 //     headway:kv_blocks_recycled_total       sliding-window blocks returned to the pools
 //                                            (recycling frees sliding slots' blocks only)
+//     headway:routed_requests_total          requests the router placed on the instance
+//     headway:routed_prefix_hit_tokens_total their tokens its prefix cache held at that moment
 //     headway:kv_blocks_evicted_total        blocks freed by prefix-cache eviction, extra
 //                                            label slot_kind (full | sliding)
 //     headway:request_success_total          finished requests, extra label finished_reason
@@ -131,6 +133,10 @@ class ServingMetrics {
   // <= queried_tokens. Call once per lookup that decides a prefill.
   void OnPrefixCacheQuery(int instance_id, int64_t queried_tokens, int64_t hit_tokens);
 
+  // The router placed a request on the instance, which held `hit_tokens`
+  // of it in its prefix cache then (coordinator/engine/router.h).
+  // REQUIRES (else rejected): hit_tokens >= 0.
+  void OnRouted(int instance_id, int64_t hit_tokens);
   // A KV transfer between instances finished: `bytes` and `blocks` moved in
   // `seconds` (plan sent to last result). Deployment-wide series:
   // headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total,
@@ -206,6 +212,8 @@ class ServingMetrics {
     Counter* generation_tokens = nullptr;
     Counter* preemptions = nullptr;
     Counter* blocks_recycled = nullptr;
+    Counter* routed = nullptr;
+    Counter* routed_hits = nullptr;
     Counter* blocks_evicted_full = nullptr;
     Counter* blocks_evicted_sliding = nullptr;
     Counter* success_stop = nullptr;

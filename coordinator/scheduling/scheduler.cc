@@ -278,6 +278,22 @@ void Scheduler::Preempt(Sequence& seq) {
   waiting_.push_front(seq.seq_id());
 }
 
+SchedulerLoad Scheduler::Load() const {
+  SchedulerLoad load;
+  load.num_running = running_.size();
+  load.num_waiting = waiting_.size();
+  for (uint64_t id : waiting_) {
+    const Sequence& seq = *seqs_.at(id);
+    load.queued_prefill_tokens += std::max(0, seq.num_prompt_tokens() - seq.num_computed());
+  }
+  for (uint64_t id : running_) {
+    const Sequence& seq = *seqs_.at(id);
+    load.queued_prefill_tokens += std::max(0, seq.num_prompt_tokens() - seq.num_computed());
+    load.active_tokens += seq.num_computed();
+  }
+  return load;
+}
+
 std::unique_ptr<Sequence> Scheduler::Remove(uint64_t seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return nullptr;

@@ -87,6 +87,20 @@ struct ScheduledBatch {
   bool empty() const { return seqs.empty() && released_seq_ids.empty(); }
 };
 
+// What an instance holds and has queued, as routing sees it
+// (coordinator/engine/router.h).
+struct SchedulerLoad {
+  size_t num_running = 0;
+  size_t num_waiting = 0;
+  // Prompt tokens not yet computed, waiting and running sequences together
+  // (a waiting sequence's prefix-cache hit is not known before it starts,
+  // so its whole prompt counts).
+  int64_t queued_prefill_tokens = 0;
+  // KV positions the running sequences have computed: the context every
+  // decode step attends over.
+  int64_t active_tokens = 0;
+};
+
 class Scheduler {
  public:
   // REQUIRES: kv != nullptr, config values >= 1. `counters` (optional)
@@ -132,6 +146,8 @@ class Scheduler {
   bool HasWork() const { return !waiting_.empty() || !running_.empty() || !released_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
+  // Sums over the held sequences; O(sequences held).
+  SchedulerLoad Load() const;
   // Sequences preempted (blocks released for recompute) since the start.
   size_t num_preemptions() const { return num_preemptions_; }
   const PrefixCacheStats& prefix_cache_stats() const { return prefix_stats_; }

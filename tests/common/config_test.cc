@@ -505,6 +505,27 @@ TEST(ConfigTest, AdmissionPolicy) {
               {"scheduler.admission_policy"});
 }
 
+TEST(ConfigTest, Routing) {
+  Result<Config> by_default = ParseConfig(kFull);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
+  EXPECT_EQ(by_default->routing_policy, "prefix_aware");
+  EXPECT_EQ(by_default->routing_prefix_weight, 2.0);
+  const std::string pools = "pools:\n";
+  Result<Config> set = ParseConfig(
+      Edit(kFull, pools, "routing:\n  policy: round_robin\n  prefix_weight: 0.5\n" + pools));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->routing_policy, "round_robin");
+  EXPECT_EQ(set->routing_prefix_weight, 0.5);
+  ExpectError(Edit(kFull, pools, "routing:\n  policy: cache_aware\n" + pools),
+              {"routing.policy", "cache_aware", "prefix_aware, least_loaded, round_robin"});
+  ExpectError(Edit(kFull, pools, "routing:\n  prefix_weight: -1\n" + pools),
+              {"routing.prefix_weight", "-1", "[0, 1e6]"});
+  ExpectError(Edit(kFull, pools, "routing:\n  prefix_weight: .nan\n" + pools),
+              {"routing.prefix_weight", "nan"});
+  ExpectError(Edit(kFull, pools, "routing:\n  temperature: 0.5\n" + pools),
+              {"routing", "temperature"});
+}
+
 TEST(ConfigTest, HeadPatternIsOptional) {
   Result<Config> config = ParseConfig(kFull);
   ASSERT_TRUE(config.ok()) << config.status().ToString();

@@ -55,7 +55,7 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
     registry_ = std::make_unique<InstanceRegistry>(config_, spec_, &server_, metrics_.get());
     ASSERT_TRUE(testing::RegisterAll(*registry_, config_, spec_, kNumBlocks));
     server_.sent.clear();
-    pd_ = std::make_unique<DisaggregationCoordinator>(config_, spec_, registry_.get(),
+    pd_ = std::make_unique<DisaggregationCoordinator>(config_, spec_, registry_.get(), &router_,
                                                       metrics_.get());
   }
 
@@ -121,6 +121,7 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
   FakeControlServer server_;
   std::unique_ptr<ServingMetrics> metrics_;
   std::unique_ptr<InstanceRegistry> registry_;
+  Router router_{RoutingPolicy::kPrefixAware, 1.0};
   std::unique_ptr<DisaggregationCoordinator> pd_;
 };
 
@@ -324,7 +325,8 @@ TEST_F(DisaggregationCoordinatorTest, PrefixCachingOffFallsBackWithoutATransfer)
   metrics_ = MakeMetrics({1, 1});
   registry_ = std::make_unique<InstanceRegistry>(config_, spec_, &server_, metrics_.get());
   ASSERT_TRUE(testing::RegisterAll(*registry_, config_, spec_, kNumBlocks));
-  pd_ = std::make_unique<DisaggregationCoordinator>(config_, spec_, registry_.get(), metrics_.get());
+  pd_ = std::make_unique<DisaggregationCoordinator>(config_, spec_, registry_.get(), &router_,
+                                                    metrics_.get());
   server_.sent.clear();
   std::vector<Handoff> out = Prefill();
   ASSERT_EQ(out.size(), 1u);

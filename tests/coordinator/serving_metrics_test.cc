@@ -83,6 +83,8 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:pd_first_decode_seconds", "histogram"},
       {"headway:requests_moved_total", "counter"},
       {"headway:instance_drains_total", "counter"},
+      {"headway:routed_requests_total", "counter"},
+      {"headway:routed_prefix_hit_tokens_total", "counter"},
   };
   ASSERT_EQ(e.families.size(), expected.size());
   for (const auto& [name, type] : expected) {
@@ -331,6 +333,7 @@ TEST(ServingMetricsTest, ConcurrentCallersAreCountedExactly) {
 // the same samples as Headway's parser does.
 TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   std::unique_ptr<ServingMetrics> m = MakeMetrics({1, 3});
+  m->OnRouted(1, 192);
   m->OnScheduled(0, 0.25);
   m->OnPrefixCacheQuery(0, 256, 192);
   m->OnFirstToken(0, 0.375);

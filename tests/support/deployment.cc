@@ -40,6 +40,7 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"
     << "  max_model_len: " << o.max_model_len << "\n";
   if (!o.admission_policy.empty()) y << "  admission_policy: " << o.admission_policy << "\n";
+  if (!o.routing_policy.empty()) y << "routing:\n  policy: " << o.routing_policy << "\n";
   y << "pools:\n";
   if (o.pd_decode_tp_size > 0) {
     y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1, hosts: ["
@@ -50,11 +51,13 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
   } else {
     y << "  - name: main\n"
       << "    role: mixed\n"
-      << "    instances:\n"
-      << "      - tp_size: " << o.tp_size << "\n"
-      << "        device: " << o.device << "\n";
-    if (o.num_threads > 0) y << "        num_threads: " << o.num_threads << "\n";
-    if (!o.collective.empty()) y << "        collective: " << o.collective << "\n";
+      << "    instances:\n";
+    for (int i = 0; i < o.num_instances; ++i) {
+      y << "      - tp_size: " << o.tp_size << "\n"
+        << "        device: " << o.device << "\n";
+      if (o.num_threads > 0) y << "        num_threads: " << o.num_threads << "\n";
+      if (!o.collective.empty()) y << "        collective: " << o.collective << "\n";
+    }
   }
   y << o.extra_yaml;
   return y.str();

@@ -23,6 +23,8 @@ struct DeploymentOptions {
   int max_num_batched_tokens = 512;
   int max_model_len = 1024;
   int tp_size = 1;
+  int num_instances = 1;              // instances of the mixed pool, all alike
+  std::string routing_policy;         // routing.policy ("" = the default)
   int num_threads = 0;                // per worker; 0 = the config default
   std::string collective;             // "" = the config default (gloo on cpu)
   std::string device = "cpu";         // the instance's device: cpu or cuda:N
@@ -133,7 +135,7 @@ std::vector<std::string> GreedyTexts(const std::function<HttpReply(const std::st
 // default system turn of its chat template and the assistant turn opened.
 std::string SmolLm2ChatPrompt(const std::string& question);
 
-// The YAML text of a one-instance mixed deployment for `options` on the given
+// The YAML text of a mixed (or disaggregated) deployment for `options` on the given
 // ports (used by Deployment and by tests that start binaries themselves).
 std::string DeploymentYaml(const DeploymentOptions& options, int http_port, int control_port);
 
