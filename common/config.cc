@@ -215,13 +215,23 @@ Status ParseKvTransfer(const YAML::Node& node, Config& config) {
 Status ParseRouting(const YAML::Node& node, Config& config) {
   const std::string path = "routing";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
-  HW_RETURN_IF_ERROR(CheckKeys(node, path, {"policy", "prefix_weight"}));
+  HW_RETURN_IF_ERROR(CheckKeys(
+      node, path, {"policy", "prefix_weight", "max_local_prefill_tokens", "max_prefill_queue_tokens"}));
   if (node["policy"]) {
     HW_RETURN_IF_ERROR(ReadString(node["policy"], "routing.policy", config.routing_policy));
   }
   if (node["prefix_weight"]) {
     HW_RETURN_IF_ERROR(
         ReadDouble(node["prefix_weight"], "routing.prefix_weight", config.routing_prefix_weight));
+  }
+  if (node["max_local_prefill_tokens"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["max_local_prefill_tokens"], "routing.max_local_prefill_tokens",
+                               config.routing_max_local_prefill_tokens));
+  }
+  if (node["max_prefill_queue_tokens"]) {
+    HW_RETURN_IF_ERROR(ReadInt64(node["max_prefill_queue_tokens"],
+                                 "routing.max_prefill_queue_tokens",
+                                 config.routing_max_prefill_queue_tokens));
   }
   return Status::Ok();
 }
@@ -614,6 +624,11 @@ Status ValidateConfig(const Config& config) {
     return BadValue("routing.prefix_weight", std::to_string(config.routing_prefix_weight),
                     "a number in [0, 1e6]");
   }
+  HW_RETURN_IF_ERROR(CheckRange("routing.max_local_prefill_tokens",
+                                config.routing_max_local_prefill_tokens, 0, kMaxTokens, "(tokens)"));
+  HW_RETURN_IF_ERROR(CheckRange("routing.max_prefill_queue_tokens",
+                                config.routing_max_prefill_queue_tokens, int64_t(0),
+                                int64_t(1) << 40, "(tokens; 0 = no limit)"));
 
   if (config.pools.empty()) {
     return Status::InvalidArgument(

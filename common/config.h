@@ -215,6 +215,15 @@ struct Config {
   // hold (router.h). Larger keeps a prefix on its instance under more
   // imbalance; 0 routes by load alone.
   double routing_prefix_weight = 2.0;
+  // Conditional disaggregation (coordinator/engine/disaggregation.h): a
+  // request of a prefill/decode deployment is prefilled on its decode
+  // instance, with no transfer, when the part of its prompt that instance
+  // lacks is at most routing_max_local_prefill_tokens, or when the chosen
+  // prefill instance already has more than routing_max_prefill_queue_tokens
+  // prompt tokens queued (0: no limit). The default 0 sends every prompt
+  // with a whole block to move to a prefill instance.
+  int routing_max_local_prefill_tokens = 0;
+  int64_t routing_max_prefill_queue_tokens = 0;
   // pools
   std::vector<PoolConfig> pools;
   // host_addresses: per host name used in some instance's `hosts`. A host

@@ -33,10 +33,45 @@ int64_t DisaggregationCoordinator::PrefillPositions(size_t prompt_length) const 
   return (int64_t(prompt_length) - 1) / config_.block_size * config_.block_size;
 }
 
+DisaggregationCoordinator::Placement DisaggregationCoordinator::Place(const TokenIds& prompt,
+                                                                      Instance& decode,
+                                                                      int64_t decode_hit) {
+  Placement local;
+  const int64_t full = PrefillPositions(prompt.size());
+  const KvCacheManager& dkv = decode.scheduler->kv();
+  const PrefixMatch have = dkv.MatchPrefix(prompt, full);
+  if (full <= have.num_positions ||
+      int64_t(prompt.size()) - decode_hit <= config_.routing_max_local_prefill_tokens) {
+    local.reason = LocalPrefillReason::kShortUncached;
+    return local;
+  }
+  if (!config_.enable_prefix_caching) {
+    local.reason = LocalPrefillReason::kPrefixCachingOff;
+    return local;
+  }
+  const Route prefill = router_->Pick(*registry_, PoolRole::kPrefill, prompt, full);
+  if (prefill.instance == nullptr) {
+    local.reason = LocalPrefillReason::kNoPrefillInstance;
+    return local;
+  }
+  if (config_.routing_max_prefill_queue_tokens > 0 &&
+      prefill.instance->scheduler->Load().queued_prefill_tokens >
+          config_.routing_max_prefill_queue_tokens) {
+    local.reason = LocalPrefillReason::kPrefillQueueFull;
+    return local;
+  }
+  if (!dkv.CanReserve(have, full)) {
+    local.reason = LocalPrefillReason::kDecodeNoRoom;
+    return local;
+  }
+  return Placement{prefill.instance, prefill.hit_positions, LocalPrefillReason::kShortUncached};
+}
+
 Status DisaggregationCoordinator::Begin(uint64_t request_id, const EngineRequest& request,
-                                        Instance& prefill, Clock::time_point arrival) {
+                                        Instance& prefill, Instance& decode,
+                                        Clock::time_point arrival) {
   const int64_t full = PrefillPositions(request.prompt_ids.size());
-  HW_CHECK(full > 0 && prefill.ready());
+  HW_CHECK(full > 0 && prefill.ready() && decode.ready());
   StopConditions stop;
   stop.max_model_len = config_.max_model_len;
   std::vector<int32_t> prompt(request.prompt_ids.begin(), request.prompt_ids.begin() + full);
@@ -49,8 +84,29 @@ Status DisaggregationCoordinator::Begin(uint64_t request_id, const EngineRequest
   job.prefill_generation = prefill.generation;
   job.full_positions = full;
   job.arrival = arrival;
+  ReserveOn(job, decode);
   jobs_.emplace(request_id, std::move(job));
+  metrics_->OnRemotePrefill();
   return Status::Ok();
+}
+
+void DisaggregationCoordinator::ReserveOn(Job& job, Instance& decode) {
+  const TokenIds prompt{job.request.prompt_ids, {}};
+  const PrefixMatch have = decode.scheduler->kv().MatchPrefix(prompt, job.full_positions);
+  job.decode = decode.id;
+  job.decode_generation = decode.generation;
+  job.have_blocks = have.entries.size();
+  job.have_positions = have.num_positions;
+  job.reservation = decode.scheduler->Reserve(have, job.full_positions);
+  job.reserved = true;
+}
+
+void DisaggregationCoordinator::CancelReservation(Job& job) {
+  if (!job.reserved) return;
+  job.reserved = false;
+  if (registry_->Alive(job.decode, job.decode_generation)) {
+    registry_->at(job.decode).scheduler->CancelReservation(job.reservation);
+  }
 }
 
 std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
@@ -63,21 +119,29 @@ std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
   if (it == jobs_.end()) return out;
   Job& job = it->second;
   metrics_->OnPdPrefill(Seconds(Clock::now() - job.arrival));
-  const TokenIds prompt{job.request.prompt_ids, {}};
-  const Route route = router_->Pick(*registry_, PoolRole::kDecode, prompt, job.full_positions);
-  Instance* decode = route.instance;
-  if (decode == nullptr) {
-    Handoff failed;
-    failed.request_id = request_id;
-    failed.status = Status::Unavailable("no decode instance is ready");
-    out.push_back(std::move(failed));
-    jobs_.erase(it);
-    return out;
+  if (!registry_->Alive(job.decode, job.decode_generation)) {
+    // Its reservation went with it: another decode instance may take the
+    // blocks, if it has room for them now.
+    job.reserved = false;
+    const TokenIds prompt{job.request.prompt_ids, {}};
+    Instance* decode =
+        router_->Pick(*registry_, PoolRole::kDecode, prompt, int64_t(prompt.size())).instance;
+    if (decode == nullptr ||
+        !decode->scheduler->kv().CanReserve(decode->scheduler->kv().MatchPrefix(prompt,
+                                                                                job.full_positions),
+                                            job.full_positions)) {
+      job.decode = decode != nullptr ? decode->id : -1;
+      job.fallback = TransferFallbackReason::kDecodeInstanceDown;
+      spdlog::warn("request {}: its decode instance went down during its prefill and no other "
+                   "can reserve its blocks; a decode instance prefills it",
+                   request_id);
+      HandOff(job, request_id, false, &out);
+      jobs_.erase(it);
+      return out;
+    }
+    ReserveOn(job, *decode);
   }
-  job.decode = decode->id;
-  job.decode_generation = decode->generation;
-  metrics_->OnRouted(decode->id, route.hit_positions);
-  StartTransfer(request_id, job, prefill, *decode, &out);
+  StartTransfer(request_id, job, prefill, registry_->at(job.decode), &out);
   return out;
 }
 
@@ -88,28 +152,28 @@ void DisaggregationCoordinator::StartTransfer(uint64_t request_id, Job& job, Ins
   const KvCacheManager& pkv = prefill.scheduler->kv();
   const KvCacheManager& dkv = decode.scheduler->kv();
   const PrefixMatch pinned = pkv.MatchPrefix(prompt, full);
-  const PrefixMatch have = dkv.MatchPrefix(prompt, full);
-  // The decode side computes from `full` on: sliding slots receive only
-  // their sink and the window of position `full`.
-  if (pinned.num_positions < full || !pkv.CanPin(pinned) || !dkv.CanReserve(have, full)) {
-    // Not cached (prefix caching off) or no room: the decode side computes it.
-    job.error = "the prefill blocks are not cached or the decode instance has no room";
+  if (pinned.num_positions < full || !pkv.CanPin(pinned)) {
+    // The job's sequence ended this turn, so its blocks are cached: this
+    // needs a prefix cache that dropped them at once.
+    job.error = "the prefill instance no longer holds the prompt's blocks";
+    job.fallback = TransferFallbackReason::kPrefillBlocksEvicted;
+    spdlog::warn("request {}: {}; its decode instance prefills it", request_id, job.error);
     HandOff(job, request_id, false, out);
     jobs_.erase(request_id);
     return;
   }
   job.pin = prefill.scheduler->Pin(pinned);
-  job.reservation = decode.scheduler->Reserve(have, full);
   std::vector<RankRows> src, dst;
   for (int r = 0; r < prefill.tp_size; ++r) src.push_back(pkv.Rows(job.pin, r));
   for (int r = 0; r < decode.tp_size; ++r) dst.push_back(dkv.Rows(job.reservation, r));
   Result<std::vector<RankBlockCopies>> copies =
-      PlanBlockCopies(spec_, prefill.tp_size, src, decode.tp_size, dst, have.entries.size());
+      PlanBlockCopies(spec_, prefill.tp_size, src, decode.tp_size, dst, job.have_blocks);
   job.transferring = true;
   job.started = Clock::now();
   if (!copies.ok()) {  // a bug, not a runtime condition: fall back, loudly
     spdlog::error("request {}: {}", request_id, copies.status().ToString());
     job.error = copies.status().message();
+    job.fallback = TransferFallbackReason::kPlanError;
     job.attempt = kMaxTransferAttempts;
     EndTransfer(request_id, false, Clock::now(), out);
     return;
@@ -156,6 +220,7 @@ void DisaggregationCoordinator::SendTransfer(Job& job, uint64_t request_id,
         spdlog::error("request {}: KV transfer {}: {}", request_id, job.transfer_id,
                       grant.status().ToString());
         job.error = grant.status().message();
+        job.fallback = TransferFallbackReason::kPlanError;
         job.attempt = kMaxTransferAttempts;
         job.pending_results = 0;
         EndTransfer(request_id, false, Clock::now(), out);
@@ -231,12 +296,14 @@ void DisaggregationCoordinator::EndTransfer(uint64_t request_id, bool ok, Clock:
       decode.CancelReservation(job.reservation);
     }
   }
+  job.reserved = false;  // committed, draining or given back
   if (prefill_alive) registry_->at(job.prefill).scheduler->Unpin(job.pin);
   if (ok) {
-    metrics_->OnKvTransfer(job.bytes, job.blocks, Seconds(now - job.started));
+    metrics_->OnKvTransfer(job.bytes, job.blocks, uint64_t(job.full_positions - job.have_positions),
+                           Seconds(now - job.started));
   } else {
-    spdlog::warn("KV transfer {} for request {} failed ({}); the decode instance prefills it",
-                 job.transfer_id, request_id, job.error);
+    spdlog::warn("KV transfer {} for request {} failed ({}, {}); the decode instance prefills it",
+                 job.transfer_id, request_id, TransferFallbackReasonName(job.fallback), job.error);
   }
   if (!job.cancelled) HandOff(job, request_id, ok, out);
   jobs_.erase(it);
@@ -244,13 +311,20 @@ void DisaggregationCoordinator::EndTransfer(uint64_t request_id, bool ok, Clock:
 
 void DisaggregationCoordinator::HandOff(Job& job, uint64_t request_id, bool transferred,
                                         std::vector<Handoff>* out) {
-  if (!transferred) metrics_->OnKvTransferFallback();
+  if (!transferred) {
+    CancelReservation(job);
+    metrics_->OnKvTransferFallback(job.fallback);
+  }
   Handoff h;
   h.request_id = request_id;
   h.request = std::move(job.request);
   h.arrival = job.arrival;
   h.decode = job.decode;
   h.transferred = transferred;
+  if (transferred) {
+    h.received_from = int(job.have_positions);
+    h.received_to = int(job.full_positions);
+  }
   out->push_back(std::move(h));
 }
 
@@ -263,6 +337,7 @@ void DisaggregationCoordinator::Drop(uint64_t request_id) {
   }
   Instance& prefill = registry_->at(it->second.prefill);
   if (prefill.ready()) prefill.scheduler->Remove(request_id);
+  CancelReservation(it->second);
   jobs_.erase(it);
 }
 
@@ -276,6 +351,11 @@ std::vector<Handoff> DisaggregationCoordinator::CheckDeadlines(Clock::time_point
   }
   for (uint64_t request_id : late) {
     Job& job = jobs_.at(request_id);
+    if (!registry_->Alive(job.prefill, job.prefill_generation)) {
+      job.fallback = TransferFallbackReason::kPrefillInstanceDown;
+    } else if (!registry_->Alive(job.decode, job.decode_generation)) {
+      job.fallback = TransferFallbackReason::kDecodeInstanceDown;
+    }
     if (job.error.empty()) {
       job.error = now >= job.deadline ? "timed out" : "an instance of the transfer went down";
     }
@@ -304,6 +384,7 @@ std::vector<Handoff> DisaggregationCoordinator::OnInstanceDown(int instance_id) 
     Job& job = jobs_.at(request_id);
     spdlog::warn("request {}: its prefill instance {} is down; a decode instance prefills it",
                  request_id, instance_id);
+    job.fallback = TransferFallbackReason::kPrefillInstanceDown;
     if (job.transferring) {
       job.error = "the prefill instance went down";
       EndTransfer(request_id, false, Clock::now(), &out);  // no retry: the sender is gone

@@ -64,9 +64,11 @@ struct Engine::Impl {
   void OnStepDone(Instance& inst);
   // ---- requests -------------------------------------------------------
   // Adds request `id`'s sequence to `inst`'s scheduler; `arrival` starts its
-  // TTFT and queue-time clocks. Error: the scheduler's refusal.
+  // TTFT and queue-time clocks; prompt positions [received_from,
+  // received_to) arrived by KV transfer (Handoff). Error: the scheduler's
+  // refusal.
   Status AddSequence(Instance& inst, uint64_t id, const EngineRequest& request,
-                     Clock::time_point arrival);
+                     Clock::time_point arrival, int received_from = 0, int received_to = 0);
   // Runs what the disaggregation coordinator handed back.
   void Apply(std::vector<Handoff> handoffs);
   void JoinDecode(Handoff& handoff);
@@ -284,21 +286,11 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   };
   const bool pd = Disaggregated(registry);
   const TokenIds prompt{request.prompt_ids, {}};
-  // Prompts of at least one whole block (besides the last position) go
-  // through a prefill instance; shorter ones have nothing to transfer.
-  const int64_t prefill_positions =
-      pd ? disaggregation.PrefillPositions(request.prompt_ids.size()) : 0;
-  const Route prefill = prefill_positions > 0
-                            ? router.Pick(registry, PoolRole::kPrefill, prompt, prefill_positions)
-                            : Route{};
-  const Route route =
-      prefill.instance != nullptr
-          ? prefill
-          : router.Pick(registry, pd ? PoolRole::kDecode : PoolRole::kMixed, prompt,
-                        prompt.size());
+  // A disaggregated request's decode instance is chosen first: what it
+  // holds of the prompt decides where the prompt is computed (Place).
+  const Route route = router.Pick(registry, pd ? PoolRole::kDecode : PoolRole::kMixed, prompt,
+                                  int64_t(prompt.size()));
   Instance* target = route.instance;
-  // Without a ready prefill instance, the decode instance prefills the
-  // whole prompt itself.
   if (target == nullptr) {
     int num_ready = 0;
     int num_draining = 0;
@@ -313,11 +305,20 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
         (pd ? "; a decode instance is needed)" : ")")));
   }
   const Clock::time_point arrival = Clock::now();
-  Status added = prefill.instance != nullptr
-                     ? disaggregation.Begin(id, request, *prefill.instance, arrival)
+  const DisaggregationCoordinator::Placement placement =
+      pd ? disaggregation.Place(prompt, *target, route.hit_positions)
+         : DisaggregationCoordinator::Placement{};
+  Status added = placement.prefill != nullptr
+                     ? disaggregation.Begin(id, request, *placement.prefill, *target, arrival)
                      : AddSequence(*target, id, request, arrival);
   if (!added.ok()) return fail(Status::InvalidArgument(added.message()));
   metrics->OnRouted(target->id, route.hit_positions);
+  if (placement.prefill != nullptr) {
+    metrics->OnRouted(placement.prefill->id, placement.prefill_hit);
+    target = placement.prefill;  // where the request is until its handoff
+  } else if (pd) {
+    metrics->OnLocalPrefill(placement.reason);
+  }
   requests.Add(id, target->id, request.deadline, std::move(promise),
                std::make_unique<OutputProcessor>(*tokenizer,
                                                  StopConditionsOf(request, config, *tokenizer),
@@ -325,10 +326,11 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
 }
 
 Status Engine::Impl::AddSequence(Instance& inst, uint64_t id, const EngineRequest& request,
-                                 Clock::time_point arrival) {
-  return inst.scheduler->Add(std::make_unique<Sequence>(
-      id, request.prompt_ids, request.sampling, StopConditionsOf(request, config, *tokenizer),
-      arrival));
+                                 Clock::time_point arrival, int received_from, int received_to) {
+  auto seq = std::make_unique<Sequence>(id, request.prompt_ids, request.sampling,
+                                        StopConditionsOf(request, config, *tokenizer), arrival);
+  seq->set_received_positions(received_from, received_to);
+  return inst.scheduler->Add(std::move(seq));
 }
 
 void Engine::Impl::Apply(std::vector<Handoff> handoffs) {
@@ -353,7 +355,8 @@ void Engine::Impl::JoinDecode(Handoff& h) {
     return;
   }
   // TTFT counts from the client's arrival, prefill and transfer included.
-  Status added = AddSequence(*decode, h.request_id, h.request, h.arrival);
+  Status added = AddSequence(*decode, h.request_id, h.request, h.arrival, h.received_from,
+                             h.received_to);
   if (!added.ok()) {
     EndRequest(*decode, h.request_id, Status::InvalidArgument(added.message()));
     return;

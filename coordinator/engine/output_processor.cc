@@ -113,6 +113,7 @@ CompletionOutcome OutputProcessor::Outcome(const Sequence& seq) {
   out.num_prompt_tokens = seq.num_prompt_tokens();
   out.num_output_tokens = seq.num_output_tokens();
   out.num_cached_tokens = seq.num_cached_tokens();
+  out.num_transferred_tokens = seq.num_transferred_tokens();
   out.output_ids = seq.output_ids();
   out.tokens = std::move(tokens_);
   return out;

@@ -37,7 +37,8 @@ struct CompletionOutcome {
   int32_t stop_token_id = -1;       // the stop_token_ids entry that ended it; -1 = none
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;
-  int num_cached_tokens = 0;        // prompt tokens whose KV came from the prefix cache
+  int num_cached_tokens = 0;        // prompt tokens whose KV the instance's prefix cache held
+  int num_transferred_tokens = 0;   // prompt tokens whose KV a transfer brought for it
   std::vector<int32_t> output_ids;
   std::vector<GeneratedToken> tokens;  // [num_output_tokens] when logprobs were asked, else empty
 };

@@ -27,7 +27,9 @@ json UsageJson(const CompletionOutcome& o) {
   return {{"prompt_tokens", o.num_prompt_tokens},
           {"completion_tokens", o.num_output_tokens},
           {"total_tokens", o.num_prompt_tokens + o.num_output_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", o.num_cached_tokens}}}};
+          {"prompt_tokens_details",
+           {{"cached_tokens", o.num_cached_tokens},
+            {"transferred_tokens", o.num_transferred_tokens}}}};
 }
 
 json StopReasonJson(const CompletionOutcome& o) {

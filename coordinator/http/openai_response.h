@@ -22,7 +22,11 @@ struct ResponseHeader {
 };
 
 // {"prompt_tokens", "completion_tokens", "total_tokens",
-//  "prompt_tokens_details": {"cached_tokens"}}.
+//  "prompt_tokens_details": {"cached_tokens", "transferred_tokens"}}:
+// cached_tokens as OpenAI's (the prompt tokens the serving instance's
+// prefix cache held); transferred_tokens, Headway's own, those whose KV a
+// prefill instance computed and sent for this request (disaggregation).
+// cached + transferred <= prompt_tokens.
 nlohmann::json UsageJson(const CompletionOutcome& outcome);
 
 // vLLM's stop_reason: the stop string, the stop token id, or null.

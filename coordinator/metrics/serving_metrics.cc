@@ -20,6 +20,29 @@ const char* InstanceStateName(InstanceState state) {
   }
   return "down";
 }
+
+const char* LocalPrefillReasonName(LocalPrefillReason reason) {
+  switch (reason) {
+    case LocalPrefillReason::kShortUncached: return "short_uncached";
+    case LocalPrefillReason::kPrefillQueueFull: return "prefill_queue_full";
+    case LocalPrefillReason::kDecodeNoRoom: return "decode_no_room";
+    case LocalPrefillReason::kNoPrefillInstance: return "no_prefill_instance";
+    case LocalPrefillReason::kPrefixCachingOff: return "prefix_caching_off";
+  }
+  return "short_uncached";
+}
+
+const char* TransferFallbackReasonName(TransferFallbackReason reason) {
+  switch (reason) {
+    case TransferFallbackReason::kTransferFailed: return "transfer_failed";
+    case TransferFallbackReason::kPrefillInstanceDown: return "prefill_instance_down";
+    case TransferFallbackReason::kDecodeInstanceDown: return "decode_instance_down";
+    case TransferFallbackReason::kPrefillBlocksEvicted: return "prefill_blocks_evicted";
+    case TransferFallbackReason::kPlanError: return "plan_error";
+  }
+  return "transfer_failed";
+}
+
 namespace {
 
 // A duration argument is valid when it is a finite, non-negative number.
@@ -310,10 +333,36 @@ Status ServingMetrics::RegisterDeploymentSeries() {
   HW_ASSIGN_OR_RETURN(kv_transfer_blocks_,
                       AddDeploymentCounter("headway:kv_transfer_blocks_total",
                                            "KV blocks moved from prefill to decode instances."));
-  HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_,
-                      AddDeploymentCounter("headway:kv_transfer_fallbacks_total",
-                                           "Requests prefilled by their decode instance after a KV "
-                                           "transfer failed or could not start."));
+  HW_ASSIGN_OR_RETURN(kv_transfer_tokens_,
+                      AddDeploymentCounter("headway:kv_transfer_tokens_total",
+                                           "Prompt positions whose KV moved from prefill to "
+                                           "decode instances."));
+  HW_ASSIGN_OR_RETURN(
+      CounterFamily * fallbacks,
+      registry_.AddCounter("headway:kv_transfer_fallbacks_total",
+                           "Requests prefilled by their decode instance after a remote prefill "
+                           "was planned, by reason.",
+                           {"model_name", "reason"}));
+  for (int i = 0; i < kNumTransferFallbackReasons; ++i) {
+    HW_ASSIGN_OR_RETURN(Counter * c, fallbacks->WithLabels(
+        {model_name_, TransferFallbackReasonName(TransferFallbackReason(i))}));
+    kv_transfer_fallbacks_.push_back(c);
+  }
+  HW_ASSIGN_OR_RETURN(pd_remote_prefills_,
+                      AddDeploymentCounter("headway:pd_remote_prefills_total",
+                                           "Disaggregated requests planned for a prefill "
+                                           "instance."));
+  HW_ASSIGN_OR_RETURN(
+      CounterFamily * local,
+      registry_.AddCounter("headway:pd_local_prefills_total",
+                           "Disaggregated requests prefilled by their decode instance by "
+                           "decision on arrival, by reason.",
+                           {"model_name", "reason"}));
+  for (int i = 0; i < kNumLocalPrefillReasons; ++i) {
+    HW_ASSIGN_OR_RETURN(Counter * c, local->WithLabels(
+        {model_name_, LocalPrefillReasonName(LocalPrefillReason(i))}));
+    pd_local_prefills_.push_back(c);
+  }
   HW_ASSIGN_OR_RETURN(kv_transfer_seconds_,
                       AddDeploymentHistogram("headway:kv_transfer_seconds",
                                              "Seconds from a KV transfer plan to its last result.",
@@ -440,9 +489,11 @@ void ServingMetrics::SetKvRetained(int instance_id, int tp_rank, int64_t retaine
   s->rank_retained[static_cast<size_t>(tp_rank)]->Set(static_cast<double>(retained_blocks));
 }
 
-void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds) {
+void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, uint64_t tokens,
+                                  double seconds) {
   (void)kv_transfer_bytes_->Increment(static_cast<double>(bytes));
   (void)kv_transfer_blocks_->Increment(static_cast<double>(blocks));
+  (void)kv_transfer_tokens_->Increment(static_cast<double>(tokens));
   (void)kv_transfer_seconds_->Observe(seconds);
 }
 
@@ -454,7 +505,15 @@ void ServingMetrics::OnKvTransferSent(double seconds) {
   (void)kv_transfer_send_seconds_->Observe(seconds);
 }
 
-void ServingMetrics::OnKvTransferFallback() { (void)kv_transfer_fallbacks_->Increment(); }
+void ServingMetrics::OnKvTransferFallback(TransferFallbackReason reason) {
+  (void)kv_transfer_fallbacks_.at(static_cast<size_t>(reason))->Increment();
+}
+
+void ServingMetrics::OnRemotePrefill() { (void)pd_remote_prefills_->Increment(); }
+
+void ServingMetrics::OnLocalPrefill(LocalPrefillReason reason) {
+  (void)pd_local_prefills_.at(static_cast<size_t>(reason))->Increment();
+}
 
 void ServingMetrics::OnRequestMoved() { (void)requests_moved_->Increment(); }
 

@@ -31,7 +31,13 @@
 //     headway:metrics_rejected_observations_total  calls below dropped as invalid
 //   deployment-wide, prefill/decode disaggregation (label model_name only)
 //     headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total
-//     headway:kv_transfer_fallbacks_total    requests prefilled again by their decode instance
+//     headway:kv_transfer_tokens_total       prompt positions moved (the KV of one token each)
+//     headway:kv_transfer_fallbacks_total    requests prefilled by their decode instance after
+//                                            a remote prefill was planned, extra label reason
+//                                            (TransferFallbackReasonName)
+//     headway:pd_remote_prefills_total       requests planned for a prefill instance
+//     headway:pd_local_prefills_total        requests prefilled by their decode instance by
+//                                            decision, extra label reason (LocalPrefillReasonName)
 //     headway:kv_transfer_seconds            histogram: a transfer, plan sent -> last result
 //     headway:kv_transfer_send_seconds       histogram: one prefill rank's send, its own clock
 //     headway:pd_prefill_seconds, headway:pd_first_decode_seconds  histograms: TTFT's parts
@@ -75,6 +81,38 @@ enum class InstanceState { kDown, kJoining, kReady, kDraining, kVacant };
 inline constexpr int kNumInstanceStates = 5;
 // "down", "joining", "ready", "draining", "vacant".
 const char* InstanceStateName(InstanceState state);
+
+// Why a request of a prefill/decode deployment is prefilled by its decode
+// instance, decided when it arrives (coordinator/engine/disaggregation.h):
+//   short_uncached       the part of the prompt that instance lacks is at most
+//                        routing.max_local_prefill_tokens, or holds no whole
+//                        block to move
+//   prefill_queue_full   the prefill instance has more than
+//                        routing.max_prefill_queue_tokens queued
+//   decode_no_room       the decode instance cannot reserve the blocks it
+//                        would receive
+//   no_prefill_instance  no prefill instance is ready
+//   prefix_caching_off   cache.enable_prefix_caching is false: a prefill
+//                        instance keeps no blocks to send
+enum class LocalPrefillReason {
+  kShortUncached, kPrefillQueueFull, kDecodeNoRoom, kNoPrefillInstance, kPrefixCachingOff
+};
+inline constexpr int kNumLocalPrefillReasons = 5;
+const char* LocalPrefillReasonName(LocalPrefillReason reason);
+
+// Why a planned remote prefill ended with the decode instance computing the
+// prompt after all:
+//   transfer_failed         the transfer failed or timed out twice
+//   prefill_instance_down   the prefill instance went down
+//   decode_instance_down    the decode instance went down during the prefill
+//                           and no other could reserve the blocks
+//   prefill_blocks_evicted  the prefill instance no longer held the blocks
+//   plan_error              the transfer could not be planned (a bug; logged)
+enum class TransferFallbackReason {
+  kTransferFailed, kPrefillInstanceDown, kDecodeInstanceDown, kPrefillBlocksEvicted, kPlanError
+};
+inline constexpr int kNumTransferFallbackReasons = 5;
+const char* TransferFallbackReasonName(TransferFallbackReason reason);
 
 // Bucket upper bounds in seconds, copied from vLLM's PrometheusStatLogger.
 const std::vector<double>& TtftBucketsSeconds();            // 22 bounds, 0.001 .. 2560
@@ -137,11 +175,12 @@ class ServingMetrics {
   // of it in its prefix cache then (coordinator/engine/router.h).
   // REQUIRES (else rejected): hit_tokens >= 0.
   void OnRouted(int instance_id, int64_t hit_tokens);
-  // A KV transfer between instances finished: `bytes` and `blocks` moved in
-  // `seconds` (plan sent to last result). Deployment-wide series:
-  // headway:kv_transfer_bytes_total, headway:kv_transfer_blocks_total,
+  // A KV transfer between instances finished: `bytes` and `blocks` holding
+  // `tokens` prompt positions moved in `seconds` (plan sent to last
+  // result). Deployment-wide series: headway:kv_transfer_bytes_total,
+  // headway:kv_transfer_blocks_total, headway:kv_transfer_tokens_total,
   // headway:kv_transfer_seconds (histogram).
-  void OnKvTransfer(uint64_t bytes, uint64_t blocks, double seconds);
+  void OnKvTransfer(uint64_t bytes, uint64_t blocks, uint64_t tokens, double seconds);
   // A prefill rank sent its blocks of one KV transfer plan in `seconds`, by
   // its own clock (proto TransferResult.seconds, successful sends only):
   // headway:kv_transfer_send_seconds (histogram), one observation per rank
@@ -149,9 +188,14 @@ class ServingMetrics {
   // series has no instance, so the rejection counts under instance
   // "unknown".
   void OnKvTransferSent(double seconds);
-  // A request was prefilled by its decode instance after its transfer could
-  // not be done (headway:kv_transfer_fallbacks_total).
-  void OnKvTransferFallback();
+  // A request was prefilled by its decode instance after a remote prefill
+  // had been planned for it (headway:kv_transfer_fallbacks_total).
+  void OnKvTransferFallback(TransferFallbackReason reason);
+  // Where a disaggregated request's prompt is computed, decided on arrival:
+  // on a prefill instance (headway:pd_remote_prefills_total), or on its
+  // decode instance for `reason` (headway:pd_local_prefills_total).
+  void OnRemotePrefill();
+  void OnLocalPrefill(LocalPrefillReason reason);
   // TTFT of a disaggregated request, split: arrival to the end of its
   // prefill on the prefill instance (headway:pd_prefill_seconds), then the
   // KV transfer (headway:kv_transfer_seconds), then joining the decode
@@ -251,7 +295,10 @@ class ServingMetrics {
   Counter* rejected_unknown_instance_ = nullptr;
   Counter* kv_transfer_bytes_ = nullptr;
   Counter* kv_transfer_blocks_ = nullptr;
-  Counter* kv_transfer_fallbacks_ = nullptr;
+  Counter* kv_transfer_tokens_ = nullptr;
+  std::vector<Counter*> kv_transfer_fallbacks_;  // [TransferFallbackReason]
+  Counter* pd_remote_prefills_ = nullptr;
+  std::vector<Counter*> pd_local_prefills_;      // [LocalPrefillReason]
   Histogram* kv_transfer_seconds_ = nullptr;
   Histogram* kv_transfer_send_seconds_ = nullptr;
   Histogram* pd_prefill_seconds_ = nullptr;

@@ -219,7 +219,7 @@ void Scheduler::ScheduleWaiting(ScheduledBatch* batch, int* budget) {
     Reserve(seq.seq_id(), std::move(footprint));
     seq.set_status(SequenceStatus::kRunning);
     seq.AdvanceComputed(cached);
-    seq.set_num_cached_tokens(std::min(cached, seq.num_prompt_tokens()));
+    seq.RecordPrefixHit(std::min(cached, seq.num_prompt_tokens()));
     if (kv_->prefix_caching_enabled()) CountPrefixLookup(seq, cached);
     batch->seqs.push_back(Plan(seq, n,
                                kv_->Start(seq.seq_id(), match, int64_t(cached) + n, -1,

@@ -9,6 +9,7 @@
 // last sampled token).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -78,10 +79,26 @@ class Sequence {
   // output so far are computed again, and the worker sees a new sequence.
   void ResetComputed();
 
-  // Prompt positions whose KV came from the prefix cache at the last
-  // admission (OpenAI usage.prompt_tokens_details.cached_tokens).
+  // Prompt positions [from, to) that a KV transfer wrote into this
+  // instance's prefix cache for this sequence (disaggregated prefill);
+  // none by default. REQUIRES: 0 <= from <= to.
+  void set_received_positions(int from, int to) {
+    received_from_ = from;
+    received_to_ = to;
+  }
+  // At admission, the first `hit` prompt positions came from the prefix
+  // cache: those inside the received range count as transferred, the rest
+  // as cached. REQUIRES: 0 <= hit <= num_prompt_tokens().
+  void RecordPrefixHit(int hit) {
+    num_transferred_tokens_ = std::clamp(std::min(hit, received_to_) - received_from_, 0, hit);
+    num_cached_tokens_ = hit - num_transferred_tokens_;
+  }
+  // Of the last admission's prefix hit, the positions this instance held
+  // before the request (OpenAI usage.prompt_tokens_details.cached_tokens),
+  // and those that arrived by KV transfer for it
+  // (prompt_tokens_details.transferred_tokens, a Headway extension).
   int num_cached_tokens() const { return num_cached_tokens_; }
-  void set_num_cached_tokens(int n) { num_cached_tokens_ = n; }
+  int num_transferred_tokens() const { return num_transferred_tokens_; }
 
   // True once the worker has been told about the sequence (is_new sent).
   bool on_worker() const { return on_worker_; }
@@ -114,6 +131,9 @@ class Sequence {
   std::vector<int32_t> output_ids_;
   int num_computed_ = 0;
   int num_cached_tokens_ = 0;
+  int num_transferred_tokens_ = 0;
+  int received_from_ = 0;
+  int received_to_ = 0;
   bool on_worker_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   std::optional<Clock::time_point> first_token_;

@@ -205,6 +205,21 @@ Result<std::string> PodConfig(const std::string& config_yaml, const Config& conf
   for (size_t i = 0; i < config.pools.size(); ++i) {
     const PoolConfig& pool = config.pools[i];
     const std::string lws = options.name + "-" + pool.name;
+    YAML::Node instances = root["pools"][i]["instances"];
+    if (instances.IsMap()) {
+      // {count: N, template: {...}}: each instance gets its own pods' host
+      // names, so the rendered config lists them.
+      if (!instances["count"]) {
+        return Status::InvalidArgument(
+            PoolKey(i) + ".instances: a pool of `min`/`max` standby slots is not rendered "
+            "for Kubernetes yet; give `count` or list the instances");
+      }
+      YAML::Node list(YAML::NodeType::Sequence);
+      for (size_t j = 0; j < pool.instances.size(); ++j) {
+        list.push_back(YAML::Clone(instances["template"]));
+      }
+      root["pools"][i]["instances"] = list;
+    }
     for (size_t j = 0; j < pool.instances.size(); ++j) {
       YAML::Node hosts(YAML::NodeType::Sequence);
       hosts.SetStyle(YAML::EmitterStyle::Flow);

@@ -526,6 +526,26 @@ TEST(ConfigTest, Routing) {
               {"routing", "temperature"});
 }
 
+TEST(ConfigTest, ConditionalDisaggregationThresholds) {
+  Result<Config> by_default = ParseConfig(kFull);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
+  EXPECT_EQ(by_default->routing_max_local_prefill_tokens, 0);
+  EXPECT_EQ(by_default->routing_max_prefill_queue_tokens, 0);
+  const std::string pools = "pools:\n";
+  Result<Config> set = ParseConfig(Edit(
+      kFull, pools,
+      "routing:\n  max_local_prefill_tokens: 256\n  max_prefill_queue_tokens: 4096\n" + pools));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->routing_max_local_prefill_tokens, 256);
+  EXPECT_EQ(set->routing_max_prefill_queue_tokens, 4096);
+  ExpectError(Edit(kFull, pools, "routing:\n  max_local_prefill_tokens: -1\n" + pools),
+              {"routing.max_local_prefill_tokens", "-1"});
+  ExpectError(Edit(kFull, pools, "routing:\n  max_prefill_queue_tokens: -5\n" + pools),
+              {"routing.max_prefill_queue_tokens", "-5", "0 = no limit"});
+  ExpectError(Edit(kFull, pools, "routing:\n  max_local_prefill_tokens: many\n" + pools),
+              {"routing.max_local_prefill_tokens", "many"});
+}
+
 TEST(ConfigTest, HeadPatternIsOptional) {
   Result<Config> config = ParseConfig(kFull);
   ASSERT_TRUE(config.ok()) << config.status().ToString();

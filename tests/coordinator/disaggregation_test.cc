@@ -40,6 +40,7 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
     config_ = Config();
     config_.block_size = kBlockSize;
     config_.kv_transfer_timeout_ms = 1000;
+    config_.routing_max_local_prefill_tokens = 0;  // Request()'s 40 tokens go remote
     PoolConfig prefill;
     prefill.name = "prefill";
     prefill.role = PoolRole::kPrefill;
@@ -73,7 +74,7 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
   // Begins the job and computes its prompt on the prefill instance, as the
   // engine would with the workers' step results. Returns OnPrefillDone's handoffs.
   std::vector<Handoff> Prefill() {
-    EXPECT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
+    EXPECT_TRUE(pd_->Begin(kRequest, Request(), prefill(), decode(), Clock::now()).ok());
     Scheduler& s = *prefill().scheduler;
     for (int step = 0; step < 10; ++step) {
       ScheduledBatch batch = s.Schedule();
@@ -108,12 +109,29 @@ class DisaggregationCoordinatorTest : public ::testing::Test {
         << decode().scheduler->kv().CheckConsistency().message();
   }
 
-  double Counter(const std::string& name) const {
+  // The sum of the samples of `name` whose labels contain `label` ("" for
+  // any); -1 if there is none.
+  double Counter(const std::string& name, const std::string& label = "") const {
     const std::string text = metrics_->RenderPrometheus();
-    const size_t at = text.find("\n" + name);
-    if (at == std::string::npos) return -1;
-    const size_t space = text.find(' ', text.find('}', at));
-    return std::stod(text.substr(space + 1));
+    double sum = 0;
+    bool found = false;
+    for (size_t at = text.find("\n" + name + "{"); at != std::string::npos;
+         at = text.find("\n" + name + "{", at + 1)) {
+      const size_t close = text.find('}', at);
+      if (text.substr(at, close - at).find(label) == std::string::npos) continue;
+      sum += std::stod(text.substr(text.find(' ', close) + 1));
+      found = true;
+    }
+    return found ? sum : -1;
+  }
+
+  // Place() for `request`, with the decode instance's hit as the router
+  // reports it.
+  DisaggregationCoordinator::Placement Place(const EngineRequest& request) {
+    const TokenIds prompt{request.prompt_ids, {}};
+    const int64_t hit =
+        decode().scheduler->kv().MatchPrefix(prompt, int64_t(prompt.size())).num_positions;
+    return pd_->Place(prompt, decode(), hit);
   }
 
   ModelSpec spec_;
@@ -277,13 +295,18 @@ TEST_F(DisaggregationCoordinatorTest, APrefillInstanceLostMidTransferFallsBackAn
 }
 
 TEST_F(DisaggregationCoordinatorTest, APrefillInstanceLostBeforeTheTransferHandsOffAtOnce) {
-  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
+  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), decode(), Clock::now()).ok());
+  EXPECT_EQ(ReferencedBlocks(decode()), 12);  // reserved before the prefill starts
   registry_->Reset(prefill());
   std::vector<Handoff> out = pd_->OnInstanceDown(0);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_FALSE(out[0].transferred);
-  EXPECT_EQ(out[0].decode, -1);  // not chosen yet: any decode instance
+  EXPECT_EQ(out[0].decode, 1);  // the decode instance chosen on arrival
   EXPECT_FALSE(pd_->HasJob(kRequest));
+  EXPECT_EQ(ReferencedBlocks(decode()), 0);  // the reservation is given back
+  EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total", "prefill_instance_down"), 1);
+  EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total"), 1);
+  EXPECT_TRUE(decode().scheduler->kv().CheckConsistency().ok());
 }
 
 TEST_F(DisaggregationCoordinatorTest, ADroppedRequestEndsItsTransferWithoutAHandoff) {
@@ -300,27 +323,88 @@ TEST_F(DisaggregationCoordinatorTest, ADroppedRequestEndsItsTransferWithoutAHand
 }
 
 TEST_F(DisaggregationCoordinatorTest, ADroppedJobStillPrefillingLeavesNothingBehind) {
-  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
+  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), decode(), Clock::now()).ok());
   (void)prefill().scheduler->Schedule();
   pd_->Drop(kRequest);
   EXPECT_FALSE(pd_->HasJob(kRequest));
   EXPECT_EQ(prefill().scheduler->Find(kRequest), nullptr);
   EXPECT_EQ(ReferencedBlocks(prefill()), 0);
+  EXPECT_EQ(ReferencedBlocks(decode()), 0);
+  ExpectConsistent();
 }
 
-TEST_F(DisaggregationCoordinatorTest, NoDecodeInstanceFailsTheRequest) {
-  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), Clock::now()).ok());
+TEST_F(DisaggregationCoordinatorTest, ADecodeInstanceLostDuringThePrefillFallsBackWithItsReason) {
+  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), decode(), Clock::now()).ok());
   Scheduler& s = *prefill().scheduler;
   s.OnStepComputed(s.Schedule());
   ASSERT_TRUE(s.Find(kRequest)->IsPrefillDone());
   registry_->Reset(decode());
   std::vector<Handoff> out = pd_->OnPrefillDone(prefill(), kRequest);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].status.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(out[0].status.ok());  // the engine finds no decode instance and fails it
+  EXPECT_FALSE(out[0].transferred);
+  EXPECT_EQ(out[0].decode, -1);
   EXPECT_FALSE(pd_->HasJob(kRequest));
+  EXPECT_TRUE(server_.TakeTransferPlans().empty());
+  EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total", "decode_instance_down"), 1);
+  EXPECT_EQ(ReferencedBlocks(prefill()), 0);
 }
 
-TEST_F(DisaggregationCoordinatorTest, PrefixCachingOffFallsBackWithoutATransfer) {
+// Conditional disaggregation: each reason to prefill on the decode instance,
+// decided on arrival, and the remote case.
+TEST_F(DisaggregationCoordinatorTest, PlaceSendsAPromptRemoteOnlyWhenItPays) {
+  DisaggregationCoordinator::Placement p = Place(Request());
+  EXPECT_EQ(p.prefill, &prefill());
+  EXPECT_EQ(p.prefill_hit, 0);
+
+  config_.routing_max_local_prefill_tokens = 40;  // the whole prompt is short
+  p = Place(Request());
+  EXPECT_EQ(p.prefill, nullptr);
+  EXPECT_EQ(p.reason, LocalPrefillReason::kShortUncached);
+  config_.routing_max_local_prefill_tokens = 39;
+  EXPECT_EQ(Place(Request()).prefill, &prefill());
+  config_.routing_max_local_prefill_tokens = 0;
+
+  EngineRequest one_block = Request();  // 17 tokens: one whole block before the last
+  one_block.prompt_ids.resize(17);
+  EXPECT_EQ(Place(one_block).prefill, &prefill());
+  one_block.prompt_ids.pop_back();  // 16: no whole block to move
+  EXPECT_EQ(Place(one_block).reason, LocalPrefillReason::kShortUncached);
+
+  config_.enable_prefix_caching = false;
+  EXPECT_EQ(Place(Request()).reason, LocalPrefillReason::kPrefixCachingOff);
+  config_.enable_prefix_caching = true;
+
+  EngineRequest huge;  // more blocks than the decode instance's pool
+  for (int i = 0; i < 40 * kBlockSize; ++i) huge.prompt_ids.push_back(i);
+  p = Place(huge);
+  EXPECT_EQ(p.prefill, nullptr);
+  EXPECT_EQ(p.reason, LocalPrefillReason::kDecodeNoRoom);
+
+  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), decode(), Clock::now()).ok());
+  config_.routing_max_prefill_queue_tokens = 32;  // the job queues 32 tokens: at the limit
+  EXPECT_EQ(Place(Request()).prefill, &prefill());
+  config_.routing_max_prefill_queue_tokens = 31;
+  EXPECT_EQ(Place(Request()).reason, LocalPrefillReason::kPrefillQueueFull);
+  config_.routing_max_prefill_queue_tokens = 0;  // no limit
+
+  registry_->Reset(prefill());
+  EXPECT_EQ(Place(Request()).reason, LocalPrefillReason::kNoPrefillInstance);
+}
+
+// The decode instance reserves on Begin, before any prefill work: a prompt
+// that no longer fits goes local up front instead of being prefilled twice.
+TEST_F(DisaggregationCoordinatorTest, BeginReservesTheDecodeBlocksBeforeThePrefill) {
+  ASSERT_TRUE(pd_->Begin(kRequest, Request(), prefill(), decode(), Clock::now()).ok());
+  EXPECT_EQ(ReferencedBlocks(decode()), 12);
+  EXPECT_EQ(Counter("headway:pd_remote_prefills_total"), 1);
+  EXPECT_EQ(decode().scheduler->kv().Usage(0).num_free, kNumBlocks - 12);
+  ExpectConsistent();
+}
+
+// Blocks the prefill instance does not hold when its job ends (prefix
+// caching off there) cannot be sent: the fallback names the reason.
+TEST_F(DisaggregationCoordinatorTest, UncachedPrefillBlocksFallBackWithTheirReason) {
   config_.enable_prefix_caching = false;
   metrics_ = MakeMetrics({1, 1});
   registry_ = std::make_unique<InstanceRegistry>(config_, spec_, &server_, metrics_.get());
@@ -333,7 +417,37 @@ TEST_F(DisaggregationCoordinatorTest, PrefixCachingOffFallsBackWithoutATransfer)
   EXPECT_FALSE(out[0].transferred);
   EXPECT_EQ(out[0].decode, 1);
   EXPECT_TRUE(server_.TakeTransferPlans().empty());
-  EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total"), 1);
+  EXPECT_EQ(Counter("headway:kv_transfer_fallbacks_total", "prefill_blocks_evicted"), 1);
+  EXPECT_EQ(ReferencedBlocks(decode()), 0);
+}
+
+// A conversation's next turn on the decode instance that received the
+// first: only the new whole blocks move, and the request reports the moved
+// positions as transferred, the held ones as cached.
+TEST_F(DisaggregationCoordinatorTest, TheHandoffNamesTheReceivedPositions) {
+  ASSERT_TRUE(Prefill().empty());
+  auto plans = server_.TakeTransferPlans();
+  ASSERT_EQ(plans.size(), 1u);
+  std::vector<Handoff> out = pd_->OnTransferResult(Result(plans[0].second));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].received_from, 0);
+  EXPECT_EQ(out[0].received_to, 32);
+  EXPECT_EQ(Counter("headway:kv_transfer_tokens_total"), 32);
+
+  Sequence seq(kRequest, Request().prompt_ids, SamplingOptions{}, StopConditions{}, Clock::now());
+  seq.set_received_positions(out[0].received_from, out[0].received_to);
+  seq.RecordPrefixHit(32);
+  EXPECT_EQ(seq.num_transferred_tokens(), 32);
+  EXPECT_EQ(seq.num_cached_tokens(), 0);
+  seq.RecordPrefixHit(16);  // part of it evicted before admission
+  EXPECT_EQ(seq.num_transferred_tokens(), 16);
+  EXPECT_EQ(seq.num_cached_tokens(), 0);
+  Sequence later(kRequest + 1, Request().prompt_ids, SamplingOptions{}, StopConditions{},
+                 Clock::now());
+  later.set_received_positions(16, 32);
+  later.RecordPrefixHit(32);
+  EXPECT_EQ(later.num_cached_tokens(), 16);
+  EXPECT_EQ(later.num_transferred_tokens(), 16);
 }
 
 // Decode at TP 3 (one KV head per rank): each KV head goes to the rank that

@@ -76,7 +76,10 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:metrics_rejected_observations_total", "counter"},
       {"headway:kv_transfer_bytes_total", "counter"},
       {"headway:kv_transfer_blocks_total", "counter"},
+      {"headway:kv_transfer_tokens_total", "counter"},
       {"headway:kv_transfer_fallbacks_total", "counter"},
+      {"headway:pd_remote_prefills_total", "counter"},
+      {"headway:pd_local_prefills_total", "counter"},
       {"headway:kv_transfer_seconds", "histogram"},
       {"headway:kv_transfer_send_seconds", "histogram"},
       {"headway:pd_prefill_seconds", "histogram"},
@@ -334,6 +337,8 @@ TEST(ServingMetricsTest, ConcurrentCallersAreCountedExactly) {
 TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   std::unique_ptr<ServingMetrics> m = MakeMetrics({1, 3});
   m->OnRouted(1, 192);
+  m->OnLocalPrefill(LocalPrefillReason::kPrefillQueueFull);
+  m->OnKvTransferFallback(TransferFallbackReason::kPrefillInstanceDown);
   m->OnScheduled(0, 0.25);
   m->OnPrefixCacheQuery(0, 256, 192);
   m->OnFirstToken(0, 0.375);

@@ -145,7 +145,10 @@ class DisaggregationFaultTest : public ::testing::Test {
     Result<PromExposition> m = ParsePrometheusText(HttpGet(http_port_, "/metrics", 5).body);
     if (!m.ok()) return -1;
     std::vector<const PromSample*> samples = m->Samples(name);
-    return samples.empty() ? -1 : samples[0]->value;
+    // Deployment-wide counters; the sum over a label such as `reason`.
+    double sum = 0;
+    for (const PromSample* s : samples) sum += s->value;
+    return samples.empty() ? -1 : sum;
   }
 
   bool PrefillLogged(const std::string& text) const {

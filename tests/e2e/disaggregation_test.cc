@@ -34,7 +34,10 @@ double Metric(const Deployment& d, const std::string& name) {
   Result<PromExposition> metrics = ParsePrometheusText(d.Get("/metrics").body);
   if (!metrics.ok()) return -1;
   std::vector<const PromSample*> samples = metrics->Samples(name);
-  return samples.empty() ? -1 : samples[0]->value;
+  // Deployment-wide counters; the sum over a label such as `reason`.
+  double sum = 0;
+  for (const PromSample* s : samples) sum += s->value;
+  return samples.empty() ? -1 : sum;
 }
 
 std::unique_ptr<Deployment> Start(int pd_decode_tp) {
@@ -75,7 +78,8 @@ TEST(DisaggregationTest, OutputsEqualColocatedAtDecodeTp1AndTp3) {
 // the decode instance's prefix cache already holds every whole block of the
 // previous prompt (moved to it, or computed by it after the move) and only
 // the new whole blocks move: 90 blocks per 16 positions (30 layers x 3 KV
-// heads).
+// heads). The first turn's cached_tokens is 0: moved tokens are reported
+// as transferred_tokens.
 TEST(DisaggregationTest, LaterTurnsMoveOnlyTheirNewBlocks) {
   HW_REQUIRE_MODEL(SmolLm2Path());
   std::unique_ptr<Deployment> pd = Start(1);
@@ -96,6 +100,11 @@ TEST(DisaggregationTest, LaterTurnsMoveOnlyTheirNewBlocks) {
     EXPECT_EQ(now - moved, (full / 16 - decode_has) * kBlocksPerPosition16)
         << "turn " << turn << " (" << prompt.size() << " prompt tokens)";
     moved = now;
+    // Usage tells the positions the decode instance held from those moved
+    // for this request.
+    const json details = r.json["usage"]["prompt_tokens_details"];
+    EXPECT_EQ(details.value("cached_tokens", -1), decode_has * 16) << "turn " << turn;
+    EXPECT_EQ(details.value("transferred_tokens", -1), full - decode_has * 16) << "turn " << turn;
     decode_has = int(prompt.size()) / 16;
   }
 }

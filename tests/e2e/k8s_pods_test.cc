@@ -116,7 +116,10 @@ double Metric(const std::string& page, const std::string& name) {
   Result<PromExposition> metrics = ParsePrometheusText(page);
   if (!metrics.ok()) return -1;
   std::vector<const PromSample*> samples = metrics->Samples(name);
-  return samples.empty() ? -1 : samples[0]->value;
+  // Deployment-wide counters; the sum over a label such as `reason`.
+  double sum = 0;
+  for (const PromSample* s : samples) sum += s->value;
+  return samples.empty() ? -1 : sum;
 }
 
 // One pod: what the kubelet would run.

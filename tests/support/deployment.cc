@@ -40,7 +40,8 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"
     << "  max_model_len: " << o.max_model_len << "\n";
   if (!o.admission_policy.empty()) y << "  admission_policy: " << o.admission_policy << "\n";
-  if (!o.routing_policy.empty()) y << "routing:\n  policy: " << o.routing_policy << "\n";
+  y << "routing:\n  max_local_prefill_tokens: " << o.max_local_prefill_tokens << "\n";
+  if (!o.routing_policy.empty()) y << "  policy: " << o.routing_policy << "\n";
   y << "pools:\n";
   if (o.pd_decode_tp_size > 0) {
     y << "  - {name: prefill, role: prefill, instances: [{tp_size: 1, num_threads: 1, hosts: ["

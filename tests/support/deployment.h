@@ -34,6 +34,7 @@ struct DeploymentOptions {
   // instance options above are ignored.
   int pd_decode_tp_size = 0;
   int kv_transfer_timeout_ms = 5000;  // disaggregated only
+  int max_local_prefill_tokens = 0;   // routing.max_local_prefill_tokens
   // Where the coordinator binds HTTP and control (and, disaggregated, where
   // the prefill instance runs), and where the decode instance runs.
   std::string host = "127.0.0.1";
