@@ -71,26 +71,37 @@ bool EveryInstanceReady(const HttpReply& health) {
 
 std::unique_ptr<Deployment> Deployment::Start(const DeploymentOptions& options,
                                               std::string* error, int timeout_s) {
-  std::unique_ptr<Deployment> d(new Deployment());
-  d->dir_ = MakeTempDir("headway-e2e");
-  d->http_port_ = FreePort();
-  int control_port = FreePort();
-  d->config_path_ = d->dir_ + "/deploy.yaml";
-  {
-    std::ofstream out(d->config_path_);
-    out << DeploymentYaml(options, d->http_port_, control_port);
+  // FreePort's port is free when asked, not when bound: a test running
+  // beside this one may take it first. Such a start is tried again on new
+  // ports; any other failure is reported.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    std::unique_ptr<Deployment> d(new Deployment());
+    d->dir_ = MakeTempDir("headway-e2e");
+    d->http_port_ = FreePort();
+    int control_port = FreePort();
+    d->config_path_ = d->dir_ + "/deploy.yaml";
+    {
+      std::ofstream out(d->config_path_);
+      out << DeploymentYaml(options, d->http_port_, control_port);
+    }
+    d->launcher_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{BinaryPath("headway-launch"), d->config_path_},
+        d->dir_ + "/launch.log");
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!d->launcher_->Running()) break;
+      if (EveryInstanceReady(d->Get("/health"))) return d;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    const std::string log = d->Log();
+    if (attempt < kAttempts && !d->launcher_->Running() &&
+        log.find("Address already in use") != std::string::npos) {
+      continue;
+    }
+    if (error) *error = "deployment did not become healthy; launcher log:\n" + log;
+    return nullptr;
   }
-  d->launcher_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{BinaryPath("headway-launch"), d->config_path_},
-      d->dir_ + "/launch.log");
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!d->launcher_->Running()) break;
-    if (EveryInstanceReady(d->Get("/health"))) return d;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  if (error) *error = "deployment did not become healthy; launcher log:\n" + d->Log();
-  return nullptr;
 }
 
 Deployment::~Deployment() { Stop(); }
