@@ -27,10 +27,7 @@ Runs: for each policy in --policies a fresh deployment of a copy of
 --config with free ports and `routing.policy` set; then `oracle`: the same
 config with one mixed instance in place of the pools, with the KV memory and
 compute threads of all the instances that serve the turns (the mixed
-instances, or a disaggregated config's decode instances). A build whose
-config has no `routing` section refuses the key: its least_loaded run
-starts without it (it routes by load alone) and says so in `note`; its
-other policies are reported as skipped.
+instances, or a disaggregated config's decode instances).
 
 Prints progress to stderr and one JSON object to stdout: per run the prefix
 hit rate (sum of usage.prompt_tokens_details.cached_tokens over sum of
@@ -491,32 +488,12 @@ def launch(args, config_path, http_port, log_path):
     return d
 
 
-def refused_routing(log_path):
-    with open(log_path, errors="replace") as f:
-        text = f.read()
-    return "routing" in text and ("unknown" in text.lower() or "not allowed" in text.lower())
-
-
 def run_one(args, name, policy, oracle, workload_cache, vocab, work_dir):
     config_path = os.path.join(work_dir, "%s.yaml" % name)
     log_path = os.path.join(work_dir, "%s-launch.log" % name)
     http_port = write_config(args, config_path, policy, oracle)
-    note = None
     log("%s: starting %s" % (name, config_path))
-    try:
-        d = launch(args, config_path, http_port, log_path)
-    except RuntimeError:
-        if policy is None or not refused_routing(log_path):
-            raise
-        if policy != "least_loaded":
-            log("%s: this build refuses routing.policy; skipped" % name)
-            return {"skipped": "this build's config has no routing section (routing.policy "
-                               "refused; see %s)" % log_path}
-        note = ("this build's config has no routing section (routing.policy refused): "
-                "started without it, routing by load alone")
-        log("%s: %s" % (name, note))
-        http_port = write_config(args, config_path, None, None)
-        d = launch(args, config_path, http_port, log_path)
+    d = launch(args, config_path, http_port, log_path)
     try:
         _, health = rb.http_get(d.base_url + "/health", timeout=10)
         instances = json.loads(health)["instances"]
@@ -574,7 +551,7 @@ def run_one(args, name, policy, oracle, workload_cache, vocab, work_dir):
     transfer_bytes = total(after, "headway:kv_transfer_bytes_total") - \
         total(before, "headway:kv_transfer_bytes_total")
     result = {
-        "policy": policy if note is None else "least_loaded (load only)",
+        "policy": policy,
         "requests": len(rs),
         "failed_requests": len(failures),
         # Turns after a failed one, which its session could not send.
@@ -604,8 +581,6 @@ def run_one(args, name, policy, oracle, workload_cache, vocab, work_dir):
                                      total(before, "headway:kv_transfer_fallbacks_total")),
         "answers_retokenized": sum(1 for r in rs if not r["ids_exact"]),
     }
-    if note:
-        result["note"] = note
     if oracle:
         result["oracle"] = oracle
     log("%s: %d requests in %.1f s; hit rate %s (usage), %s (metrics); TTFT median %s ms; "
@@ -751,7 +726,7 @@ def main():
                                       oracle.get("hit_rate_metrics"))},
         "hit_rate_usage_over_oracle": {
             name: ratio(r.get("hit_rate_usage"), oracle.get("hit_rate_usage"))
-            for name, r in runs.items() if name != "oracle" and "skipped" not in r},
+            for name, r in runs.items() if name != "oracle"},
     }
     reference = next(iter(records)) if records else None
     mismatches = compare_outputs(reference, records[reference], records) if reference else []
