@@ -84,21 +84,22 @@ Status DisaggregationCoordinator::Begin(uint64_t request_id, const EngineRequest
   job.prefill_generation = prefill.generation;
   job.full_positions = full;
   job.arrival = arrival;
-  ReserveOn(job, decode);
+  HW_CHECK(TryReserveOn(job, decode));  // Place checked it this turn
   jobs_.emplace(request_id, std::move(job));
   metrics_->OnRemotePrefill();
   return Status::Ok();
 }
 
-void DisaggregationCoordinator::ReserveOn(Job& job, Instance& decode) {
+bool DisaggregationCoordinator::TryReserveOn(Job& job, Instance& decode) {
   const TokenIds prompt{job.request.prompt_ids, {}};
   const PrefixMatch have = decode.scheduler->kv().MatchPrefix(prompt, job.full_positions);
+  if (!decode.scheduler->kv().CanReserve(have, job.full_positions)) return false;
   job.decode = decode.id;
   job.decode_generation = decode.generation;
   job.have_blocks = have.entries.size();
-  job.have_positions = have.num_positions;
   job.reservation = decode.scheduler->Reserve(have, job.full_positions);
   job.reserved = true;
+  return true;
 }
 
 void DisaggregationCoordinator::CancelReservation(Job& job) {
@@ -126,10 +127,7 @@ std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
     const TokenIds prompt{job.request.prompt_ids, {}};
     Instance* decode =
         router_->Pick(*registry_, PoolRole::kDecode, prompt, int64_t(prompt.size())).instance;
-    if (decode == nullptr ||
-        !decode->scheduler->kv().CanReserve(decode->scheduler->kv().MatchPrefix(prompt,
-                                                                                job.full_positions),
-                                            job.full_positions)) {
+    if (decode == nullptr || !TryReserveOn(job, *decode)) {
       job.decode = decode != nullptr ? decode->id : -1;
       job.fallback = TransferFallbackReason::kDecodeInstanceDown;
       spdlog::warn("request {}: its decode instance went down during its prefill and no other "
@@ -139,7 +137,6 @@ std::vector<Handoff> DisaggregationCoordinator::OnPrefillDone(Instance& prefill,
       jobs_.erase(it);
       return out;
     }
-    ReserveOn(job, *decode);
   }
   StartTransfer(request_id, job, prefill, registry_->at(job.decode), &out);
   return out;
@@ -299,7 +296,7 @@ void DisaggregationCoordinator::EndTransfer(uint64_t request_id, bool ok, Clock:
   job.reserved = false;  // committed, draining or given back
   if (prefill_alive) registry_->at(job.prefill).scheduler->Unpin(job.pin);
   if (ok) {
-    metrics_->OnKvTransfer(job.bytes, job.blocks, uint64_t(job.full_positions - job.have_positions),
+    metrics_->OnKvTransfer(job.bytes, job.blocks, uint64_t(job.full_positions - HavePositions(job)),
                            Seconds(now - job.started));
   } else {
     spdlog::warn("KV transfer {} for request {} failed ({}, {}); the decode instance prefills it",
@@ -322,7 +319,7 @@ void DisaggregationCoordinator::HandOff(Job& job, uint64_t request_id, bool tran
   h.decode = job.decode;
   h.transferred = transferred;
   if (transferred) {
-    h.received_from = int(job.have_positions);
+    h.received_from = int(HavePositions(job));
     h.received_to = int(job.full_positions);
   }
   out->push_back(std::move(h));

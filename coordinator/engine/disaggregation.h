@@ -150,7 +150,6 @@ class DisaggregationCoordinator {
     uint64_t decode_generation = 0;
     int64_t full_positions = 0;       // whole blocks of the prompt: the prefill job's
     size_t have_blocks = 0;           // of those, the decode instance held at reserve
-    int64_t have_positions = 0;       //   (= have_blocks * block_size): not moved
     bool transferring = false;
     bool cancelled = false;           // the client went away meanwhile
     int attempt = 0;                  // 1: the first transfer, 2: its retry
@@ -178,9 +177,14 @@ class DisaggregationCoordinator {
     Clock::time_point release_at;
   };
 
-  // Reserves on `decode` what it lacks of the job's whole blocks.
-  // REQUIRES: it fits (CanReserve).
-  void ReserveOn(Job& job, Instance& decode);
+  // Reserves on `decode` what it lacks of the job's whole blocks, if they
+  // fit; false (and nothing changes) if they do not.
+  bool TryReserveOn(Job& job, Instance& decode);
+  // Positions of the job's whole blocks the decode instance held at reserve:
+  // those are not moved.
+  int64_t HavePositions(const Job& job) const {
+    return int64_t(job.have_blocks) * config_.block_size;
+  }
   // Gives back the job's reservation, if its decode instance still has it.
   void CancelReservation(Job& job);
   // Pins and plans the transfer of `job` (its prompt computed).

@@ -318,6 +318,18 @@ Result<Counter*> ServingMetrics::AddDeploymentCounter(const std::string& name,
   return family->WithLabels({model_name_});
 }
 
+Result<std::vector<Counter*>> ServingMetrics::AddDeploymentCountersByReason(
+    const std::string& name, const std::string& help, const std::vector<const char*>& reasons) {
+  HW_ASSIGN_OR_RETURN(CounterFamily * family,
+                      registry_.AddCounter(name, help, {"model_name", "reason"}));
+  std::vector<Counter*> counters;
+  for (const char* reason : reasons) {
+    HW_ASSIGN_OR_RETURN(Counter * c, family->WithLabels({model_name_, reason}));
+    counters.push_back(c);
+  }
+  return counters;
+}
+
 Result<Histogram*> ServingMetrics::AddDeploymentHistogram(const std::string& name,
                                                           const std::string& help,
                                                           const std::vector<double>& bounds) {
@@ -337,32 +349,30 @@ Status ServingMetrics::RegisterDeploymentSeries() {
                       AddDeploymentCounter("headway:kv_transfer_tokens_total",
                                            "Prompt positions whose KV moved from prefill to "
                                            "decode instances."));
-  HW_ASSIGN_OR_RETURN(
-      CounterFamily * fallbacks,
-      registry_.AddCounter("headway:kv_transfer_fallbacks_total",
-                           "Requests prefilled by their decode instance after a remote prefill "
-                           "was planned, by reason.",
-                           {"model_name", "reason"}));
+  std::vector<const char*> fallback_reasons;
   for (int i = 0; i < kNumTransferFallbackReasons; ++i) {
-    HW_ASSIGN_OR_RETURN(Counter * c, fallbacks->WithLabels(
-        {model_name_, TransferFallbackReasonName(TransferFallbackReason(i))}));
-    kv_transfer_fallbacks_.push_back(c);
+    fallback_reasons.push_back(TransferFallbackReasonName(TransferFallbackReason(i)));
   }
+  HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_,
+                      AddDeploymentCountersByReason(
+                          "headway:kv_transfer_fallbacks_total",
+                          "Requests prefilled by their decode instance after a remote prefill "
+                          "was planned, by reason.",
+                          fallback_reasons));
   HW_ASSIGN_OR_RETURN(pd_remote_prefills_,
                       AddDeploymentCounter("headway:pd_remote_prefills_total",
                                            "Disaggregated requests planned for a prefill "
                                            "instance."));
-  HW_ASSIGN_OR_RETURN(
-      CounterFamily * local,
-      registry_.AddCounter("headway:pd_local_prefills_total",
-                           "Disaggregated requests prefilled by their decode instance by "
-                           "decision on arrival, by reason.",
-                           {"model_name", "reason"}));
+  std::vector<const char*> local_reasons;
   for (int i = 0; i < kNumLocalPrefillReasons; ++i) {
-    HW_ASSIGN_OR_RETURN(Counter * c, local->WithLabels(
-        {model_name_, LocalPrefillReasonName(LocalPrefillReason(i))}));
-    pd_local_prefills_.push_back(c);
+    local_reasons.push_back(LocalPrefillReasonName(LocalPrefillReason(i)));
   }
+  HW_ASSIGN_OR_RETURN(pd_local_prefills_,
+                      AddDeploymentCountersByReason(
+                          "headway:pd_local_prefills_total",
+                          "Disaggregated requests prefilled by their decode instance by "
+                          "decision on arrival, by reason.",
+                          local_reasons));
   HW_ASSIGN_OR_RETURN(kv_transfer_seconds_,
                       AddDeploymentHistogram("headway:kv_transfer_seconds",
                                              "Seconds from a KV transfer plan to its last result.",

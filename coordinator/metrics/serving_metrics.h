@@ -281,6 +281,10 @@ class ServingMetrics {
   Status RegisterDeploymentSeries();
   // A family labelled model_name only, and its one series.
   Result<Counter*> AddDeploymentCounter(const std::string& name, const std::string& help);
+  // A deployment-wide counter family with the extra label `reason`: one
+  // series per name in `reasons`, in that order.
+  Result<std::vector<Counter*>> AddDeploymentCountersByReason(
+      const std::string& name, const std::string& help, const std::vector<const char*>& reasons);
   Result<Histogram*> AddDeploymentHistogram(const std::string& name, const std::string& help,
                                             const std::vector<double>& bounds);
   void Reject(int instance_id);
