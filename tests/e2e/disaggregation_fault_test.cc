@@ -142,13 +142,7 @@ class DisaggregationFaultTest : public ::testing::Test {
   }
 
   double Metric(const std::string& name) const {
-    Result<PromExposition> m = ParsePrometheusText(HttpGet(http_port_, "/metrics", 5).body);
-    if (!m.ok()) return -1;
-    std::vector<const PromSample*> samples = m->Samples(name);
-    // Deployment-wide counters; the sum over a label such as `reason`.
-    double sum = 0;
-    for (const PromSample* s : samples) sum += s->value;
-    return samples.empty() ? -1 : sum;
+    return SumOfSamples(HttpGet(http_port_, "/metrics", 5).body, name);
   }
 
   bool PrefillLogged(const std::string& text) const {

@@ -31,13 +31,7 @@ std::vector<std::string> RunAll(const Deployment& d) {
 }
 
 double Metric(const Deployment& d, const std::string& name) {
-  Result<PromExposition> metrics = ParsePrometheusText(d.Get("/metrics").body);
-  if (!metrics.ok()) return -1;
-  std::vector<const PromSample*> samples = metrics->Samples(name);
-  // Deployment-wide counters; the sum over a label such as `reason`.
-  double sum = 0;
-  for (const PromSample* s : samples) sum += s->value;
-  return samples.empty() ? -1 : sum;
+  return SumOfSamples(d.Get("/metrics").body, name);
 }
 
 std::unique_ptr<Deployment> Start(int pd_decode_tp) {

@@ -111,17 +111,6 @@ std::vector<nlohmann::json> Prompts() {
   return {all[0], all[1], all[2]};
 }
 
-// The first sample of `name` in a Prometheus text page; -1 if absent.
-double Metric(const std::string& page, const std::string& name) {
-  Result<PromExposition> metrics = ParsePrometheusText(page);
-  if (!metrics.ok()) return -1;
-  std::vector<const PromSample*> samples = metrics->Samples(name);
-  // Deployment-wide counters; the sum over a label such as `reason`.
-  double sum = 0;
-  for (const PromSample* s : samples) sum += s->value;
-  return samples.empty() ? -1 : sum;
-}
-
 // One pod: what the kubelet would run.
 struct Pod {
   std::string name;
@@ -417,8 +406,8 @@ void RunPodsOf(const std::string& shipped_config,
   if (pod_config->KvTransferEnabled()) {
     // The blocks crossed from the prefill pod to the decode pod: no request
     // fell back to computing its prompt on the decode side.
-    EXPECT_GT(Metric(metrics_page, "headway:kv_transfer_blocks_total"), 0) << metrics_page;
-    EXPECT_EQ(Metric(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
+    EXPECT_GT(SumOfSamples(metrics_page, "headway:kv_transfer_blocks_total"), 0) << metrics_page;
+    EXPECT_EQ(SumOfSamples(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
   }
   if (::testing::Test::HasFailure()) ADD_FAILURE() << logs();
 }

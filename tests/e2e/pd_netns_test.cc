@@ -41,17 +41,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kMaxTokens = 24;
 constexpr int kRounds = 2;  // every prompt alone, then all of them twice, concurrently
 
-// The first sample of `name` in a Prometheus text page; -1 if absent.
-double Metric(const std::string& page, const std::string& name) {
-  Result<PromExposition> metrics = ParsePrometheusText(page);
-  if (!metrics.ok()) return -1;
-  std::vector<const PromSample*> samples = metrics->Samples(name);
-  // Deployment-wide counters; the sum over a label such as `reason`.
-  double sum = 0;
-  for (const PromSample* s : samples) sum += s->value;
-  return samples.empty() ? -1 : sum;
-}
-
 // The last `max_chars` of a process log, for failure messages.
 std::string Tail(const ChildProcess& p, size_t max_chars = 3000) {
   const std::string log = p.Log();
@@ -143,7 +132,7 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
   for (size_t i = 0; i < colocated.size(); ++i) {
     EXPECT_EQ(disaggregated[i], colocated[i]) << "request " << i;
   }
-  const double blocks_moved = Metric(metrics_page, "headway:kv_transfer_blocks_total");
+  const double blocks_moved = SumOfSamples(metrics_page, "headway:kv_transfer_blocks_total");
   EXPECT_GT(blocks_moved, 0) << metrics_page;
   // The blocks crossed the veth: the decode side's end received at least
   // their bytes (SmolLM2's head_dim is 64).
@@ -153,7 +142,7 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
   EXPECT_GE(double(*received), blocks_moved * block_bytes)
       << "decode side's veth received " << *received << " bytes for " << blocks_moved
       << " blocks";
-  EXPECT_EQ(Metric(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
+  EXPECT_EQ(SumOfSamples(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
   if (HasFailure()) ADD_FAILURE() << logs();
 
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };

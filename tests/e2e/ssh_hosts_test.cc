@@ -45,17 +45,6 @@ std::string Tail(const ChildProcess& p, size_t max_chars = 4000) {
   return p.log_path() + ":\n" + (log.size() > max_chars ? log.substr(log.size() - max_chars) : log);
 }
 
-// The first sample of `name` in a Prometheus text page; -1 if absent.
-double Metric(const std::string& page, const std::string& name) {
-  Result<PromExposition> metrics = ParsePrometheusText(page);
-  if (!metrics.ok()) return -1;
-  std::vector<const PromSample*> samples = metrics->Samples(name);
-  // Deployment-wide counters; the sum over a label such as `reason`.
-  double sum = 0;
-  for (const PromSample* s : samples) sum += s->value;
-  return samples.empty() ? -1 : sum;
-}
-
 std::vector<nlohmann::json> Prompts() {
   const std::vector<std::string>& all = SmolLm2TestPrompts();
   return {all[0], all[1], all[2]};
@@ -219,13 +208,13 @@ void RunOverSsh(const SshRun& run) {
     // UCX runs on TCP alone (kv_transfer.transports); the bytes it moved
     // left the prefill host through its network interface.
     const long long tx_bytes = TxBytes(lan, prefill_host) - tx_before;
-    const double kv_bytes = Metric(metrics_page, "headway:kv_transfer_bytes_total");
-    EXPECT_GT(Metric(metrics_page, "headway:kv_transfer_blocks_total"), 0) << metrics_page;
+    const double kv_bytes = SumOfSamples(metrics_page, "headway:kv_transfer_bytes_total");
+    EXPECT_GT(SumOfSamples(metrics_page, "headway:kv_transfer_blocks_total"), 0) << metrics_page;
     EXPECT_GT(kv_bytes, 0) << metrics_page;
     EXPECT_GE(double(tx_bytes), kv_bytes) << "the prefill host sent less than the KV bytes moved";
-    EXPECT_EQ(Metric(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
+    EXPECT_EQ(SumOfSamples(metrics_page, "headway:kv_transfer_fallbacks_total"), 0) << metrics_page;
     std::printf("[ info     ] KV bytes moved %.0f (%.0f blocks); %s sent %lld bytes meanwhile\n",
-                kv_bytes, Metric(metrics_page, "headway:kv_transfer_blocks_total"),
+                kv_bytes, SumOfSamples(metrics_page, "headway:kv_transfer_blocks_total"),
                 SshHosts::HostName(prefill_host).c_str(), tx_bytes);
   }
   ASSERT_EQ(got.size(), expected.size());

@@ -382,6 +382,15 @@ std::vector<const PromSample*> PromExposition::Samples(std::string_view name) co
   return out;
 }
 
+double SumOfSamples(std::string_view page, std::string_view name) {
+  Result<PromExposition> metrics = ParsePrometheusText(page);
+  if (!metrics.ok()) return -1;
+  std::vector<const PromSample*> samples = metrics->Samples(name);
+  double sum = 0;
+  for (const PromSample* s : samples) sum += s->value;
+  return samples.empty() ? -1 : sum;
+}
+
 Result<PromExposition> ParsePrometheusText(std::string_view text, PromParseOptions options) {
   ParseState st;
   if (!text.empty() && text.back() != '\n') {

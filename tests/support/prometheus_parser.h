@@ -68,6 +68,11 @@ struct PromExposition {
   std::vector<const PromSample*> Samples(std::string_view name) const;
 };
 
+// The sum of every sample called `name` in the Prometheus text `page` (a
+// deployment-wide counter, summed over labels such as `reason`); -1 if the
+// page does not parse or has no such sample.
+double SumOfSamples(std::string_view page, std::string_view name);
+
 struct PromParseOptions {
   // Every family must have # HELP and # TYPE before its samples.
   bool require_help_and_type = true;
