@@ -24,6 +24,10 @@
 // of each time and of the per-repeat ratios (< 1: the numerator is faster).
 // `crossover_m` (per quantised mode) is the smallest m measured at which
 // sgemm wins (median ratio over sgemm > 1), or null if it never does.
+//
+// Where the run-time dispatch picks a path other than AVX2 (AVX-512), each
+// repeat also times f32act forced onto the AVX2 path (`avx2_us`,
+// `ratio_f32act_over_avx2`): the AVX-512 gain, measured in the same run.
 #include <cblas.h>
 #include <omp.h>
 
@@ -102,6 +106,18 @@ Copies MakeCopies(const Shape& s, int count_quant, int count_f32) {
 
 using QuantFn = void (*)(const float*, const uint8_t*, GgmlType, int, int, int, float*);
 
+void F32ActOnAvx2(const float* x, const uint8_t* w, GgmlType type, int m, int n, int k, float* y) {
+  cpu::internal::QuantMatmulTransBF32ActOn(cpu::internal::QuantMatmulPath::kAvx2, x, w, type, m,
+                                           n, k, y);
+}
+
+// True when f32act runs on a faster path than AVX2 that AVX2 can be compared to.
+bool CompareWithAvx2() {
+  using cpu::internal::QuantMatmulPath;
+  return cpu::internal::QuantMatmulBestPath() == QuantMatmulPath::kAvx512 &&
+         cpu::internal::QuantMatmulPathSupported(QuantMatmulPath::kAvx2);
+}
+
 nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, bool cold, double cold_bytes,
                        int repeats) {
   const size_t quant_bytes = GgmlBytes(s.type, uint64_t(s.n) * s.k).value();
@@ -133,10 +149,16 @@ nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, bool cold, do
     quant_pass(cpu::QuantMatmulTransBF32Act);
     quant_pass(reference::QuantMatmulTransB8BitAct);
     f32_pass();
+    const bool avx2 = CompareWithAvx2();
+    if (avx2) quant_pass(F32ActOnAvx2);
     std::vector<double> t_f32act, t_int8act, t_sgemm, r_f32act_sgemm, r_int8act_sgemm,
-        r_f32act_int8act;
+        r_f32act_int8act, t_avx2, r_f32act_avx2;
     for (int r = 0; r < repeats; ++r) {
       t_f32act.push_back(quant_pass(cpu::QuantMatmulTransBF32Act));
+      if (avx2) {
+        t_avx2.push_back(quant_pass(F32ActOnAvx2));
+        r_f32act_avx2.push_back(t_f32act.back() / t_avx2.back());
+      }
       t_int8act.push_back(quant_pass(reference::QuantMatmulTransB8BitAct));
       t_sgemm.push_back(f32_pass());
       r_f32act_sgemm.push_back(t_f32act.back() / t_sgemm.back());
@@ -155,6 +177,10 @@ nlohmann::json Measure(const Shape& s, const std::vector<int>& ms, bool cold, do
                    {"sgemm_gflops", flops / Median(t_sgemm) / 1e9},
                    {"quant_weight_gbps_f32act", quant_bytes / Median(t_f32act) / 1e9},
                    {"f32_weight_gbps_sgemm", f32_bytes / Median(t_sgemm) / 1e9}});
+    if (avx2) {
+      out.back()["avx2_us"] = Median(t_avx2) * 1e6;
+      out.back()["ratio_f32act_over_avx2"] = Median(r_f32act_avx2);
+    }
   }
   return out;
 }
