@@ -26,7 +26,27 @@ SamplingConfig ToSamplingConfig(const proto::SamplingParams& p) {
   c.top_k = p.top_k();
   // proto3 leaves an unset top_p at 0: treat it (and 1) as "off".
   c.top_p = (p.top_p() <= 0.0f || p.top_p() >= 1.0f) ? 1.0f : p.top_p();
+  c.min_p = p.min_p();
   return c;
+}
+
+LogitProcessors ToLogitProcessors(const proto::SamplingParams& p) {
+  LogitProcessors l;
+  for (const proto::LogitBias& b : p.logit_bias()) l.logit_bias.emplace_back(b.token_id(), b.bias());
+  l.banned.assign(p.banned_token_ids().begin(), p.banned_token_ids().end());
+  l.allowed.assign(p.allowed_token_ids().begin(), p.allowed_token_ids().end());
+  // proto3 leaves an unset repetition penalty at 0: read it as 1 (off).
+  l.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  l.frequency_penalty = p.frequency_penalty();
+  l.presence_penalty = p.presence_penalty();
+  return l;
+}
+
+TokenHistory ToTokenHistory(const proto::TokenHistory& h) {
+  TokenHistory history;
+  history.prompt_ids.assign(h.prompt_token_ids().begin(), h.prompt_token_ids().end());
+  for (int32_t id : h.output_token_ids()) ++history.output_counts[id];
+  return history;
 }
 
 }  // namespace
@@ -85,20 +105,15 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
                                      std::to_string(model_->vocab_size()) + ")");
     }
   }
-  if (step.sample()) {
-    const proto::SamplingParams& p = step.sampling();
-    if (!std::isfinite(p.temperature()) || p.temperature() < 0.0f) {
-      return Status::InvalidArgument(name + " temperature " + std::to_string(p.temperature()) +
-                                     " must be >= 0");
-    }
-    if (!std::isfinite(p.top_p()) || p.top_p() < 0.0f || p.top_p() > 1.0f) {
-      return Status::InvalidArgument(name + " top_p " + std::to_string(p.top_p()) +
-                                     " must lie in (0, 1]");
-    }
-    if (p.num_logprobs() < 0 || p.num_logprobs() > options_.max_num_logprobs) {
-      return Status::InvalidArgument(name + " num_logprobs " + std::to_string(p.num_logprobs()) +
-                                     " out of [0, " + std::to_string(options_.max_num_logprobs) +
-                                     "]");
+  if (step.sample()) HW_RETURN_IF_ERROR(CheckSampling(name, step.sampling()));
+  const auto in_vocab = [&](int32_t id) { return id >= 0 && id < model_->vocab_size(); };
+  for (const auto* ids : {&step.history().prompt_token_ids(), &step.history().output_token_ids()}) {
+    for (int32_t id : *ids) {
+      if (!in_vocab(id)) {
+        return Status::InvalidArgument(name + " history token id " + std::to_string(id) +
+                                       " out of [0, " + std::to_string(model_->vocab_size()) +
+                                       ")");
+      }
     }
   }
   for (const proto::SlotDelta& d : step.deltas()) {
@@ -108,6 +123,60 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
                                       step.start_pos(), end));
   next->num_computed = end;
   return Status::Ok();
+}
+
+Status StepExecutor::CheckSampling(const std::string& name,
+                                   const proto::SamplingParams& p) const {
+  const auto bad = [&](const std::string& what, float value, const char* allowed) {
+    return Status::InvalidArgument(name + " " + what + " " + std::to_string(value) + " must " +
+                                   allowed);
+  };
+  if (!std::isfinite(p.temperature()) || p.temperature() < 0.0f) {
+    return bad("temperature", p.temperature(), "be >= 0");
+  }
+  if (!std::isfinite(p.top_p()) || p.top_p() < 0.0f || p.top_p() > 1.0f) {
+    return bad("top_p", p.top_p(), "lie in (0, 1]");
+  }
+  if (!(p.min_p() >= 0.0f && p.min_p() <= 1.0f)) return bad("min_p", p.min_p(), "lie in [0, 1]");
+  if (!std::isfinite(p.repetition_penalty()) || p.repetition_penalty() < 0.0f) {
+    return bad("repetition_penalty", p.repetition_penalty(), "be > 0 (0: off)");
+  }
+  for (const auto& [what, v] : {std::pair{"frequency_penalty", p.frequency_penalty()},
+                                std::pair{"presence_penalty", p.presence_penalty()}}) {
+    if (!(v >= -2.0f && v <= 2.0f)) return bad(what, v, "lie in [-2, 2]");
+  }
+  const int vocab = model_->vocab_size();
+  for (const proto::LogitBias& b : p.logit_bias()) {
+    if (b.token_id() < 0 || b.token_id() >= vocab || !std::isfinite(b.bias())) {
+      return Status::InvalidArgument(name + " logit_bias entry (" + std::to_string(b.token_id()) +
+                                     ", " + std::to_string(b.bias()) +
+                                     ") needs a token id in [0, " + std::to_string(vocab) +
+                                     ") and a finite bias");
+    }
+  }
+  for (const auto& [what, ids] : {std::pair{"banned", &p.banned_token_ids()},
+                                  std::pair{"allowed", &p.allowed_token_ids()}}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= vocab) {
+        return Status::InvalidArgument(name + " " + what + " token id " + std::to_string(id) +
+                                       " out of [0, " + std::to_string(vocab) + ")");
+      }
+    }
+  }
+  if (p.num_logprobs() < 0 || p.num_logprobs() > options_.max_num_logprobs) {
+    return Status::InvalidArgument(name + " num_logprobs " + std::to_string(p.num_logprobs()) +
+                                   " out of [0, " + std::to_string(options_.max_num_logprobs) +
+                                   "]");
+  }
+  return Status::Ok();
+}
+
+const TokenHistory* StepExecutor::FindHistory(const StagedStep& staged, uint64_t seq_id) const {
+  if (auto it = staged.new_histories.find(seq_id); it != staged.new_histories.end()) {
+    return &it->second;
+  }
+  auto it = histories_.find(seq_id);
+  return it == histories_.end() ? nullptr : &it->second;
 }
 
 Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan) const {
@@ -141,6 +210,9 @@ Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan
   for (int i = 0; i < plan.seqs_size(); ++i) {
     const proto::SequenceStep& step = plan.seqs(i);
     HW_RETURN_IF_ERROR(StageSequence(step, &staged.states[i]));
+    if (step.is_new() && ToLogitProcessors(step.sampling()).Penalizes()) {
+      staged.new_histories[step.seq_id()] = ToTokenHistory(step.history());
+    }
     for (int j = 0; j < step.token_ids_size(); ++j) {
       staged.token_ids.push_back(step.token_ids(j));
       staged.positions.push_back(int32_t(step.start_pos() + j));
@@ -196,9 +268,24 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
         continue;
       }
       const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
-      sampled[size_t(r)] =
-          cpu::Sample(logits_.data() + size_t(r) * vocab, vocab, ToSamplingConfig(p),
-                      SeededUniform(seed, step.num_generated()), p.num_logprobs());
+      const double uniform = SeededUniform(seed, step.num_generated());
+      const float* logits = logits_.data() + size_t(r) * vocab;
+      const LogitProcessors processors = ToLogitProcessors(p);
+      if (!processors.Active()) {
+        sampled[size_t(r)] =
+            cpu::Sample(logits, vocab, ToSamplingConfig(p), uniform, p.num_logprobs());
+        continue;
+      }
+      // Sampled from the processed logits; the logprobs returned are the
+      // raw ones, as vLLM returns by default.
+      thread_local std::vector<float> processed;
+      processed.assign(logits, logits + vocab);
+      static const TokenHistory kNoHistory;
+      const TokenHistory* history = FindHistory(staged, step.seq_id());
+      cpu::ApplyLogitProcessors(processed.data(), vocab, processors,
+                                history ? *history : kNoHistory);
+      sampled[size_t(r)] = cpu::Sample(processed.data(), vocab, ToSamplingConfig(p), uniform, 0);
+      cpu::FillLogprobs(logits, vocab, p.num_logprobs(), &sampled[size_t(r)]);
     }
   });
   for (int r = 0; r < num_rows; ++r) {
@@ -241,7 +328,8 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     greedy_picks_.clear();
     for (int index : staged->sampled_seqs) {
       const proto::SamplingParams& p = plan.seqs(index).sampling();
-      greedy_picks_.push_back(ToSamplingConfig(p).temperature <= 0.0f ? p.num_logprobs() : -1);
+      const bool greedy = ToSamplingConfig(p).temperature <= 0.0f;
+      greedy_picks_.push_back(greedy && !ToLogitProcessors(p).Active() ? p.num_logprobs() : -1);
     }
     batch.greedy_picks = greedy_picks_.data();
     if (Status forward = model_->Forward(batch, pool_, &logits_); !forward.ok()) {
@@ -259,7 +347,16 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     const uint64_t id = s.seq_id;
     sequences_[id] = std::move(s);
   }
-  for (uint64_t id : plan.released_seq_ids()) sequences_.erase(id);
+  for (auto& [id, history] : staged->new_histories) histories_[id] = std::move(history);
+  for (const proto::SampledToken& t : result.tokens()) {
+    if (auto it = histories_.find(t.seq_id()); it != histories_.end()) {
+      ++it->second.output_counts[t.token_id()];
+    }
+  }
+  for (uint64_t id : plan.released_seq_ids()) {
+    sequences_.erase(id);
+    histories_.erase(id);
+  }
   last_step_id_ = plan.step_id();
   return result;
 }

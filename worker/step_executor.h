@@ -9,12 +9,14 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/sampling.h"
 #include "proto/control.pb.h"
 #include "worker/forward_model.h"
 #include "worker/kv_pool.h"
@@ -78,10 +80,15 @@ class StepExecutor {
     std::vector<int32_t> start_pos;   // [num_seqs]
     std::vector<int32_t> logit_rows;  // rows of sampling seqs
     std::vector<int> sampled_seqs;    // plan index of each logit row
+    // Histories of penalised sequences met this step (is_new), by seq id.
+    std::unordered_map<uint64_t, TokenHistory> new_histories;
   };
 
   Result<StagedStep> Stage(const proto::StepPlan& plan) const;
   Status StageSequence(const proto::SequenceStep& step, SequenceState* next) const;
+  Status CheckSampling(const std::string& name, const proto::SamplingParams& p) const;
+  // The history the penalties of `seq_id` read this step, or nullptr.
+  const TokenHistory* FindHistory(const StagedStep& staged, uint64_t seq_id) const;
   void BuildTables(const StagedStep& staged);
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;
@@ -93,6 +100,9 @@ class StepExecutor {
   std::vector<SlotSpec> slot_specs_;  // [num_slots] of this rank
 
   std::unordered_map<uint64_t, SequenceState> sequences_;
+  // Tokens seen by the sequences whose sampling has a penalty, kept apart
+  // from SequenceState so that staging a step does not copy them.
+  std::unordered_map<uint64_t, TokenHistory> histories_;
   std::optional<uint64_t> last_step_id_;
 
   // Reused across steps.

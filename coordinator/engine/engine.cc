@@ -29,6 +29,7 @@ StopConditions StopConditionsOf(const EngineRequest& request, const Config& conf
   stop.eos_id = tokenizer.eos_id();
   stop.stop_strings = request.stop;
   stop.stop_token_ids = request.stop_token_ids;
+  stop.min_tokens = request.min_tokens;
   return stop;
 }
 

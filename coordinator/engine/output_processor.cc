@@ -25,6 +25,13 @@ bool StopChecker::Append(int32_t token_id, std::string_view text, int num_output
   HW_CHECK(!done());
   const size_t old_size = text_.size();
   text_.append(text);
+  if (num_output_tokens < stop_.min_tokens) {
+    if (stop_.max_model_len > 0 && num_tokens >= stop_.max_model_len) {
+      finish_reason_ = FinishReason::kLength;
+      return true;
+    }
+    return false;
+  }
   if (IsStopToken(token_id)) {
     // EOS is not a stop_reason (vLLM reports none for it), a listed one is.
     if (!IsEos(token_id)) stop_token_id_ = token_id;

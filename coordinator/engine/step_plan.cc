@@ -8,6 +8,35 @@
 namespace headway {
 namespace {
 
+void FillLogitProcessors(const ScheduledSeq& s, const Sequence& seq, proto::SamplingParams* sp) {
+  const SamplingOptions& o = seq.sampling();
+  sp->set_min_p(o.min_p);
+  sp->set_repetition_penalty(o.repetition_penalty);
+  sp->set_frequency_penalty(o.frequency_penalty);
+  sp->set_presence_penalty(o.presence_penalty);
+  for (const auto& [id, bias] : o.logit_bias) {
+    proto::LogitBias* b = sp->add_logit_bias();
+    b->set_token_id(id);
+    b->set_bias(bias);
+  }
+  sp->mutable_allowed_token_ids()->Add(o.allowed_token_ids.begin(), o.allowed_token_ids.end());
+  if (!s.sample) return;
+  // min_tokens: the stop tokens cannot be sampled before it is reached.
+  const StopConditions& stop = seq.stop();
+  if (seq.num_output_tokens() < stop.min_tokens) {
+    if (!stop.ignore_eos && stop.eos_id >= 0) sp->add_banned_token_ids(stop.eos_id);
+    for (int32_t id : stop.stop_token_ids) sp->add_banned_token_ids(id);
+  }
+  // A bad word's last token is banned when the output ends with the rest.
+  const std::vector<int32_t>& out = seq.output_ids();
+  for (const std::vector<int32_t>& word : o.bad_words_ids) {
+    const size_t rest = word.size() - 1;
+    if (rest <= out.size() && std::equal(word.begin(), word.end() - 1, out.end() - rest)) {
+      sp->add_banned_token_ids(word.back());
+    }
+  }
+}
+
 void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::SequenceStep* step) {
   step->set_seq_id(s.seq_id);
   step->set_is_new(s.is_new);
@@ -23,7 +52,20 @@ void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::Sequenc
   sp->set_has_seed(seq.sampling().seed.has_value());
   sp->set_seed(seq.sampling().seed.value_or(0));
   sp->set_num_logprobs(seq.sampling().num_top_logprobs);
+  FillLogitProcessors(s, seq, sp);
   step->set_num_generated(uint32_t(seq.num_output_tokens()));
+  // A worker that meets a penalised sequence learns what it has seen; it
+  // counts the tokens it samples from then on.
+  if (s.is_new && seq.sampling().Penalizes()) {
+    proto::TokenHistory* h = step->mutable_history();
+    if (seq.sampling().repetition_penalty != 1.0f) {
+      std::vector<int32_t> distinct = seq.prompt_ids();
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      h->mutable_prompt_token_ids()->Add(distinct.begin(), distinct.end());
+    }
+    h->mutable_output_token_ids()->Add(seq.output_ids().begin(), seq.output_ids().end());
+  }
 }
 
 }  // namespace

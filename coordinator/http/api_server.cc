@@ -72,16 +72,33 @@ HttpListenerOptions ListenerOptions(const HttpApiConfig& http) {
   return o;
 }
 
-// The state a streaming response's content provider keeps between calls.
-struct StreamState {
-  std::shared_ptr<OutputStream> stream;
-  StreamRenderer renderer;
-  std::optional<OutputStream::Update> first;  // taken before the response started
-  Engine* engine;
-  uint64_t request_id;
-};
+// vLLM's tokenization of bad_words (SamplingParams.update_from_tokenizer):
+// each word without leading spaces, and with one space before it when that
+// starts with another token and has as many tokens (the word in the middle
+// of a text).
+std::vector<std::vector<int32_t>> BadWordsIds(const std::vector<std::string>& words,
+                                              const Tokenizer& tokenizer) {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& word : words) {
+    const std::string bare = word.substr(std::min(word.find_first_not_of(' '), word.size()));
+    std::vector<int32_t> plain = tokenizer.Encode(bare, /*parse_special=*/false);
+    if (plain.empty()) continue;
+    std::vector<int32_t> spaced = tokenizer.Encode(" " + bare, /*parse_special=*/false);
+    const bool second = spaced.size() == plain.size() && spaced.front() != plain.front();
+    out.push_back(std::move(plain));
+    if (second) out.push_back(std::move(spaced));
+  }
+  return out;
+}
 
 }  // namespace
+
+// The state a streaming response's content provider keeps between calls.
+struct ApiServer::StreamState {
+  std::vector<Running> choices;  // `first`: taken before the response started
+  StreamRenderer renderer;
+  Engine* engine;
+};
 
 ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* tokenizer,
                      const ChatTemplate* chat_template)
@@ -259,22 +276,36 @@ std::string ApiServer::NewId(const char* prefix) {
   return buf;
 }
 
-std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(StreamKind kind, std::vector<int32_t> ids,
-                                                              GenerationParams& params,
-                                                              int default_max_tokens) const {
-  std::variant<int, ApiError> max_tokens =
-      ResolveMaxTokens(int(ids.size()), params.max_tokens, options_.max_model_len, default_max_tokens);
-  if (auto* e = std::get_if<ApiError>(&max_tokens)) return *e;
-  Prepared p{kind, {}, params.stream, params.include_usage, params.logprobs};
-  EngineRequest& er = p.request;
-  er.prompt_ids = std::move(ids);
-  er.max_tokens = std::get<int>(max_tokens);
-  er.sampling = params.sampling;
-  er.stop = std::move(params.stop);
-  er.stop_token_ids = std::move(params.stop_token_ids);
-  er.ignore_eos = params.ignore_eos;
-  er.logprobs = params.logprobs;
-  er.deadline = Clock::now() + options_.request_timeout;
+std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
+    StreamKind kind, std::vector<std::vector<int32_t>> prompts, GenerationParams& params,
+    int default_max_tokens) const {
+  Prepared p{kind, {}, params.n, params.stream, params.include_usage, params.logprobs};
+  params.sampling.bad_words_ids = BadWordsIds(params.bad_words, *tokenizer_);
+  for (std::vector<int32_t>& ids : prompts) {
+    std::variant<int, ApiError> max_tokens = ResolveMaxTokens(
+        int(ids.size()), params.max_tokens, options_.max_model_len, default_max_tokens);
+    if (auto* e = std::get_if<ApiError>(&max_tokens)) return *e;
+    if (params.min_tokens > std::get<int>(max_tokens)) {
+      return ApiError::BadRequest("min_tokens must be less than or equal to max_tokens=" +
+                                      std::to_string(std::get<int>(max_tokens)) + ", got " +
+                                      std::to_string(params.min_tokens) + ".",
+                                  "min_tokens");
+    }
+    for (int j = 0; j < params.n; ++j) {
+      EngineRequest er;
+      er.prompt_ids = ids;
+      er.max_tokens = std::get<int>(max_tokens);
+      er.sampling = params.sampling;
+      if (er.sampling.seed) *er.sampling.seed += uint64_t(j);
+      er.stop = params.stop;
+      er.stop_token_ids = params.stop_token_ids;
+      er.ignore_eos = params.ignore_eos;
+      er.min_tokens = params.min_tokens;
+      er.logprobs = params.logprobs;
+      er.deadline = Clock::now() + options_.request_timeout;
+      p.requests.push_back(std::move(er));
+    }
+  }
   return p;
 }
 
@@ -282,19 +313,23 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareCompletion(const s
   ParsedCompletion parsed = ParseCompletionRequest(body, limits_);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   CompletionRequest& req = std::get<CompletionRequest>(parsed);
-  std::vector<int32_t> ids;
-  if (req.prompt_is_ids) {
-    ids = std::move(req.prompt_ids);
-  } else {
-    // As vLLM: special-token texts in a prompt (a chat template applied by
-    // the client) become their tokens.
-    if (auto e = CheckPromptBytes(req.prompt_text.size(), "prompt")) return *e;
-    if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
-    std::vector<int32_t> text_ids = tokenizer_->Encode(req.prompt_text, /*parse_special=*/true);
-    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
-    if (ids.empty()) return ApiError::BadRequest("'prompt' encodes to no tokens", "prompt");
+  std::vector<std::vector<int32_t>> prompts;
+  for (CompletionPrompt& prompt : req.prompts) {
+    std::vector<int32_t> ids;
+    if (prompt.is_ids) {
+      ids = std::move(prompt.ids);
+    } else {
+      // As vLLM: special-token texts in a prompt (a chat template applied by
+      // the client) become their tokens.
+      if (auto e = CheckPromptBytes(prompt.text.size(), "prompt")) return *e;
+      if (tokenizer_->add_bos() && tokenizer_->bos_id() >= 0) ids.push_back(tokenizer_->bos_id());
+      std::vector<int32_t> text_ids = tokenizer_->Encode(prompt.text, /*parse_special=*/true);
+      ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+      if (ids.empty()) return ApiError::BadRequest("'prompt' encodes to no tokens", "prompt");
+    }
+    prompts.push_back(std::move(ids));
   }
-  return Finish(StreamKind::kCompletion, std::move(ids), req.params, kDefaultMaxTokens);
+  return Finish(StreamKind::kCompletion, std::move(prompts), req.params, kDefaultMaxTokens);
 }
 
 std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
@@ -336,67 +371,114 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareChat(const std::st
   auto ids = ChatPromptIds(req.messages, req.add_generation_prompt);
   if (auto* e = std::get_if<ApiError>(&ids)) return *e;
   // vLLM's chat default: whatever max_model_len leaves.
-  return Finish(StreamKind::kChat, std::move(std::get<std::vector<int32_t>>(ids)), req.params,
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(std::move(std::get<std::vector<int32_t>>(ids)));
+  return Finish(StreamKind::kChat, std::move(prompts), req.params,
                 std::numeric_limits<int>::max());
+}
+
+std::vector<ApiServer::Running> ApiServer::SubmitChoices(Prepared& p) {
+  std::vector<Running> running(p.requests.size());
+  auto submit = [&](size_t c, bool with_stream) {
+    Running& r = running[c];
+    if (with_stream) {
+      r.stream = std::make_shared<OutputStream>();
+      p.requests[c].stream = r.stream;
+    }
+    r.future = engine_->Submit(std::move(p.requests[c]), &r.request_id);
+  };
+  const size_t n = size_t(p.n);
+  for (size_t first = 0; first < running.size(); first += n) {
+    submit(first, p.stream || n > 1);
+    if (n == 1) continue;
+    // The siblings wait for the first choice's prefill, so that they find
+    // its blocks in the prefix cache instead of computing them again.
+    OutputStream::Update update;
+    while (IsEmpty(update)) update = running[first].stream->Take(kStreamPoll);
+    running[first].first = std::move(update);
+    for (size_t c = first + 1; c < first + n; ++c) submit(c, p.stream);
+  }
+  return running;
+}
+
+void ApiServer::CancelAll(const std::vector<Running>& running) {
+  for (const Running& r : running) engine_->Cancel(r.request_id);
 }
 
 void ApiServer::Respond(Prepared p, httplib::Response& res) {
   if (p.stream) return RespondStream(std::move(p), res);
-  CompletionOutcome out = engine_->Submit(std::move(p.request)).get();
-  if (!out.status.ok()) {
-    const ApiError error = ApiErrorFromStatus(out.status);
-    return Reply(res, error.http_status, error.ToJson());
+  std::vector<Running> running = SubmitChoices(p);
+  std::vector<CompletionOutcome> outcomes;
+  for (Running& r : running) {
+    outcomes.push_back(r.future.get());
+    if (!outcomes.back().status.ok()) {
+      CancelAll(running);
+      const ApiError error = ApiErrorFromStatus(outcomes.back().status);
+      return Reply(res, error.http_status, error.ToJson());
+    }
   }
   ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
                         options_.served_model_name};
-  json body = p.kind == StreamKind::kChat ? ChatResponseJson(header, out, *tokenizer_, p.logprobs)
-                                          : CompletionResponseJson(header, out, *tokenizer_, p.logprobs);
+  json body = p.kind == StreamKind::kChat
+                  ? ChatResponseJson(header, outcomes, *tokenizer_, p.logprobs)
+                  : CompletionResponseJson(header, outcomes, p.n, *tokenizer_, p.logprobs);
   Reply(res, 200, body);
 }
 
 void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
-  auto stream = std::make_shared<OutputStream>();
-  p.request.stream = stream;
-  uint64_t request_id = 0;
-  (void)engine_->Submit(std::move(p.request), &request_id);
-  // The first output decides the HTTP status: a request refused before it
+  std::vector<Running> running = SubmitChoices(p);
+  // The first outputs decide the HTTP status: a request refused before it
   // produced anything gets its error as a plain JSON response.
-  OutputStream::Update first;
-  while (IsEmpty(first)) first = stream->Take(kStreamPoll);
-  if (first.final && !first.final->status.ok() && first.text.empty() && first.tokens.empty()) {
-    const ApiError error = ApiErrorFromStatus(first.final->status);
-    return Reply(res, error.http_status, error.ToJson());
+  for (Running& r : running) {
+    while (!r.first || IsEmpty(*r.first)) r.first = r.stream->Take(kStreamPoll);
+    const OutputStream::Update& first = *r.first;
+    if (first.final && !first.final->status.ok() && first.text.empty() && first.tokens.empty()) {
+      CancelAll(running);
+      const ApiError error = ApiErrorFromStatus(first.final->status);
+      return Reply(res, error.http_status, error.ToJson());
+    }
   }
   ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
                         options_.served_model_name};
   auto state = std::make_shared<StreamState>(StreamState{
-      stream, StreamRenderer(p.kind, std::move(header), p.include_usage, p.logprobs, *tokenizer_),
-      std::move(first), engine_, request_id});
+      std::move(running),
+      StreamRenderer(p.kind, std::move(header), p.include_usage, p.logprobs, *tokenizer_,
+                     int(p.requests.size()), p.n),
+      engine_});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
       [state](size_t, httplib::DataSink& sink) {
-        OutputStream::Update update;
-        if (state->first) {
-          update = std::move(*state->first);
-          state->first.reset();
-        } else {
-          update = state->stream->Take(kStreamPoll);
+        // One wait of kStreamPoll in all, shared by the choices.
+        const auto wait = std::max(std::chrono::milliseconds(1),
+                                   kStreamPoll / int(state->choices.size()));
+        std::string bytes;
+        for (size_t c = 0; c < state->choices.size() && !state->renderer.done(); ++c) {
+          Running& r = state->choices[c];
+          OutputStream::Update update;
+          if (r.first) {
+            update = std::move(*r.first);
+            r.first.reset();
+          } else {
+            update = r.stream->Take(wait);
+          }
+          bytes += state->renderer.Render(int(c), update);
         }
-        std::string bytes = state->renderer.Render(update);
         if (!bytes.empty() && !sink.write(bytes.data(), bytes.size())) return false;
         if (bytes.empty() && !sink.is_writable()) return false;
         if (state->renderer.done()) sink.done();
         return true;
       },
       [state](bool success) {
-        // A write failed or the server stops: the client will not read the
-        // rest, so the engine need not compute it.
+        // A write failed, a choice failed or the server stops: the client
+        // will not read the rest, so the engine need not compute it.
+        if (state->renderer.done() && !state->renderer.failed()) return;
         if (!state->renderer.done()) {
-          spdlog::info("streaming client of request {} went away; cancelling it", state->request_id);
-          state->engine->Cancel(state->request_id);
+          spdlog::info("streaming client of request {} went away; cancelling it",
+                       state->choices.front().request_id);
         }
+        for (const Running& r : state->choices) state->engine->Cancel(r.request_id);
       });
 }
 

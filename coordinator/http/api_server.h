@@ -32,12 +32,14 @@
 #pragma once
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -143,10 +145,19 @@ class ApiServer {
   // A validated, tokenized request ready for the engine.
   struct Prepared {
     StreamKind kind;
-    EngineRequest request;
+    std::vector<EngineRequest> requests;  // one per choice: choice i*n+j answers prompt i
+    int n = 1;
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
+  };
+
+  // A submitted choice.
+  struct Running {
+    std::future<CompletionOutcome> future;
+    std::shared_ptr<OutputStream> stream;        // null for a non-streaming choice
+    uint64_t request_id = 0;
+    std::optional<OutputStream::Update> first;   // its first output, when taken already
   };
 
   // 400 for a body nested deeper than http.max_json_depth.
@@ -158,8 +169,18 @@ class ApiServer {
   // Runs `p` and writes the response (JSON or SSE) into `res`.
   void Respond(Prepared p, httplib::Response& res);
   void RespondStream(Prepared p, httplib::Response& res);
-  // Common tail of Prepare*: length checks and the EngineRequest fields.
-  std::variant<Prepared, ApiError> Finish(StreamKind kind, std::vector<int32_t> ids,
+  // Submits every choice of `p` to the engine. The choices of a prompt with
+  // n > 1 share its prefill: the first goes alone, the others once it has
+  // produced its first output (its prompt's whole blocks are then in the
+  // prefix cache), or at once if it failed. Streams are attached to every
+  // choice of a streaming request and to that first choice.
+  std::vector<Running> SubmitChoices(Prepared& p);
+  void CancelAll(const std::vector<Running>& running);
+  struct StreamState;
+  // Common tail of Prepare*: length checks and the EngineRequest fields of
+  // n choices per prompt (choice j's seed is the request's + j, as vLLM).
+  std::variant<Prepared, ApiError> Finish(StreamKind kind,
+                                          std::vector<std::vector<int32_t>> prompts,
                                           GenerationParams& params, int default_max_tokens) const;
   // Token ids of a rendered chat prompt, or the template's error as a 400.
   std::variant<std::vector<int32_t>, ApiError> ChatPromptIds(

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "coordinator/http/request_field_policy.h"
 #include "coordinator/http/request_fields.h"
 
 namespace headway {
@@ -68,7 +69,9 @@ std::optional<ApiError> ReadChatMessages(const json& messages, std::vector<ChatM
 ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& limits) {
   json body;
   if (auto e = ParseObject(body_text, &body)) return *e;
+  if (auto e = CheckFieldNames(body, ApiEndpoint::kChatCompletions)) return *e;
   ChatRequest req;
+  bool parallel_tool_calls = true;  // checked, no effect without tools
   if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
 
   std::optional<int64_t> max_completion_tokens;
@@ -101,6 +104,23 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
   for (const char* name : {"tools", "functions"}) {
     const json* t = Field(body, name);
     if (t && !(t->is_array() && t->empty())) return Unsupported(name, std::string(name));
+  }
+  // Without tools, "none" and "auto" both mean plain text.
+  if (const json* choice = Field(body, "tool_choice")) {
+    if (!(choice->is_string() && (*choice == "none" || *choice == "auto"))) {
+      return Unsupported("tool_choice", "tool_choice other than \"none\" or \"auto\"");
+    }
+  }
+  if (auto e = ReadBool(body, "parallel_tool_calls", &parallel_tool_calls)) return *e;
+  if (const json* format = Field(body, "response_format")) {
+    const json* type = format->is_object() ? Field(*format, "type") : nullptr;
+    if (!type || !type->is_string()) {
+      return WrongType("response_format", "an object with a string 'type'");
+    }
+    if (*type != "text") {
+      return Unsupported("response_format",
+                         "response_format type '" + type->get<std::string>() + "'");
+    }
   }
   if (auto e = ReadBool(body, "add_generation_prompt", &req.add_generation_prompt)) return *e;
   const json* messages = Field(body, "messages");

@@ -29,8 +29,11 @@ using ParsedChat = std::variant<ChatRequest, ApiError>;
 // or "assistant" and whose content is a string or an array of
 // {"type": "text", "text": string} parts (joined with "\n", as vLLM does;
 // other part types are refused; an assistant's content may be null);
-// tools / functions (not supported: 400); add_generation_prompt (a
-// boolean); and the model (404, CheckModel). Unknown fields are ignored.
+// tools / functions (not supported: 400) and tool_choice ("none" or
+// "auto" only); parallel_tool_calls (a boolean, no effect without tools);
+// response_format ({"type": "text"} only: other types are 400, not yet
+// supported); add_generation_prompt (a boolean); and the model (404,
+// CheckModel). Fields outside CheckFieldNames's policy are refused first.
 ParsedChat ParseChatRequest(std::string_view body, const CompletionLimits& limits);
 
 // Reads a `messages` array (as ParseChatRequest) into *out.

@@ -1,8 +1,10 @@
 #include "coordinator/http/completion_request.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
+#include "coordinator/http/request_field_policy.h"
 #include "coordinator/http/request_fields.h"
 
 namespace headway {
@@ -11,36 +13,54 @@ namespace {
 using nlohmann::json;
 using namespace request_fields;
 
+// Shortest decimal form of v ("2", "-0.5", "1e+10").
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// One prompt: a string or an array of token ids; `where` names it.
+std::optional<ApiError> ReadOnePrompt(const json& p, const std::string& where, int vocab_size,
+                                      CompletionPrompt* out) {
+  const char* expected = "a string, an array of token ids, or an array of one of those";
+  if (p.is_string()) {
+    out->text = p.get<std::string>();
+    if (out->text.empty()) return ApiError::BadRequest("'" + where + "' must not be empty", "prompt");
+    return std::nullopt;
+  }
+  if (!p.is_array()) return WrongType("prompt", expected);
+  out->is_ids = true;
+  for (const json& t : p) {
+    if (!t.is_number_integer()) return WrongType("prompt", expected);
+  }
+  if (auto e = ReadTokenIds(p, "prompt", vocab_size, &out->ids)) return e;
+  if (out->ids.empty()) return ApiError::BadRequest("'" + where + "' must not be empty", "prompt");
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadPrompt(const json& body, int vocab_size, CompletionRequest* req) {
   const json* p = Field(body, "prompt");
   if (!p) return ApiError::BadRequest("'prompt' is required", "prompt");
-  const json* one = p;
   if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
     // A batch of prompts: a list of strings or of token-id lists.
-    if (p->size() != 1) {
-      return ApiError::BadRequest("only one prompt per request is supported (got " +
-                                      std::to_string(p->size()) + ")",
-                                  "prompt");
-    }
-    one = &p->front();
-  }
-  if (one->is_string()) {
-    req->prompt_text = one->get<std::string>();
-    if (req->prompt_text.empty()) return ApiError::BadRequest("'prompt' must not be empty", "prompt");
-    return std::nullopt;
-  }
-  if (one->is_array()) {
-    req->prompt_is_ids = true;
-    for (const json& t : *one) {
-      if (!t.is_number_integer()) {
+    for (size_t i = 0; i < p->size(); ++i) {
+      const json& one = (*p)[i];
+      if (!one.is_string() && !one.is_array()) {
         return WrongType("prompt", "a string, an array of token ids, or an array of one of those");
       }
+      CompletionPrompt prompt;
+      if (auto e = ReadOnePrompt(one, "prompt[" + std::to_string(i) + "]", vocab_size, &prompt)) {
+        return e;
+      }
+      req->prompts.push_back(std::move(prompt));
     }
-    if (auto e = ReadTokenIds(*one, "prompt", vocab_size, &req->prompt_ids)) return e;
-    if (req->prompt_ids.empty()) return ApiError::BadRequest("'prompt' must not be empty", "prompt");
     return std::nullopt;
   }
-  return WrongType("prompt", "a string, an array of token ids, or an array of one of those");
+  CompletionPrompt prompt;
+  if (auto e = ReadOnePrompt(*p, "prompt", vocab_size, &prompt)) return e;
+  req->prompts.push_back(std::move(prompt));
+  return std::nullopt;
 }
 
 std::optional<ApiError> ReadStop(const json& body, GenerationParams* out) {
@@ -74,19 +94,103 @@ std::optional<ApiError> ReadStream(const json& body, GenerationParams* out) {
   return std::nullopt;
 }
 
-// OpenAI fields Headway accepts only at their default: n, best_of and the
-// penalties.
-std::optional<ApiError> RejectUnsupported(const json& body) {
+// n, and best_of (only at its default).
+std::optional<ApiError> ReadChoices(const json& body, GenerationParams* out) {
   std::optional<int64_t> n;
   if (auto e = ReadInteger(body, "n", &n)) return e;
-  if (n && *n != 1) return ApiError::BadRequest("'n' must be 1 (one choice per request)", "n");
+  if (n) {
+    if (*n < 1 || *n > kMaxChoicesPerRequest) {
+      return ApiError::BadRequest("n must be in [1, " + std::to_string(kMaxChoicesPerRequest) +
+                                      "], got " + std::to_string(*n) + ".",
+                                  "n");
+    }
+    out->n = int(*n);
+  }
   std::optional<int64_t> best_of;
   if (auto e = ReadInteger(body, "best_of", &best_of)) return e;
   if (best_of && *best_of != 1) return Unsupported("best_of", "best_of other than 1");
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    std::optional<double> v;
-    if (auto e = ReadNumber(body, name, &v)) return e;
-    if (v && *v != 0.0) return Unsupported(name, std::string(name) + " other than 0");
+  return std::nullopt;
+}
+
+// A number in [lo, hi] (vLLM's wording: "<name> must be in [lo, hi], got v.").
+std::optional<ApiError> ReadInRange(const json& body, const char* name, double lo, double hi,
+                                    float* out) {
+  std::optional<double> v;
+  if (auto e = ReadNumber(body, name, &v)) return e;
+  if (!v) return std::nullopt;
+  if (!(*v >= lo && *v <= hi)) {
+    return ApiError::BadRequest(std::string(name) + " must be in [" + FormatNumber(lo) + ", " +
+                                    FormatNumber(hi) + "], got " + FormatNumber(*v) + ".",
+                                name);
+  }
+  *out = float(*v);
+  return std::nullopt;
+}
+
+// min_p, the penalties, logit_bias and min_tokens.
+std::optional<ApiError> ReadLogitProcessors(const json& body, int vocab_size,
+                                            GenerationParams* out) {
+  SamplingOptions& s = out->sampling;
+  if (auto e = ReadInRange(body, "min_p", 0.0, 1.0, &s.min_p)) return e;
+  if (auto e = ReadInRange(body, "presence_penalty", -2.0, 2.0, &s.presence_penalty)) return e;
+  if (auto e = ReadInRange(body, "frequency_penalty", -2.0, 2.0, &s.frequency_penalty)) return e;
+  std::optional<double> repetition;
+  if (auto e = ReadNumber(body, "repetition_penalty", &repetition)) return e;
+  if (repetition) {
+    if (!(*repetition > 0)) {
+      return ApiError::BadRequest("repetition_penalty must be greater than zero, got " +
+                                      FormatNumber(*repetition) + ".",
+                                  "repetition_penalty");
+    }
+    s.repetition_penalty = float(*repetition);
+  }
+  if (const json* bias = Field(body, "logit_bias")) {
+    if (!bias->is_object()) return WrongType("logit_bias", "an object of token id -> bias");
+    for (const auto& [key, value] : bias->items()) {
+      int64_t id = -1;
+      const bool numeric = !key.empty() && key.size() <= 10 &&
+                           std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (numeric) id = std::stoll(key);
+      if (!numeric || id >= vocab_size) {
+        return ApiError::BadRequest("logit_bias key '" + key +
+                                        "' is not a token id in [0, " +
+                                        std::to_string(vocab_size) + ")",
+                                    "logit_bias");
+      }
+      if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+        return ApiError::BadRequest("logit_bias['" + key + "'] must be a number in [-100, 100]",
+                                    "logit_bias");
+      }
+      s.logit_bias.emplace_back(int32_t(id), value.get<float>());
+    }
+  }
+  if (const json* allowed = Field(body, "allowed_token_ids")) {
+    if (auto e = ReadTokenIds(*allowed, "allowed_token_ids", vocab_size, &s.allowed_token_ids)) {
+      return e;
+    }
+    if (s.allowed_token_ids.empty()) {
+      return ApiError::BadRequest("allowed_token_ids is not allowed to be empty.",
+                                  "allowed_token_ids");
+    }
+  }
+  if (const json* words = Field(body, "bad_words")) {
+    if (!words->is_array()) return WrongType("bad_words", "an array of strings");
+    for (const json& w : *words) {
+      if (!w.is_string() || w.get<std::string>().empty()) {
+        return WrongType("bad_words", "an array of non-empty strings");
+      }
+      out->bad_words.push_back(w.get<std::string>());
+    }
+  }
+  std::optional<int64_t> min_tokens;
+  if (auto e = ReadInteger(body, "min_tokens", &min_tokens)) return e;
+  if (min_tokens) {
+    if (*min_tokens < 0) {
+      return ApiError::BadRequest("min_tokens must be greater than or equal to 0, got " +
+                                      std::to_string(*min_tokens) + ".",
+                                  "min_tokens");
+    }
+    out->min_tokens = int(std::min<int64_t>(*min_tokens, std::numeric_limits<int>::max()));
   }
   return std::nullopt;
 }
@@ -148,9 +252,10 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
     out->model = m->get<std::string>();
   }
   if (auto e = ReadStream(body, out)) return e;
-  if (auto e = RejectUnsupported(body)) return e;
+  if (auto e = ReadChoices(body, out)) return e;
   if (auto e = ReadMaxTokens(body, out)) return e;
   if (auto e = ReadSampling(body, out)) return e;
+  if (auto e = ReadLogitProcessors(body, limits.vocab_size, out)) return e;
   if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
   if (auto e = ReadStop(body, out)) return e;
   if (const json* ids = Field(body, "stop_token_ids")) {
@@ -169,6 +274,7 @@ std::optional<ApiError> CheckModel(const std::string& model, const CompletionLim
 ParsedCompletion ParseCompletionRequest(std::string_view body_text, const CompletionLimits& limits) {
   json body;
   if (auto e = ParseObject(body_text, &body)) return *e;
+  if (auto e = CheckFieldNames(body, ApiEndpoint::kCompletions)) return *e;
   CompletionRequest req;
   if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
 
@@ -190,6 +296,13 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
     req.params.sampling.num_top_logprobs = int(*logprobs);
   }
   if (auto e = ReadPrompt(body, limits.vocab_size, &req)) return *e;
+  if (req.prompts.size() * size_t(req.params.n) > size_t(kMaxChoicesPerRequest)) {
+    return ApiError::BadRequest("n x the number of prompts must be at most " +
+                                    std::to_string(kMaxChoicesPerRequest) + ", got " +
+                                    std::to_string(req.params.n) + " x " +
+                                    std::to_string(req.prompts.size()) + ".",
+                                "n");
+  }
   if (auto e = CheckModel(req.params.model, limits)) return *e;
   return req;
 }

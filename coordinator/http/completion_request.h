@@ -37,27 +37,43 @@ struct GenerationParams {
   std::vector<std::string> stop;      // non-empty strings
   std::vector<int32_t> stop_token_ids;  // in [0, vocab_size)
   bool ignore_eos = false;            // vLLM extension
+  int min_tokens = 0;                 // vLLM extension; >= 0, <= max_tokens (checked later)
+  std::vector<std::string> bad_words;  // vLLM extension; tokenized by the server
   bool logprobs = false;              // return the sampled tokens' logprobs
   bool stream = false;                // answer with server-sent events
   bool include_usage = false;         // stream_options.include_usage (stream only)
+  int n = 1;                          // choices per prompt, [1, kMaxChoicesPerRequest]
+};
+
+// Most choices one request may ask for: n x the number of prompts.
+inline constexpr int kMaxChoicesPerRequest = 128;
+
+// One prompt of a completions request.
+struct CompletionPrompt {
+  bool is_ids = false;
+  std::string text;             // when !is_ids; non-empty
+  std::vector<int32_t> ids;     // when is_ids; non-empty, in range
 };
 
 struct CompletionRequest {
   GenerationParams params;
-  bool prompt_is_ids = false;
-  std::string prompt_text;            // when !prompt_is_ids; non-empty
-  std::vector<int32_t> prompt_ids;    // when prompt_is_ids; non-empty, in range
+  std::vector<CompletionPrompt> prompts;  // non-empty; choice i*n+j answers prompt i
 };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 
 // Reads into *out the fields both endpoints share: model (a string),
-// max_tokens (>= 1), temperature (>= 0), top_p (0, 1], top_k (>= -1), seed,
+// max_tokens (>= 1), temperature (>= 0), top_p (0, 1], top_k (>= -1),
+// min_p [0, 1], seed, presence_penalty and frequency_penalty [-2, 2],
+// repetition_penalty (> 0), logit_bias (an object of token id -> number
+// in [-100, 100], ids in the vocabulary, as OpenAI's), min_tokens (>= 0),
+// allowed_token_ids (non-empty, in the vocabulary), bad_words (non-empty
+// strings),
 // stop (a string or array of strings), stop_token_ids (ids in the
 // vocabulary), ignore_eos, stream, stream_options ({include_usage: bool},
-// only with stream: true, as vLLM), n (must be 1), presence and frequency
-// penalties (must be 0), and refuses options Headway lacks (best_of > 1).
-// Returns the first error (400 naming the field), or nullopt.
+// only with stream: true, as vLLM), n (>= 1), and refuses options Headway
+// lacks (best_of > 1). The ranges are vLLM's SamplingParams
+// checks. Returns the first error (400 naming the field), or nullopt.
 std::optional<ApiError> ReadGenerationParams(const nlohmann::json& body,
                                              const CompletionLimits& limits,
                                              GenerationParams* out);
@@ -69,9 +85,13 @@ std::optional<ApiError> CheckModel(const std::string& model, const CompletionLim
 // Parses and checks everything that does not need the tokenizer: JSON
 // syntax (400), an object body, ReadGenerationParams's fields, logprobs (an
 // integer in [0, 20]: the legacy API's number of top logprobs), unsupported
-// options (echo, suffix: 400 saying so), an empty or missing prompt (400),
-// prompt token ids outside the vocabulary (400), and the model (CheckModel).
-// Unknown fields are ignored, as vLLM does.
+// options (echo, suffix: 400 saying so), the prompt (a string, a list of
+// token ids, or a non-empty list of either; an empty or missing one is
+// 400), prompt token ids outside the vocabulary (400), n x prompts over
+// kMaxChoicesPerRequest (400), and the model (CheckModel).
+// Fields outside CheckFieldNames's policy (request_field_policy.h) are
+// refused first: unlike vLLM, which ignores unknown fields, Headway never
+// accepts a field it does not act on.
 ParsedCompletion ParseCompletionRequest(std::string_view body, const CompletionLimits& limits);
 
 // Checks the tokenized prompt against max_model_len and returns the number

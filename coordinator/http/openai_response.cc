@@ -23,14 +23,24 @@ json FinishReasonJson(FinishReason reason) {
 
 }  // namespace
 
-json UsageJson(const CompletionOutcome& o) {
-  return {{"prompt_tokens", o.num_prompt_tokens},
-          {"completion_tokens", o.num_output_tokens},
-          {"total_tokens", o.num_prompt_tokens + o.num_output_tokens},
+json UsageJson(const std::vector<CompletionOutcome>& choices, int n) {
+  int prompt = 0, output = 0, cached = 0, transferred = 0;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CompletionOutcome& o = choices[i];
+    output += o.num_output_tokens;
+    if (i % size_t(n) != 0) continue;  // a prompt counts once, with its first choice
+    prompt += o.num_prompt_tokens;
+    cached += o.num_cached_tokens;
+    transferred += o.num_transferred_tokens;
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", output},
+          {"total_tokens", prompt + output},
           {"prompt_tokens_details",
-           {{"cached_tokens", o.num_cached_tokens},
-            {"transferred_tokens", o.num_transferred_tokens}}}};
+           {{"cached_tokens", cached}, {"transferred_tokens", transferred}}}};
 }
+
+json UsageJson(const CompletionOutcome& o) { return UsageJson({o}, 1); }
 
 json StopReasonJson(const CompletionOutcome& o) {
   if (!o.stop_reason.empty()) return o.stop_reason;
@@ -75,31 +85,41 @@ json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer
   return {{"content", content}};
 }
 
-json CompletionResponseJson(const ResponseHeader& h, const CompletionOutcome& o,
-                            const Tokenizer& tokenizer, bool logprobs) {
-  json choice = {{"index", 0},
-                 {"text", o.text},
-                 {"logprobs", logprobs ? CompletionLogprobsJson(o.tokens, tokenizer, 0) : json(nullptr)},
-                 {"finish_reason", FinishReasonJson(o.finish_reason)},
-                 {"stop_reason", StopReasonJson(o)}};
-  return {{"id", h.id},           {"object", "text_completion"}, {"created", h.created},
-          {"model", h.model},     {"choices", json::array({choice})}, {"usage", UsageJson(o)}};
+json CompletionResponseJson(const ResponseHeader& h, const std::vector<CompletionOutcome>& choices,
+                            int n, const Tokenizer& tokenizer, bool logprobs) {
+  json out = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CompletionOutcome& o = choices[i];
+    out.push_back({{"index", i},
+                   {"text", o.text},
+                   {"logprobs",
+                    logprobs ? CompletionLogprobsJson(o.tokens, tokenizer, 0) : json(nullptr)},
+                   {"finish_reason", FinishReasonJson(o.finish_reason)},
+                   {"stop_reason", StopReasonJson(o)}});
+  }
+  return {{"id", h.id},   {"object", "text_completion"}, {"created", h.created},
+          {"model", h.model}, {"choices", out},           {"usage", UsageJson(choices, n)}};
 }
 
-json ChatResponseJson(const ResponseHeader& h, const CompletionOutcome& o, const Tokenizer& tokenizer,
-                      bool logprobs) {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", o.text}}},
-                 {"logprobs", logprobs ? ChatLogprobsJson(o.tokens, tokenizer) : json(nullptr)},
-                 {"finish_reason", FinishReasonJson(o.finish_reason)},
-                 {"stop_reason", StopReasonJson(o)}};
-  return {{"id", h.id},       {"object", "chat.completion"},    {"created", h.created},
-          {"model", h.model}, {"choices", json::array({choice})}, {"usage", UsageJson(o)}};
+json ChatResponseJson(const ResponseHeader& h, const std::vector<CompletionOutcome>& choices,
+                      const Tokenizer& tokenizer, bool logprobs) {
+  json out = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const CompletionOutcome& o = choices[i];
+    out.push_back({{"index", i},
+                   {"message", {{"role", "assistant"}, {"content", o.text}}},
+                   {"logprobs", logprobs ? ChatLogprobsJson(o.tokens, tokenizer) : json(nullptr)},
+                   {"finish_reason", FinishReasonJson(o.finish_reason)},
+                   {"stop_reason", StopReasonJson(o)}});
+  }
+  // Every choice answers the one prompt.
+  return {{"id", h.id},       {"object", "chat.completion"}, {"created", h.created},
+          {"model", h.model}, {"choices", out}, {"usage", UsageJson(choices, int(choices.size()))}};
 }
 
-json CompletionChunkJson(const ResponseHeader& h, const std::string& text, json logprobs,
-                         json finish_reason, json stop_reason, bool include_usage) {
-  json choice = {{"index", 0},
+json CompletionChunkJson(const ResponseHeader& h, int index, const std::string& text,
+                         json logprobs, json finish_reason, json stop_reason, bool include_usage) {
+  json choice = {{"index", index},
                  {"text", text},
                  {"logprobs", std::move(logprobs)},
                  {"finish_reason", std::move(finish_reason)},
@@ -110,9 +130,9 @@ json CompletionChunkJson(const ResponseHeader& h, const std::string& text, json 
   return chunk;
 }
 
-json ChatChunkJson(const ResponseHeader& h, json delta, json logprobs, json finish_reason,
-                   json stop_reason, bool include_usage) {
-  json choice = {{"index", 0},
+json ChatChunkJson(const ResponseHeader& h, int index, json delta, json logprobs,
+                   json finish_reason, json stop_reason, bool include_usage) {
+  json choice = {{"index", index},
                  {"delta", std::move(delta)},
                  {"logprobs", std::move(logprobs)},
                  {"finish_reason", std::move(finish_reason)},
@@ -123,9 +143,9 @@ json ChatChunkJson(const ResponseHeader& h, json delta, json logprobs, json fini
   return chunk;
 }
 
-json UsageChunkJson(const ResponseHeader& h, const char* object, const CompletionOutcome& o) {
+json UsageChunkJson(const ResponseHeader& h, const char* object, nlohmann::json usage) {
   return {{"id", h.id},       {"object", object},           {"created", h.created},
-          {"model", h.model}, {"choices", json::array()}, {"usage", UsageJson(o)}};
+          {"model", h.model}, {"choices", json::array()}, {"usage", std::move(usage)}};
 }
 
 }  // namespace headway

@@ -29,6 +29,12 @@ struct ResponseHeader {
 // cached + transferred <= prompt_tokens.
 nlohmann::json UsageJson(const CompletionOutcome& outcome);
 
+// The usage of a request's choices (choice i*n+j answers prompt i): each
+// prompt counts once, with the cached and transferred tokens of its first
+// choice (the others found its blocks in the prefix cache); every choice's
+// completion tokens count. REQUIRES: n >= 1.
+nlohmann::json UsageJson(const std::vector<CompletionOutcome>& choices, int n);
+
 // vLLM's stop_reason: the stop string, the stop token id, or null.
 nlohmann::json StopReasonJson(const CompletionOutcome& outcome);
 
@@ -47,30 +53,35 @@ nlohmann::json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens,
 // Total byte length of the tokens' texts (advances text_offset).
 size_t TokensByteLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
 
-// object "text_completion", one choice with the whole text.
-nlohmann::json CompletionResponseJson(const ResponseHeader& header, const CompletionOutcome& outcome,
+// object "text_completion", a choice per outcome (index i: choices[i],
+// which answers prompt i / n) with its whole text; usage as UsageJson.
+nlohmann::json CompletionResponseJson(const ResponseHeader& header,
+                                      const std::vector<CompletionOutcome>& choices, int n,
                                       const Tokenizer& tokenizer, bool logprobs);
 
-// object "chat.completion", one choice with message {role: assistant, content}.
-nlohmann::json ChatResponseJson(const ResponseHeader& header, const CompletionOutcome& outcome,
+// object "chat.completion", a choice per outcome with message {role:
+// assistant, content}; every choice answers the one prompt.
+nlohmann::json ChatResponseJson(const ResponseHeader& header,
+                                const std::vector<CompletionOutcome>& choices,
                                 const Tokenizer& tokenizer, bool logprobs);
 
 // A streamed chunk of a completion: object "text_completion", choices
-// [{index 0, text, logprobs, finish_reason, stop_reason}]. `logprobs` and
+// [{index, text, logprobs, finish_reason, stop_reason}]. `logprobs` and
 // `finish` may be null. With include_usage every chunk carries usage: null.
-nlohmann::json CompletionChunkJson(const ResponseHeader& header, const std::string& text,
-                                   nlohmann::json logprobs, nlohmann::json finish_reason,
-                                   nlohmann::json stop_reason, bool include_usage);
+nlohmann::json CompletionChunkJson(const ResponseHeader& header, int index,
+                                   const std::string& text, nlohmann::json logprobs,
+                                   nlohmann::json finish_reason, nlohmann::json stop_reason,
+                                   bool include_usage);
 
 // A streamed chunk of a chat completion: object "chat.completion.chunk",
-// choices [{index 0, delta, logprobs, finish_reason, stop_reason}].
-nlohmann::json ChatChunkJson(const ResponseHeader& header, nlohmann::json delta,
+// choices [{index, delta, logprobs, finish_reason, stop_reason}].
+nlohmann::json ChatChunkJson(const ResponseHeader& header, int index, nlohmann::json delta,
                              nlohmann::json logprobs, nlohmann::json finish_reason,
                              nlohmann::json stop_reason, bool include_usage);
 
 // The extra chunk of stream_options.include_usage: `object`, choices [] and
-// the usage.
+// `usage` (UsageJson).
 nlohmann::json UsageChunkJson(const ResponseHeader& header, const char* object,
-                              const CompletionOutcome& outcome);
+                              nlohmann::json usage);
 
 }  // namespace headway

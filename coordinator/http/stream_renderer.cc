@@ -1,5 +1,6 @@
 #include "coordinator/http/stream_renderer.h"
 
+#include "common/status.h"
 #include "coordinator/http/api_error.h"
 #include "coordinator/http/sse.h"
 
@@ -7,54 +8,67 @@ namespace headway {
 
 using nlohmann::json;
 
-json StreamRenderer::Logprobs(const OutputStream::Update& update) {
+json StreamRenderer::Logprobs(Choice& choice, const OutputStream::Update& update) {
   if (!logprobs_ || update.tokens.empty()) return nullptr;
   if (kind_ == StreamKind::kChat) return ChatLogprobsJson(update.tokens, *tokenizer_);
-  json out = CompletionLogprobsJson(update.tokens, *tokenizer_, text_offset_);
-  text_offset_ += TokensByteLength(update.tokens, *tokenizer_);
+  json out = CompletionLogprobsJson(update.tokens, *tokenizer_, choice.text_offset);
+  choice.text_offset += TokensByteLength(update.tokens, *tokenizer_);
   return out;
 }
 
-json StreamRenderer::Chunk(const std::string& text, json logprobs, json finish_reason, json stop_reason) {
+json StreamRenderer::Chunk(int index, const std::string& text, json logprobs, json finish_reason,
+                           json stop_reason) {
   if (kind_ == StreamKind::kCompletion) {
-    return CompletionChunkJson(header_, text, std::move(logprobs), std::move(finish_reason),
+    return CompletionChunkJson(header_, index, text, std::move(logprobs), std::move(finish_reason),
                                std::move(stop_reason), include_usage_);
   }
   json delta = json::object();
   if (!text.empty()) delta["content"] = text;
-  return ChatChunkJson(header_, std::move(delta), std::move(logprobs), std::move(finish_reason),
-                       std::move(stop_reason), include_usage_);
+  return ChatChunkJson(header_, index, std::move(delta), std::move(logprobs),
+                       std::move(finish_reason), std::move(stop_reason), include_usage_);
 }
 
-std::string StreamRenderer::Render(const OutputStream::Update& update) {
-  if (done_) return "";
+std::string StreamRenderer::Render(int index, const OutputStream::Update& update) {
+  HW_CHECK(index >= 0 && size_t(index) < choices_.size());
+  Choice& choice = choices_[size_t(index)];
+  if (done_ || choice.finished) return "";
   std::string out;
   const bool failed = update.final && !update.final->status.ok();
-  if (kind_ == StreamKind::kChat && !sent_role_ && !failed) {
-    out += SseEvent(ChatChunkJson(header_, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr,
-                                  nullptr, include_usage_));
-    sent_role_ = true;
+  if (kind_ == StreamKind::kChat && !choice.sent_role && !failed) {
+    out += SseEvent(ChatChunkJson(header_, index, {{"role", "assistant"}, {"content", ""}}, nullptr,
+                                  nullptr, nullptr, include_usage_));
+    choice.sent_role = true;
   }
-  json logprobs = Logprobs(update);
+  json logprobs = Logprobs(choice, update);
   if (!update.final) {
     if (!update.text.empty() || !logprobs.is_null()) {
-      out += SseEvent(Chunk(update.text, std::move(logprobs), nullptr, nullptr));
+      out += SseEvent(Chunk(index, update.text, std::move(logprobs), nullptr, nullptr));
     }
     return out;
   }
-  done_ = true;
+  choice.finished = true;
   const CompletionOutcome& outcome = *update.final;
   if (failed) {
-    if (!update.text.empty()) out += SseEvent(Chunk(update.text, std::move(logprobs), nullptr, nullptr));
-    out += SseEvent(ApiErrorFromStatus(outcome.status).ToJson());
-  } else {
-    out += SseEvent(Chunk(update.text, std::move(logprobs), FinishReasonName(outcome.finish_reason),
-                          StopReasonJson(outcome)));
-    if (include_usage_) {
-      out += SseEvent(UsageChunkJson(
-          header_, kind_ == StreamKind::kChat ? "chat.completion.chunk" : "text_completion", outcome));
+    if (!update.text.empty()) {
+      out += SseEvent(Chunk(index, update.text, std::move(logprobs), nullptr, nullptr));
     }
+    out += SseEvent(ApiErrorFromStatus(outcome.status).ToJson());
+    done_ = true;
+    failed_ = true;
+    out += kSseDone;
+    return out;
   }
+  out += SseEvent(Chunk(index, update.text, std::move(logprobs),
+                        FinishReasonName(outcome.finish_reason), StopReasonJson(outcome)));
+  outcomes_[size_t(index)] = outcome;
+  if (++num_finished_ < int(choices_.size())) return out;
+  if (include_usage_) {
+    out += SseEvent(UsageChunkJson(header_,
+                                   kind_ == StreamKind::kChat ? "chat.completion.chunk"
+                                                              : "text_completion",
+                                   UsageJson(outcomes_, n_)));
+  }
+  done_ = true;
   out += kSseDone;
   return out;
 }

@@ -1,16 +1,18 @@
-// Turns a streaming request's OutputStream updates into the SSE bytes that
-// OpenAI's streaming API sends (vLLM's chunk shapes):
+// Turns the OutputStream updates of a streaming request's choices into the
+// SSE bytes that OpenAI's streaming API sends (vLLM's chunk shapes), each
+// chunk naming its choice's index:
 //   completions: text_completion chunks with choices[].text deltas;
 //   chat: a first chat.completion.chunk with delta {role: "assistant",
 //         content: ""}, then delta {content} chunks;
-// then a chunk with finish_reason (and stop_reason), with
-// stream_options.include_usage one more chunk with empty choices and the
-// usage, and `data: [DONE]`. A request that fails mid-stream sends
+// then per choice a chunk with finish_reason (and stop_reason); once all
+// have finished, with stream_options.include_usage one more chunk with
+// empty choices and the usage of them all, and `data: [DONE]`. A request that fails mid-stream sends
 // `data: {"error": {...}}` and then `data: [DONE]`, as vLLM does.
 // Not thread-safe: one per streaming response.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "coordinator/http/openai_response.h"
 #include "coordinator/engine/request_output.h"
@@ -22,22 +24,36 @@ enum class StreamKind { kCompletion, kChat };
 
 class StreamRenderer {
  public:
-  // REQUIRES: `tokenizer` outlives the renderer.
+  // `num_choices` choices stream at once (n x prompts; choice i*n+j answers
+  // prompt i), each chunk carrying its choice's index. REQUIRES:
+  // `tokenizer` outlives the renderer; num_choices >= 1, n >= 1.
   StreamRenderer(StreamKind kind, ResponseHeader header, bool include_usage, bool logprobs,
-                 const Tokenizer& tokenizer)
+                 const Tokenizer& tokenizer, int num_choices = 1, int n = 1)
       : kind_(kind), header_(std::move(header)), include_usage_(include_usage),
-        logprobs_(logprobs), tokenizer_(&tokenizer) {}
+        logprobs_(logprobs), tokenizer_(&tokenizer), n_(n), choices_(size_t(num_choices)),
+        outcomes_(size_t(num_choices)) {}
 
-  // The SSE bytes for `update` (may be empty: nothing new to say). After
-  // the update that carries the final outcome, done() is true and the bytes
-  // end with `data: [DONE]`.
-  std::string Render(const OutputStream::Update& update);
+  // The SSE bytes for choice `index`'s `update` (may be empty: nothing new
+  // to say). Once every choice's final outcome has been rendered (with the
+  // usage chunk when asked), or one choice failed (its error event: the
+  // caller cancels the others), done() is true and the bytes end with
+  // `data: [DONE]`. Updates after that render nothing.
+  std::string Render(int index, const OutputStream::Update& update);
+  std::string Render(const OutputStream::Update& update) { return Render(0, update); }
 
   bool done() const { return done_; }
+  // A choice failed (its error event has been rendered).
+  bool failed() const { return failed_; }
 
  private:
-  nlohmann::json Logprobs(const OutputStream::Update& update);
-  nlohmann::json Chunk(const std::string& text, nlohmann::json logprobs,
+  struct Choice {
+    bool sent_role = false;
+    bool finished = false;
+    size_t text_offset = 0;  // completions logprobs text_offset
+  };
+
+  nlohmann::json Logprobs(Choice& choice, const OutputStream::Update& update);
+  nlohmann::json Chunk(int index, const std::string& text, nlohmann::json logprobs,
                        nlohmann::json finish_reason, nlohmann::json stop_reason);
 
   const StreamKind kind_;
@@ -45,9 +61,12 @@ class StreamRenderer {
   const bool include_usage_;
   const bool logprobs_;
   const Tokenizer* tokenizer_;
-  bool sent_role_ = false;
+  const int n_;
+  std::vector<Choice> choices_;
+  std::vector<CompletionOutcome> outcomes_;  // the finished ones', for the usage
+  int num_finished_ = 0;
   bool done_ = false;
-  size_t text_offset_ = 0;  // completions logprobs text_offset
+  bool failed_ = false;
 };
 
 }  // namespace headway

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace headway {
@@ -27,6 +28,21 @@ struct SamplingOptions {
   int top_k = -1;                 // <= 0 = off
   std::optional<uint64_t> seed;   // per-request RNG seed
   int num_top_logprobs = 0;       // top logprobs per sampled token, [0, 20]
+  float min_p = 0.0f;             // [0, 1]; 0 = off
+  // Logit processors (kernels/sampling.h LogitProcessors has the formulas).
+  float repetition_penalty = 1.0f;  // > 0; 1 = off
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float presence_penalty = 0.0f;    // [-2, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
+  std::vector<int32_t> allowed_token_ids;  // when not empty, only these can be sampled
+  // Token sequences that must not be generated: the last token of each is
+  // banned whenever the output ends with the ones before it (vLLM's bad_words).
+  std::vector<std::vector<int32_t>> bad_words_ids;
+
+  // True when sampling reads the tokens seen so far (the worker needs them).
+  bool Penalizes() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
 };
 
 struct StopConditions {
@@ -36,6 +52,10 @@ struct StopConditions {
   int32_t eos_id = -1;            // -1 = the vocabulary has none
   std::vector<std::string> stop_strings;  // in the decoded output text
   std::vector<int32_t> stop_token_ids;    // sampling one of these stops (even with ignore_eos)
+  // Before this many tokens are generated nothing stops the sequence but
+  // max_model_len: its stop tokens (EOS unless ignore_eos, stop_token_ids)
+  // are never sampled and stop strings are not looked for (vLLM's rule).
+  int min_tokens = 0;                     // [0, max_tokens]
 };
 
 enum class SequenceStatus { kWaiting, kRunning };

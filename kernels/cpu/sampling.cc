@@ -45,7 +45,74 @@ std::vector<int32_t> TopIds(const float* logits, int vocab_size, int k) {
   return ids;
 }
 
+// Max logit and log partition of `logits`, in double.
+void LogPartition(const float* logits, int vocab_size, int32_t* argmax, double* log_z) {
+  int32_t best = 0;
+  for (int i = 1; i < vocab_size; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  const double max_logit = logits[best];
+  double sum = 0.0;
+  for (int i = 0; i < vocab_size; ++i) sum += std::exp(double(logits[i]) - max_logit);
+  *argmax = best;
+  *log_z = max_logit + std::log(sum);
+}
+
 }  // namespace
+
+void ApplyLogitProcessors(float* logits, int vocab_size, const LogitProcessors& processors,
+                          const TokenHistory& history) {
+  if (!processors.allowed.empty()) {
+    std::vector<float> kept(processors.allowed.size());
+    for (size_t i = 0; i < kept.size(); ++i) {
+      const int32_t id = processors.allowed[i];
+      kept[i] = id >= 0 && id < vocab_size ? logits[id] : 0.0f;
+    }
+    std::fill(logits, logits + vocab_size, -std::numeric_limits<float>::infinity());
+    for (size_t i = 0; i < kept.size(); ++i) {
+      const int32_t id = processors.allowed[i];
+      if (id >= 0 && id < vocab_size) logits[id] = kept[i];
+    }
+  }
+  for (const auto& [id, bias] : processors.logit_bias) {
+    if (id >= 0 && id < vocab_size) logits[id] += bias;
+  }
+  for (int32_t id : processors.banned) {
+    if (id >= 0 && id < vocab_size) logits[id] = -std::numeric_limits<float>::infinity();
+  }
+  const float r = processors.repetition_penalty;
+  const auto repeat = [&](int32_t id) {
+    float& l = logits[id];
+    l = l > 0.0f ? l / r : l * r;
+  };
+  if (r != 1.0f) {
+    for (const auto& [id, count] : history.output_counts) repeat(id);
+    for (int32_t id : history.prompt_ids) {
+      if (!history.output_counts.count(id)) repeat(id);
+    }
+  }
+  if (processors.frequency_penalty != 0.0f || processors.presence_penalty != 0.0f) {
+    for (const auto& [id, count] : history.output_counts) {
+      if (count <= 0) continue;
+      logits[id] -= processors.frequency_penalty * float(count);
+      logits[id] -= processors.presence_penalty;
+    }
+  }
+}
+
+void FillLogprobs(const float* logits, int vocab_size, int num_top_logprobs,
+                  SampleResult* result) {
+  int32_t argmax;
+  double log_z;
+  LogPartition(logits, vocab_size, &argmax, &log_z);
+  result->logprob = float(logits[result->token_id] - log_z);
+  result->top_logprobs.clear();
+  if (num_top_logprobs > 0) {
+    for (int32_t id : TopIds(logits, vocab_size, num_top_logprobs)) {
+      result->top_logprobs.emplace_back(id, float(logits[id] - log_z));
+    }
+  }
+}
 
 SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
                     double uniform, int num_top_logprobs) {
@@ -53,14 +120,10 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
   if (vocab_size <= 0) return result;  // token_id stays -1
 
   // One pass for the argmax (lowest id on ties), one for the log partition.
-  int32_t argmax = 0;
-  for (int i = 1; i < vocab_size; ++i) {
-    if (logits[i] > logits[argmax]) argmax = i;
-  }
+  int32_t argmax;
+  double log_z;
+  LogPartition(logits, vocab_size, &argmax, &log_z);
   const double max_logit = logits[argmax];
-  double sum = 0.0;
-  for (int i = 0; i < vocab_size; ++i) sum += std::exp(double(logits[i]) - max_logit);
-  const double log_z = max_logit + std::log(sum);
 
   if (num_top_logprobs > 0) {
     for (int32_t id : TopIds(logits, vocab_size, num_top_logprobs)) {
@@ -77,12 +140,20 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
   const double t = config.temperature;
   const double max_scaled = max_logit / t;
   const auto weight = [&](int32_t id) { return std::exp(double(logits[id]) / t - max_scaled); };
-  const bool use_top_k = config.top_k > 0 && config.top_k < vocab_size;
+  // min-p keeps a best-first prefix, as top-k does: the kept set is the
+  // shorter of the two prefixes.
+  int keep = config.top_k > 0 ? std::min(config.top_k, vocab_size) : vocab_size;
+  if (config.min_p > 0.0f) {
+    int above = 0;
+    for (int i = 0; i < vocab_size; ++i) above += weight(i) >= double(config.min_p);
+    keep = std::min(keep, std::max(above, 1));
+  }
+  const bool use_top_k = keep < vocab_size;
   const bool use_top_p = config.top_p < 1.0f;
 
   std::vector<int32_t> kept;  // ascending ids once filtered
   if (use_top_k || use_top_p) {
-    kept = TopIds(logits, vocab_size, use_top_k ? config.top_k : vocab_size);
+    kept = TopIds(logits, vocab_size, keep);
     if (use_top_p) {
       double total = 0.0;
       for (int32_t id : kept) total += weight(id);

@@ -140,6 +140,15 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
     if (config.top_k > 0) keep = std::min(keep, size_t(config.top_k));
     const double t = config.temperature;
     const double max_scaled = double(logits[order[0]]) / t;
+    if (config.min_p > 0.0f) {
+      // Probability relative to the best token's, at temperature t.
+      size_t above = 0;
+      while (above < order.size() &&
+             std::exp(double(logits[order[above]]) / t - max_scaled) >= double(config.min_p)) {
+        ++above;
+      }
+      keep = std::min(keep, std::max<size_t>(above, 1));
+    }
     std::vector<double> weight(keep);
     double total = 0.0;
     for (size_t i = 0; i < keep; ++i) {

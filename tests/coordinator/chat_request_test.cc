@@ -85,9 +85,25 @@ TEST(ChatRequestTest, Errors) {
   ExpectBadRequest(with(R"("top_logprobs": 2)"), "top_logprobs", "`logprobs` must be set to true");
   ExpectBadRequest(with(R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs", "[0, 20]");
   ExpectBadRequest(with(R"("tools": [{"type": "function"}])"), "tools", "not supported");
-  ExpectBadRequest(with(R"("n": 3)"), "n", "must be 1");
+  ExpectBadRequest(with(R"("n": 0)"), "n", "[1, 128]");
+  EXPECT_EQ(Ok(with(R"("n": 3)")).params.n, 3);
   ExpectBadRequest(with(R"("stream_options": {"include_usage": true})"), "stream_options", "stream=True");
   ExpectBadRequest(with(R"("add_generation_prompt": "yes")"), "add_generation_prompt", "boolean");
+  ExpectBadRequest(with(R"("response_format": {"type": "json_object"})"), "response_format",
+                   "response_format type 'json_object' is not supported yet");
+  ExpectBadRequest(with(R"("response_format": "json")"), "response_format", "'type'");
+  ExpectBadRequest(with(R"("tool_choice": "required")"), "tool_choice", "not supported yet");
+  ExpectBadRequest(with(R"("parallel_tool_calls": 1)"), "parallel_tool_calls", "boolean");
+  ExpectBadRequest(with(R"("guided_choice": ["a", "b"])"), "guided_choice", "not supported yet");
+  ExpectBadRequest(with(R"("echo": true)"), "echo", "not supported yet");
+  ExpectBadRequest(with(R"("prompt": "x")"), "prompt", "not supported yet");
+  ExpectBadRequest(with(R"("max_token": 5)"), "max_token",
+                   "Unrecognized request argument supplied: max_token");
+  ExpectBadRequest(with(R"("presence_penalty": -2.5)"), "presence_penalty", "[-2, 2]");
+  // Accepted: plain text, no tools, and fields with no effect.
+  Ok(with(R"("response_format": {"type": "text"}, "tool_choice": "none",
+             "parallel_tool_calls": false, "user": "u", "min_p": 0.1, "min_tokens": 2,
+             "logit_bias": {"3": -100}, "repetition_penalty": 1.1)"));
 
   ParsedChat p = ParseChatRequest(with(R"("model": "other")"), kLimits);
   ASSERT_TRUE(std::holds_alternative<ApiError>(p));

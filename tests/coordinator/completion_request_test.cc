@@ -34,8 +34,10 @@ void ExpectBadRequest(const std::string& body, const std::string& param,
 
 TEST(CompletionRequestTest, Defaults) {
   CompletionRequest r = Ok(R"({"model": "smollm2", "prompt": "Hello"})");
-  EXPECT_EQ(r.prompt_text, "Hello");
-  EXPECT_FALSE(r.prompt_is_ids);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "Hello");
+  EXPECT_FALSE(r.prompts[0].is_ids);
+  EXPECT_EQ(r.params.n, 1);
   EXPECT_FALSE(r.params.max_tokens.has_value());
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);
   EXPECT_FLOAT_EQ(r.params.sampling.top_p, 1.0f);
@@ -51,8 +53,9 @@ TEST(CompletionRequestTest, AllFields) {
       R"({"model": "smollm2", "prompt": [1, 2, 999], "max_tokens": 5, "temperature": 0,
           "top_p": 0.5, "top_k": 3, "seed": 42, "stop": ["\n", "x"], "n": 1, "stream": false,
           "echo": false, "logprobs": null, "ignore_eos": true, "user": "ignored"})");
-  EXPECT_TRUE(r.prompt_is_ids);
-  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 999}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_TRUE(r.prompts[0].is_ids);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 999}));
   EXPECT_EQ(r.params.max_tokens, 5);
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.0f);
   EXPECT_FLOAT_EQ(r.params.sampling.top_p, 0.5f);
@@ -61,8 +64,8 @@ TEST(CompletionRequestTest, AllFields) {
   EXPECT_EQ(r.params.stop, (std::vector<std::string>{"\n", "x"}));
   EXPECT_TRUE(r.params.ignore_eos);
   EXPECT_EQ(Ok(R"({"prompt": "a", "stop": "END"})").params.stop, std::vector<std::string>{"END"});
-  EXPECT_EQ(Ok(R"({"prompt": ["one prompt"]})").prompt_text, "one prompt");
-  EXPECT_EQ(Ok(R"({"prompt": [[4, 5]]})").prompt_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(Ok(R"({"prompt": ["one prompt"]})").prompts[0].text, "one prompt");
+  EXPECT_EQ(Ok(R"({"prompt": [[4, 5]]})").prompts[0].ids, (std::vector<int32_t>{4, 5}));
 }
 
 TEST(CompletionRequestTest, MalformedJson) {
@@ -102,15 +105,80 @@ TEST(CompletionRequestTest, EmptyOrMissingPrompt) {
   ExpectBadRequest(R"({"prompt": ""})", "prompt", "empty");
   ExpectBadRequest(R"({"prompt": []})", "prompt", "empty");
   ExpectBadRequest(R"({"prompt": null})", "prompt", "required");
-  ExpectBadRequest(R"({"prompt": ["a", "b"]})", "prompt", "only one prompt");
+}
+
+TEST(CompletionRequestTest, PromptListsAndN) {
+  CompletionRequest r = Ok(R"({"prompt": ["a", [4, 5], "c"], "n": 3})");
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[0].text, "a");
+  EXPECT_EQ(r.prompts[1].ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(r.prompts[2].text, "c");
+  EXPECT_EQ(r.params.n, 3);
+  ExpectBadRequest(R"({"prompt": ["a", ""]})", "prompt", "'prompt[1]' must not be empty");
+  ExpectBadRequest(R"({"prompt": ["a", [1, 1000]]})", "prompt", "outside the vocabulary");
+  ExpectBadRequest(R"({"prompt": ["a", 3]})", "prompt", "prompt");
+  ExpectBadRequest(R"({"prompt": "a", "n": 0})", "n", "n must be in [1, 128], got 0.");
+  ExpectBadRequest(R"({"prompt": "a", "n": 129})", "n", "[1, 128]");
+  ExpectBadRequest(R"({"prompt": ["a", "b", "c"], "n": 50})", "n", "50 x 3");
 }
 
 TEST(CompletionRequestTest, UnsupportedOptions) {
   ExpectBadRequest(R"({"prompt": "a", "echo": true})", "echo", "not supported");
-  ExpectBadRequest(R"({"prompt": "a", "n": 2})", "n", "must be 1");
   ExpectBadRequest(R"({"prompt": "a", "best_of": 3})", "best_of", "not supported");
-  ExpectBadRequest(R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty",
-                   "not supported");
+}
+
+TEST(CompletionRequestTest, LogitProcessors) {
+  CompletionRequest r = Ok(R"({"prompt": "a", "presence_penalty": 0.5, "frequency_penalty": -2,
+                               "repetition_penalty": 1.2, "min_p": 0.05, "min_tokens": 3,
+                               "logit_bias": {"7": 5, "999": -100}})");
+  EXPECT_FLOAT_EQ(r.params.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.sampling.frequency_penalty, -2.0f);
+  EXPECT_FLOAT_EQ(r.params.sampling.repetition_penalty, 1.2f);
+  EXPECT_FLOAT_EQ(r.params.sampling.min_p, 0.05f);
+  EXPECT_EQ(r.params.min_tokens, 3);
+  EXPECT_EQ(r.params.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, 5.0f}, {999, -100.0f}}));
+  EXPECT_TRUE(r.params.sampling.Penalizes());
+  EXPECT_FALSE(Ok(R"({"prompt": "a", "logit_bias": {}})").params.sampling.Penalizes());
+
+  ExpectBadRequest(R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty",
+                   "must be in [-2, 2], got 2.5");
+  ExpectBadRequest(R"({"prompt": "a", "frequency_penalty": -3})", "frequency_penalty", "[-2, 2]");
+  ExpectBadRequest(R"({"prompt": "a", "repetition_penalty": 0})", "repetition_penalty",
+                   "greater than zero");
+  ExpectBadRequest(R"({"prompt": "a", "min_p": 1.5})", "min_p", "[0, 1]");
+  ExpectBadRequest(R"({"prompt": "a", "min_tokens": -1})", "min_tokens", "min_tokens");
+  ExpectBadRequest(R"({"prompt": "a", "logit_bias": [1]})", "logit_bias", "object");
+  ExpectBadRequest(R"({"prompt": "a", "logit_bias": {"1000": 1}})", "logit_bias",
+                   "not a token id in [0, 1000)");
+  ExpectBadRequest(R"({"prompt": "a", "logit_bias": {"x": 1}})", "logit_bias", "token id");
+  ExpectBadRequest(R"({"prompt": "a", "logit_bias": {"-1": 1}})", "logit_bias", "token id");
+  ExpectBadRequest(R"({"prompt": "a", "logit_bias": {"5": 101}})", "logit_bias", "[-100, 100]");
+  ExpectBadRequest(R"({"prompt": "a", "logit_bias": {"5": "up"}})", "logit_bias", "[-100, 100]");
+
+  r = Ok(R"({"prompt": "a", "allowed_token_ids": [3, 9], "bad_words": ["no", " never mind"]})");
+  EXPECT_EQ(r.params.sampling.allowed_token_ids, (std::vector<int32_t>{3, 9}));
+  EXPECT_EQ(r.params.bad_words, (std::vector<std::string>{"no", " never mind"}));
+  ExpectBadRequest(R"({"prompt": "a", "allowed_token_ids": []})", "allowed_token_ids",
+                   "not allowed to be empty");
+  ExpectBadRequest(R"({"prompt": "a", "allowed_token_ids": [1000]})", "allowed_token_ids",
+                   "outside the vocabulary");
+  ExpectBadRequest(R"({"prompt": "a", "bad_words": "no"})", "bad_words", "array");
+  ExpectBadRequest(R"({"prompt": "a", "bad_words": ["ok", ""]})", "bad_words", "non-empty");
+}
+
+TEST(CompletionRequestTest, FieldsHeadwayDoesNotActOnAreRefused) {
+  // Known OpenAI / vLLM fields that are not implemented yet, or belong to
+  // the other endpoint.
+  for (const char* field : {"guided_json", "prompt_logprobs", "response_format", "messages",
+                            "use_beam_search", "skip_special_tokens", "top_logprobs"}) {
+    ExpectBadRequest(std::string(R"({"prompt": "a", ")") + field + R"(": 1})", field,
+                     "is not supported yet");
+  }
+  ExpectBadRequest(R"({"prompt": "a", "temprature": 0.5})", "temprature",
+                   "Unrecognized request argument supplied: temprature");
+  // null counts as absent; `user` is accepted and has no effect.
+  Ok(R"({"prompt": "a", "guided_json": null, "user": "u1"})");
 }
 
 TEST(CompletionRequestTest, StreamingLogprobsAndStopTokens) {

@@ -29,6 +29,28 @@ TEST(StopCheckerTest, StopsOnEosUnlessIgnored) {
   EXPECT_FALSE(Append(t, 2, "", 1));
 }
 
+TEST(StopCheckerTest, NothingButTheContextStopsBeforeMinTokens) {
+  StopConditions stop;
+  stop.max_tokens = 10;
+  stop.min_tokens = 3;
+  stop.eos_id = 2;
+  stop.stop_strings = {"END"};
+  StopChecker s(stop);
+  EXPECT_FALSE(Append(s, 7, "END", 1));
+  EXPECT_FALSE(Append(s, 2, "", 2));
+  EXPECT_FALSE(s.done());
+  EXPECT_EQ(s.text(), "END");
+  EXPECT_TRUE(Append(s, 8, "END", 3));  // the third token may stop
+  EXPECT_EQ(s.finish_reason(), FinishReason::kStop);
+  EXPECT_EQ(s.text(), "END");  // cut at the new match; the one before min_tokens stays
+
+  stop.max_model_len = 5;  // 3 prompt tokens + 2
+  StopChecker t(stop);
+  EXPECT_FALSE(Append(t, 7, "a", 1));
+  EXPECT_TRUE(Append(t, 7, "a", 2));
+  EXPECT_EQ(t.finish_reason(), FinishReason::kLength);
+}
+
 TEST(StopCheckerTest, StopsOnLength) {
   StopConditions stop;
   stop.max_tokens = 2;
@@ -121,7 +143,9 @@ TEST(StopCheckerTest, TailSearchEqualsWholeTextSearch) {
       EXPECT_EQ(done, cut != std::string::npos) << text;
       if (done) expected_cut = cut;
     }
-    if (expected_cut != std::string::npos) EXPECT_EQ(checker.text(), text.substr(0, expected_cut));
+    if (expected_cut != std::string::npos) {
+      EXPECT_EQ(checker.text(), text.substr(0, expected_cut));
+    }
   }
 }
 

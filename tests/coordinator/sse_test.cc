@@ -196,6 +196,39 @@ TEST_F(StreamRendererTest, CompletionChunksWithLogprobs) {
   EXPECT_EQ(ev[2], "[DONE]");
 }
 
+TEST_F(StreamRendererTest, SeveralChoicesEndTogether) {
+  // Two prompts, n = 2: four choices; usage counts each prompt once.
+  StreamRenderer r(StreamKind::kCompletion, {"cmpl-1", 1, "m"}, true, false, *tokenizer_, 4, 2);
+  std::string sse = r.Render(2, Text("c"));
+  sse += r.Render(0, Text("a"));
+  CompletionOutcome o;
+  o.finish_reason = FinishReason::kLength;
+  o.num_output_tokens = 1;
+  for (int i : {3, 1, 0}) {
+    o.num_prompt_tokens = i < 2 ? 5 : 7;
+    o.num_cached_tokens = i % 2 == 0 ? 0 : 4;
+    sse += r.Render(i, Final("", o));
+    EXPECT_FALSE(r.done());
+  }
+  EXPECT_EQ(r.Render(3, Text("late")), "");  // that choice has finished
+  o.num_prompt_tokens = 7;
+  o.num_cached_tokens = 0;
+  sse += r.Render(2, Final("", o));
+  EXPECT_TRUE(r.done());
+  std::vector<json> ev = Events(sse);
+  ASSERT_EQ(ev.size(), 8u) << sse;
+  EXPECT_EQ(ev[0]["choices"][0]["index"], 2);
+  EXPECT_EQ(ev[0]["choices"][0]["text"], "c");
+  EXPECT_EQ(ev[1]["choices"][0]["index"], 0);
+  EXPECT_EQ(ev[2]["choices"][0]["index"], 3);
+  EXPECT_EQ(ev[2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(ev[5]["choices"][0]["index"], 2);
+  EXPECT_EQ(ev[6]["usage"]["prompt_tokens"], 12);
+  EXPECT_EQ(ev[6]["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(ev[6]["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(ev[7], "[DONE]");
+}
+
 TEST_F(StreamRendererTest, ErrorMidStream) {
   StreamRenderer r(StreamKind::kCompletion, {"cmpl-1", 1, "m"}, true, false, *tokenizer_);
   CompletionOutcome o;

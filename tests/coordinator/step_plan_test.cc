@@ -91,6 +91,64 @@ TEST(StepPlanTest, ADecodeStepSendsTheLastTokenAndTheReleasedSequences) {
   EXPECT_EQ(step.num_generated(), 1u);
 }
 
+TEST(StepPlanTest, LogitProcessorsHistoryAndTheMinTokensBan) {
+  std::unique_ptr<Scheduler> s = MakeScheduler(1);
+  SamplingOptions sampling;
+  sampling.min_p = 0.1f;
+  sampling.repetition_penalty = 1.3f;
+  sampling.frequency_penalty = 0.5f;
+  sampling.presence_penalty = -0.5f;
+  sampling.logit_bias = {{4, 2.0f}};
+  sampling.allowed_token_ids = {5, 6, 9};
+  sampling.bad_words_ids = {{9}, {5, 6, 3}, {6, 8}};
+  StopConditions stop;
+  stop.max_tokens = 8;
+  stop.min_tokens = 2;
+  stop.eos_id = 0;
+  stop.stop_token_ids = {7};
+  ASSERT_TRUE(s->Add(std::make_unique<Sequence>(1, std::vector<int32_t>{12, 10, 12}, sampling,
+                                                stop, Clock::now()))
+                  .ok());
+  ScheduledBatch batch = s->Schedule();
+  proto::SequenceStep step = BuildStepPlans(1, batch, *s, 1)[0].seqs(0);
+  EXPECT_TRUE(step.is_new());
+  EXPECT_FLOAT_EQ(step.sampling().min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(step.sampling().repetition_penalty(), 1.3f);
+  EXPECT_FLOAT_EQ(step.sampling().frequency_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(step.sampling().presence_penalty(), -0.5f);
+  ASSERT_EQ(step.sampling().logit_bias_size(), 1);
+  EXPECT_EQ(step.sampling().logit_bias(0).token_id(), 4);
+  EXPECT_FLOAT_EQ(step.sampling().logit_bias(0).bias(), 2.0f);
+  // Met for the first time: the distinct prompt ids, no output yet; EOS
+  // and the stop token are banned until 2 tokens are out.
+  EXPECT_EQ(std::vector<int32_t>(step.history().prompt_token_ids().begin(),
+                                 step.history().prompt_token_ids().end()),
+            (std::vector<int32_t>{10, 12}));
+  EXPECT_EQ(step.history().output_token_ids_size(), 0);
+  EXPECT_EQ(std::vector<int32_t>(step.sampling().allowed_token_ids().begin(),
+                                 step.sampling().allowed_token_ids().end()),
+            (std::vector<int32_t>{5, 6, 9}));
+  // The one-token bad word is always banned.
+  EXPECT_EQ(std::vector<int32_t>(step.sampling().banned_token_ids().begin(),
+                                 step.sampling().banned_token_ids().end()),
+            (std::vector<int32_t>{0, 7, 9}));
+  s->OnStepComputed(batch);
+  s->Find(1)->AppendToken(5, Clock::now());
+  batch = s->Schedule();
+  step = BuildStepPlans(2, batch, *s, 1)[0].seqs(0);
+  EXPECT_FALSE(step.is_new());
+  EXPECT_FALSE(step.has_history());  // the worker counts what it samples
+  EXPECT_EQ(step.sampling().banned_token_ids_size(), 3);
+  s->OnStepComputed(batch);
+  s->Find(1)->AppendToken(6, Clock::now());
+  batch = s->Schedule();
+  // Two tokens out: min_tokens is met; the output ends with 5 6 and with 6.
+  step = BuildStepPlans(3, batch, *s, 1)[0].seqs(0);
+  EXPECT_EQ(std::vector<int32_t>(step.sampling().banned_token_ids().begin(),
+                                 step.sampling().banned_token_ids().end()),
+            (std::vector<int32_t>{9, 3, 8}));
+}
+
 TEST(StepPlanTest, APrefillOnlySequenceNeverSamples) {
   std::unique_ptr<Scheduler> s = MakeScheduler(1);
   ASSERT_TRUE(s->Add(std::make_unique<Sequence>(3, std::vector<int32_t>{1, 2, 3, 4},

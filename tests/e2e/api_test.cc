@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "coordinator/http/sse.h"
 #include "tests/support/deployment.h"
+#include "tests/support/prometheus_parser.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -183,6 +186,192 @@ TEST_F(ApiTest, CompletionUsageAndLogprobs) {
   }
   HttpReply d = deployment_->PostJson("/detokenize", {{"tokens", tok.json["tokens"]}});
   EXPECT_EQ(d.json["prompt"], "1, 2, 3, 4,");
+}
+
+// Greedy under frequency and presence penalties: each token is the best of
+// the returned (raw) top logprobs once the penalties of OpenAI's formula,
+// computed here from the tokens generated before it, are taken off.
+TEST_F(ApiTest, PenaltiesFollowTheirFormulaOnTheReturnedLogprobs) {
+  const double frequency = 0.8, presence = 0.6;
+  json body = {{"prompt", "1, 2, 3, 4,"}, {"max_tokens", 16}, {"temperature", 0},
+               {"ignore_eos", true}, {"logprobs", 20}};
+  HttpReply plain = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  body["frequency_penalty"] = frequency;
+  body["presence_penalty"] = presence;
+  HttpReply r = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  // ", " repeats in the plain answer, so the penalties must change it.
+  EXPECT_NE(r.json["choices"][0]["text"], plain.json["choices"][0]["text"]);
+  const json& lp = r.json["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 16u);
+  std::map<std::string, int> counts;
+  for (size_t i = 0; i < 16; ++i) {
+    const std::string chosen = lp["tokens"][i];
+    std::string best;
+    double best_score = -1e30;
+    for (auto& [token, logprob] : lp["top_logprobs"][i].items()) {
+      const int n = counts.count(token) ? counts[token] : 0;
+      const double score = logprob.get<double>() - frequency * n - presence * (n > 0);
+      if (score > best_score) best_score = score, best = token;
+    }
+    EXPECT_EQ(chosen, best) << "token " << i << " of " << r.json["choices"][0]["text"];
+    // The logprob returned is the raw one.
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), lp["top_logprobs"][i][chosen].get<double>(),
+                1e-5);
+    ++counts[chosen];
+  }
+}
+
+TEST_F(ApiTest, MinTokensHoldsBackEosAndLogitBiasSteers) {
+  // A chat answer that ends on its own, and the same with min_tokens past
+  // its end: EOS cannot be sampled before then.
+  json body = {{"messages", Messages("Say just the word yes.")}, {"max_tokens", 40},
+               {"temperature", 0}};
+  HttpReply plain = deployment_->PostJson("/v1/chat/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  ASSERT_EQ(plain.json["choices"][0]["finish_reason"], "stop") << plain.body;
+  const int n = plain.json["usage"]["completion_tokens"];
+  body["min_tokens"] = n + 5;
+  HttpReply held = deployment_->PostJson("/v1/chat/completions", body);
+  ASSERT_EQ(held.status, 200) << held.body;
+  EXPECT_GE(held.json["usage"]["completion_tokens"].get<int>(), n + 5) << held.body;
+
+  // A bias of +100 on one token makes greedy pick it every time.
+  HttpReply tok =
+      deployment_->PostJson("/tokenize", {{"prompt", " banana"}, {"add_special_tokens", false}});
+  ASSERT_EQ(tok.status, 200);
+  const int id = tok.json["tokens"][0];
+  json biased = {{"prompt", "1, 2, 3"}, {"max_tokens", 4}, {"temperature", 0},
+                 {"logit_bias", {{std::to_string(id), 100}}}};
+  HttpReply b = deployment_->PostJson("/v1/completions", biased);
+  ASSERT_EQ(b.status, 200) << b.body;
+  HttpReply expected = deployment_->PostJson(
+      "/detokenize", {{"tokens", json::array({id, id, id, id})}});
+  EXPECT_EQ(b.json["choices"][0]["text"], expected.json["prompt"]);
+}
+
+TEST_F(ApiTest, AllowedTokensAndBadWords) {
+  auto first_id = [&](const std::string& text) {
+    return deployment_->PostJson("/tokenize", {{"prompt", text}, {"add_special_tokens", false}})
+        .json["tokens"][0]
+        .get<int>();
+  };
+  const int yes = first_id(" yes"), no = first_id(" no");
+  HttpReply r = deployment_->PostJson(
+      "/v1/completions", {{"prompt", "Is the sky blue?"}, {"max_tokens", 6}, {"temperature", 1.0},
+                          {"seed", 3}, {"allowed_token_ids", {yes, no}}, {"logprobs", 1}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const json& t : r.json["choices"][0]["logprobs"]["tokens"]) {
+    EXPECT_TRUE(t == " yes" || t == " no") << t;
+  }
+
+  // Counting on: " 5" comes next unless "5" is a bad word.
+  json body = {{"prompt", "1, 2, 3, 4,"}, {"max_tokens", 3}, {"temperature", 0}};
+  HttpReply plain = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(plain.status, 200);
+  ASSERT_EQ(plain.json["choices"][0]["text"].get<std::string>().rfind(" 5", 0), 0u) << plain.body;
+  body["bad_words"] = {"5"};
+  HttpReply banned = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(banned.status, 200) << banned.body;
+  EXPECT_NE(banned.json["choices"][0]["text"].get<std::string>().rfind(" 5", 0), 0u)
+      << banned.body;
+}
+
+// n seeded choices: reproducible, each its own sample, the prompt counted
+// once in the usage and prefilled once (the other choices hit its blocks).
+TEST_F(ApiTest, NChoicesShareThePrefillAndRepeatWithASeed) {
+  std::string prompt = "Here is a long list of fruits, one per line:";
+  for (int i = 0; i < 12; ++i) prompt += " apple, pear, plum, cherry, melon,";
+  json body = {{"prompt", prompt}, {"max_tokens", 8},     {"temperature", 1.0},
+               {"seed", 7},        {"n", 4},              {"ignore_eos", true}};
+  const double hits_before =
+      SumOfSamples(deployment_->Get("/metrics").body, "headway:prefix_cache_hits_total");
+  HttpReply r = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const double hits_after =
+      SumOfSamples(deployment_->Get("/metrics").body, "headway:prefix_cache_hits_total");
+  HttpReply tok = deployment_->PostJson("/tokenize", {{"prompt", prompt}});
+  const int prompt_tokens = tok.json["count"];
+  ASSERT_EQ(r.json["choices"].size(), 4u);
+  std::set<std::string> texts;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r.json["choices"][i]["index"], i);
+    texts.insert(r.json["choices"][i]["text"].get<std::string>());
+  }
+  EXPECT_GT(texts.size(), 1u) << r.body;  // sampled apart
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 32);
+  // Choices 1..3 found the first one's whole blocks (block size 16), all
+  // but the one holding the last prompt token, which each must compute.
+  EXPECT_GE(hits_after - hits_before, 3.0 * ((prompt_tokens - 1) / 16 * 16)) << r.body;
+
+  HttpReply again = deployment_->PostJson("/v1/completions", body);
+  ASSERT_EQ(again.status, 200);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(again.json["choices"][i]["text"], r.json["choices"][i]["text"]) << "choice " << i;
+  }
+  // Streamed, each chunk names its choice; the texts are the same.
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  std::vector<std::string> streamed(4);
+  json usage;
+  for (const json& e : Stream("/v1/completions", body)) {
+    if (!e.is_object()) continue;
+    if (e.contains("usage") && !e["usage"].is_null()) usage = e["usage"];
+    for (const json& c : e["choices"]) streamed.at(c["index"].get<size_t>()) += c["text"];
+  }
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(streamed[i], r.json["choices"][i]["text"]) << i;
+  EXPECT_EQ(usage["completion_tokens"], 32);
+  EXPECT_EQ(usage["prompt_tokens"], prompt_tokens);
+}
+
+TEST_F(ApiTest, APromptListGetsItsChoicesInOrder) {
+  const std::vector<std::string> prompts = {"1, 2, 3, 4,", "Monday, Tuesday,"};
+  std::vector<std::string> alone;
+  for (const std::string& p : prompts) {
+    HttpReply r = deployment_->PostJson(
+        "/v1/completions", {{"prompt", p}, {"max_tokens", 6}, {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    alone.push_back(r.json["choices"][0]["text"]);
+  }
+  HttpReply r = deployment_->PostJson(
+      "/v1/completions",
+      {{"prompt", prompts}, {"n", 2}, {"max_tokens", 6}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r.json["choices"][i]["index"], i);
+    EXPECT_EQ(r.json["choices"][i]["text"], alone[size_t(i / 2)]) << "choice " << i;
+  }
+  int prompt_tokens = 0;
+  for (const std::string& p : prompts) {
+    prompt_tokens += deployment_->PostJson("/tokenize", {{"prompt", p}}).json["count"].get<int>();
+  }
+  EXPECT_EQ(r.json["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(r.json["usage"]["completion_tokens"], 24);
+
+  // Chat with n: every choice answers the one conversation.
+  HttpReply chat = deployment_->PostJson(
+      "/v1/chat/completions",
+      {{"messages", Messages("Name a color.")}, {"n", 3}, {"max_tokens", 5}, {"temperature", 0}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  ASSERT_EQ(chat.json["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(chat.json["choices"][i]["index"], i);
+    EXPECT_EQ(chat.json["choices"][i]["message"], chat.json["choices"][0]["message"]);
+  }
+}
+
+TEST_F(ApiTest, FieldsHeadwayDoesNotActOnAre400) {
+  HttpReply r = deployment_->PostJson(
+      "/v1/chat/completions",
+      {{"messages", Messages("Give me JSON.")}, {"response_format", {{"type", "json_object"}}}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json["error"]["param"], "response_format");
+  r = deployment_->PostJson("/v1/completions", {{"prompt", "a"}, {"temprature", 0.5}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json["error"]["message"], "Unrecognized request argument supplied: temprature");
 }
 
 }  // namespace

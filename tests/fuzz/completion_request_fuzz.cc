@@ -40,13 +40,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const CompletionRequest& req = std::get<CompletionRequest>(parsed);
-  if (req.prompt_is_ids) {
-    FUZZ_CHECK(!req.prompt_ids.empty(), "accepted an empty id prompt");
-    for (int32_t id : req.prompt_ids) {
-      FUZZ_CHECK(id >= 0 && id < limits.vocab_size, "accepted id " + std::to_string(id));
+  FUZZ_CHECK(!req.prompts.empty(), "accepted no prompt");
+  FUZZ_CHECK(req.params.n >= 1 &&
+                 req.prompts.size() * size_t(req.params.n) <= size_t(kMaxChoicesPerRequest),
+             "accepted n " + std::to_string(req.params.n) + " x " +
+                 std::to_string(req.prompts.size()) + " prompts");
+  for (const CompletionPrompt& prompt : req.prompts) {
+    if (prompt.is_ids) {
+      FUZZ_CHECK(!prompt.ids.empty(), "accepted an empty id prompt");
+      for (int32_t id : prompt.ids) {
+        FUZZ_CHECK(id >= 0 && id < limits.vocab_size, "accepted id " + std::to_string(id));
+      }
+    } else {
+      FUZZ_CHECK(!prompt.text.empty(), "accepted an empty text prompt");
     }
-  } else {
-    FUZZ_CHECK(!req.prompt_text.empty(), "accepted an empty text prompt");
   }
   for (int32_t id : req.params.stop_token_ids) {
     FUZZ_CHECK(id >= 0 && id < limits.vocab_size, "accepted stop id " + std::to_string(id));
@@ -55,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!req.params.max_tokens || *req.params.max_tokens >= 1, "max_tokens < 1");
   FUZZ_CHECK(req.params.model.empty() || req.params.model == limits.served_model_name,
              "accepted model " + req.params.model);
-  const int n = req.prompt_is_ids ? int(req.prompt_ids.size()) : int(req.prompt_text.size());
+  const CompletionPrompt& first = req.prompts.front();
+  const int n = first.is_ids ? int(first.ids.size()) : int(first.text.size());
   std::variant<int, ApiError> max_tokens =
       ResolveMaxTokens(n, req.params.max_tokens, limits.max_model_len, kDefaultMaxTokens);
   if (const auto* e = std::get_if<ApiError>(&max_tokens)) {

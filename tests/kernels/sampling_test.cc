@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -104,7 +105,8 @@ TEST(SampleTest, MatchesReference) {
   const std::vector<SamplingConfig> configs = {
       {0.0f, 0, 1.0f},  {1.0f, 0, 1.0f},  {0.7f, 0, 1.0f}, {1.0f, 40, 1.0f},
       {1.3f, 5, 1.0f},  {1.0f, 0, 0.9f},  {0.5f, 0, 0.5f}, {1.0f, 40, 0.95f},
-      {1.0f, 3, 0.01f}, {2.0f, 2000, 0.3f}};
+      {1.0f, 3, 0.01f}, {2.0f, 2000, 0.3f}, {1.0f, 0, 1.0f, 0.1f}, {0.8f, 40, 0.9f, 0.05f},
+      {1.5f, 0, 1.0f, 0.9f}, {0.0f, 0, 1.0f, 0.5f}};
   for (int vocab : {1, 7, 1000, 49152}) {
     const std::vector<float> logits = RandomLogits(vocab, vocab, 3.0f);
     for (size_t ci = 0; ci < configs.size(); ++ci) {
@@ -193,6 +195,89 @@ TEST(SampleTest, Statistics) {
   // Top-p 0.4 is reached by token 3 alone.
   freq = Frequencies(logits, SamplingConfig{1.0f, 0, 0.39f}, 5);
   EXPECT_NEAR(freq[3], 1.0, 1e-9);
+}
+
+TEST(SampleTest, MinPDropsTokensBelowItsShareOfTheBest) {
+  // Probabilities at temperature 1: token 3 best; token 1 at e^-1 = 0.37 of
+  // it, token 0 at e^-3 = 0.05.
+  const std::vector<float> logits = {0.0f, 2.0f, -5.0f, 3.0f};
+  std::vector<double> freq = Frequencies(logits, SamplingConfig{1.0f, 0, 1.0f, 0.3f}, 17);
+  EXPECT_EQ(freq[0], 0.0);
+  EXPECT_EQ(freq[2], 0.0);
+  EXPECT_NEAR(freq[3], 1.0 / (1.0 + std::exp(-1.0)), 0.01);
+  // Temperature 2 flattens: token 1 is at e^-0.5 = 0.61 of the best.
+  freq = Frequencies(logits, SamplingConfig{2.0f, 0, 1.0f, 0.6f}, 18);
+  EXPECT_GT(freq[1], 0.3);
+  EXPECT_EQ(freq[0], 0.0);
+}
+
+// The formulas of kernels/sampling.h, token by token over the vocabulary.
+std::vector<float> ProcessNaively(std::vector<float> logits, const LogitProcessors& p,
+                                  const TokenHistory& h) {
+  const std::set<int32_t> prompt(h.prompt_ids.begin(), h.prompt_ids.end());
+  const std::set<int32_t> allowed(p.allowed.begin(), p.allowed.end());
+  for (int t = 0; t < int(logits.size()); ++t) {
+    float& l = logits[t];
+    if (!allowed.empty() && !allowed.count(t)) l = -std::numeric_limits<float>::infinity();
+    for (const auto& [id, bias] : p.logit_bias) l += id == t ? bias : 0.0f;
+    for (int32_t id : p.banned) {
+      if (id == t) l = -std::numeric_limits<float>::infinity();
+    }
+    const auto it = h.output_counts.find(t);
+    const int count = it == h.output_counts.end() ? 0 : it->second;
+    if (prompt.count(t) || count > 0) {
+      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    }
+    l -= p.frequency_penalty * float(count);
+    l -= p.presence_penalty * float(count > 0);
+  }
+  return logits;
+}
+
+TEST(LogitProcessorsTest, FollowTheFormulaTokenByToken) {
+  const std::vector<float> logits = RandomLogits(500, 20);
+  TokenHistory history;
+  history.prompt_ids = {3, 7, 11, 499, 0};
+  history.output_counts = {{7, 2}, {12, 1}, {40, 5}, {0, 1}};
+  LogitProcessors p;
+  p.logit_bias = {{5, 2.5f}, {12, -100.0f}, {600, 1.0f}};
+  p.banned = {9, 40};
+  for (float r : {1.0f, 1.3f, 0.8f}) {
+    p.allowed = r == 0.8f ? std::vector<int32_t>{7, 12, 3, 499, 9} : std::vector<int32_t>{};
+    for (float freq : {0.0f, 0.5f, -1.0f}) {
+      for (float pres : {0.0f, 1.5f}) {
+        p.repetition_penalty = r;
+        p.frequency_penalty = freq;
+        p.presence_penalty = pres;
+        std::vector<float> got = logits;
+        cpu::ApplyLogitProcessors(got.data(), 500, p, history);
+        const std::vector<float> want = ProcessNaively(logits, p, history);
+        for (int t = 0; t < 500; ++t) ASSERT_EQ(got[t], want[t]) << "token " << t;
+      }
+    }
+  }
+}
+
+TEST(LogitProcessorsTest, DefaultsChangeNothing) {
+  const std::vector<float> logits = RandomLogits(100, 21);
+  TokenHistory history;
+  history.prompt_ids = {1, 2};
+  history.output_counts = {{3, 4}};
+  EXPECT_FALSE(LogitProcessors{}.Active());
+  std::vector<float> got = logits;
+  cpu::ApplyLogitProcessors(got.data(), 100, LogitProcessors{}, history);
+  EXPECT_EQ(got, logits);
+}
+
+TEST(FillLogprobsTest, GivesSamplesRawLogprobs) {
+  const std::vector<float> logits = RandomLogits(1000, 22);
+  const SampleResult want = cpu::Sample(logits.data(), 1000, SamplingConfig{}, 0.0, 6);
+  SampleResult got;
+  got.token_id = want.token_id;
+  got.top_logprobs = {{1, 0.0f}};  // replaced
+  cpu::FillLogprobs(logits.data(), 1000, 6, &got);
+  EXPECT_EQ(got.logprob, want.logprob);
+  EXPECT_EQ(got.top_logprobs, want.top_logprobs);
 }
 
 TEST(SampleTest, NegativeInfinityLogitsAreNeverSampled) {

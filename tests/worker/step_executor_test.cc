@@ -6,6 +6,7 @@
 #include "worker/step_executor.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -418,6 +419,116 @@ TEST(StepExecutorTest, SeededSamplingIsReproducible) {
   EXPECT_EQ(run(42, true), run(42, true));
   // Same seed base (options) and seq id: the per-sequence seed repeats too.
   EXPECT_EQ(run(0, false), run(0, false));
+}
+
+// The greedy token of `raw` ([vocab]) after `processors` read `history`.
+int32_t ProcessedArgmax(std::vector<float> raw, const LogitProcessors& processors,
+                        const TokenHistory& history) {
+  cpu::ApplyLogitProcessors(raw.data(), int(raw.size()), processors, history);
+  return int32_t(std::max_element(raw.begin(), raw.end()) - raw.begin());
+}
+
+TEST(StepExecutorTest, PenaltiesReadTheHistoryAndCountWhatIsSampled) {
+  Harness h;
+  const int vocab = TinySpec().vocab_size;
+  LogitProcessors processors;
+  processors.repetition_penalty = 3.0f;
+  processors.frequency_penalty = 1.5f;
+  processors.presence_penalty = 2.0f;
+  auto set = [&](proto::SequenceStep* s) {
+    proto::SamplingParams* p = s->mutable_sampling();
+    p->set_temperature(0.0f);
+    p->set_num_logprobs(2);
+    p->set_repetition_penalty(processors.repetition_penalty);
+    p->set_frequency_penalty(processors.frequency_penalty);
+    p->set_presence_penalty(processors.presence_penalty);
+  };
+  // Met with a history: two earlier outputs of token 7, one of 9.
+  TokenHistory history;
+  history.prompt_ids = {1, 2, 3};
+  history.output_counts = {{7, 2}, {9, 1}};
+  proto::StepPlan plan;
+  plan.set_step_id(1);
+  proto::SequenceStep* s = h.Add(&plan, 4, {1, 2, 3, 7, 7, 9}, 0, true);
+  set(s);
+  for (int32_t id : {1, 2, 3}) s->mutable_history()->add_prompt_token_ids(id);
+  for (int32_t id : {7, 7, 9}) s->mutable_history()->add_output_token_ids(id);
+  proto::StepResult r = h.Run(plan);
+  ASSERT_EQ(r.error(), "");
+  std::vector<float> raw(h.executor().TEST_last_logits().begin(),
+                         h.executor().TEST_last_logits().begin() + vocab);
+  int32_t token = r.tokens(0).token_id();
+  EXPECT_EQ(token, ProcessedArgmax(raw, processors, history));
+  // The logprobs are the raw distribution's.
+  SampleResult want;
+  want.token_id = token;
+  cpu::FillLogprobs(raw.data(), vocab, 2, &want);
+  EXPECT_FLOAT_EQ(r.tokens(0).logprob(), want.logprob);
+  EXPECT_EQ(r.tokens(0).top_logprobs(0).token_id(), want.top_logprobs[0].first);
+
+  // Each later step counts the token sampled before it.
+  for (int step = 2, pos = 6; step <= 8; ++step, ++pos) {
+    ++history.output_counts[token];
+    plan.Clear();
+    plan.set_step_id(uint64_t(step));
+    set(h.Add(&plan, 4, {token}, uint32_t(pos), false));
+    r = h.Run(plan);
+    ASSERT_EQ(r.error(), "");
+    raw.assign(h.executor().TEST_last_logits().begin(),
+               h.executor().TEST_last_logits().begin() + vocab);
+    token = r.tokens(0).token_id();
+    ASSERT_EQ(token, ProcessedArgmax(raw, processors, history)) << "step " << step;
+  }
+}
+
+TEST(StepExecutorTest, BannedTokensAndLogitBias) {
+  auto first_token = [](const std::vector<int32_t>& banned, std::pair<int32_t, float> bias) {
+    Harness h;
+    proto::StepPlan plan;
+    plan.set_step_id(1);
+    proto::SamplingParams* p = h.Add(&plan, 4, {1, 2, 3}, 0, true)->mutable_sampling();
+    p->set_temperature(0.0f);
+    for (int32_t id : banned) p->add_banned_token_ids(id);
+    if (bias.first >= 0) {
+      proto::LogitBias* b = p->add_logit_bias();
+      b->set_token_id(bias.first);
+      b->set_bias(bias.second);
+    }
+    proto::StepResult r = h.Run(plan);
+    EXPECT_EQ(r.error(), "");
+    return r.tokens(0).token_id();
+  };
+  const int32_t plain = first_token({}, {-1, 0.0f});
+  EXPECT_NE(first_token({plain}, {-1, 0.0f}), plain);
+  const int32_t other = plain == 11 ? 12 : 11;
+  EXPECT_EQ(first_token({}, {other, 100.0f}), other);
+  EXPECT_NE(first_token({}, {plain, -100.0f}), plain);
+}
+
+TEST_F(ExecutorValidationTest, BadLogitProcessors) {
+  auto plan_with = [&](const std::function<void(proto::SamplingParams*)>& edit) {
+    proto::StepPlan plan;
+    plan.set_step_id(2);
+    edit(h_.Add(&plan, 1, {6}, 5, false)->mutable_sampling());
+    return plan;
+  };
+  ExpectRejected(plan_with([](proto::SamplingParams* p) { p->set_min_p(1.5f); }), "min_p");
+  ExpectRejected(plan_with([](proto::SamplingParams* p) { p->set_repetition_penalty(-1.0f); }),
+                 "repetition_penalty");
+  ExpectRejected(plan_with([](proto::SamplingParams* p) { p->set_presence_penalty(3.0f); }),
+                 "presence_penalty");
+  ExpectRejected(plan_with([](proto::SamplingParams* p) {
+                   proto::LogitBias* b = p->add_logit_bias();
+                   b->set_token_id(50);
+                   b->set_bias(1.0f);
+                 }),
+                 "logit_bias");
+  ExpectRejected(plan_with([](proto::SamplingParams* p) { p->add_banned_token_ids(-1); }),
+                 "banned token id");
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 2, {1}, 0, true)->mutable_history()->add_output_token_ids(50);
+  ExpectRejected(plan, "history token id 50");
 }
 
 TEST(KvPoolTest, SizesFromMemoryAndRejectsTooLittle) {
