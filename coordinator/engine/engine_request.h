@@ -2,6 +2,7 @@
 // layer (completion_request.h, chat_request.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@ struct EngineRequest {
   // Set for a streaming request: receives text as it is produced, then the
   // outcome (OutputStream::Close). Shared with the HTTP thread.
   std::shared_ptr<OutputStream> stream;
+  // Optional: set (by the engine thread) once the request's first token has
+  // been sampled, when its prompt's whole blocks are in the prefix cache.
+  std::shared_ptr<std::atomic<bool>> first_token;
 };
 
 }  // namespace headway

@@ -25,7 +25,10 @@ bool StopChecker::Append(int32_t token_id, std::string_view text, int num_output
   HW_CHECK(!done());
   const size_t old_size = text_.size();
   text_.append(text);
-  if (num_output_tokens < stop_.min_tokens) {
+  // vLLM's rules: stop tokens count from the min_tokens-th token on, stop
+  // strings only in the text of tokens after it.
+  const bool before_min = num_output_tokens < stop_.min_tokens;
+  if (before_min) {
     if (stop_.max_model_len > 0 && num_tokens >= stop_.max_model_len) {
       finish_reason_ = FinishReason::kLength;
       return true;
@@ -38,7 +41,8 @@ bool StopChecker::Append(int32_t token_id, std::string_view text, int num_output
     finish_reason_ = FinishReason::kStop;
     return true;
   }
-  if (!text.empty() && FindStopString(old_size)) return true;
+  const bool past_min = stop_.min_tokens == 0 || num_output_tokens > stop_.min_tokens;
+  if (!text.empty() && past_min && FindStopString(old_size)) return true;
   if (num_output_tokens >= stop_.max_tokens ||
       (stop_.max_model_len > 0 && num_tokens >= stop_.max_model_len)) {
     finish_reason_ = FinishReason::kLength;
@@ -77,18 +81,22 @@ size_t StopChecker::StreamableLength() const {
 }
 
 OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, StopConditions stop, bool logprobs,
-                                 std::shared_ptr<OutputStream> stream)
+                                 std::shared_ptr<OutputStream> stream,
+                                 std::shared_ptr<std::atomic<bool>> first_token)
     : tokenizer_(&tokenizer),
       decoder_(tokenizer),
       checker_(std::move(stop)),
       logprobs_(logprobs),
-      stream_(std::move(stream)) {}
+      stream_(std::move(stream)),
+      first_token_(std::move(first_token)) {}
 
 std::unique_ptr<OutputProcessor> OutputProcessor::Restarted() const {
-  return std::make_unique<OutputProcessor>(*tokenizer_, checker_.conditions(), logprobs_, stream_);
+  return std::make_unique<OutputProcessor>(*tokenizer_, checker_.conditions(), logprobs_, stream_,
+                                           first_token_);
 }
 
 bool OutputProcessor::OnToken(const Sequence& seq, GeneratedToken token) {
+  if (first_token_) first_token_->store(true, std::memory_order_release);
   const int32_t token_id = token.token_id;
   std::string piece;
   if (!checker_.IsStopToken(token_id) && !tokenizer_->IsSpecial(token_id)) {

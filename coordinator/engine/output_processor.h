@@ -14,6 +14,7 @@
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -80,10 +81,12 @@ class StopChecker {
 class OutputProcessor {
  public:
   // `stream` (null unless streaming) receives text as it becomes safe to
-  // send; `logprobs` keeps every GeneratedToken for the outcome.
+  // send; `logprobs` keeps every GeneratedToken for the outcome;
+  // `first_token` (may be null) is set once a token has been sampled.
   // REQUIRES: `tokenizer` outlives the processor.
   OutputProcessor(const Tokenizer& tokenizer, StopConditions stop, bool logprobs,
-                  std::shared_ptr<OutputStream> stream);
+                  std::shared_ptr<OutputStream> stream,
+                  std::shared_ptr<std::atomic<bool>> first_token = nullptr);
 
   // `seq` has just appended `token.token_id` (Sequence::AppendToken).
   // Decodes it, decides whether the sequence is done (StopChecker::Append)
@@ -115,6 +118,7 @@ class OutputProcessor {
   const bool logprobs_;
   std::vector<GeneratedToken> tokens_;  // when logprobs_
   const std::shared_ptr<OutputStream> stream_;
+  const std::shared_ptr<std::atomic<bool>> first_token_;
   size_t num_streamed_ = 0;             // bytes of text() pushed to stream_
 };
 

@@ -21,6 +21,9 @@ using nlohmann::json;
 // How long a streaming response waits on its OutputStream before it checks
 // that the client is still there.
 constexpr std::chrono::milliseconds kStreamPoll(50);
+// How often the other choices of a prompt look whether its first choice
+// has sampled a token.
+constexpr std::chrono::milliseconds kFirstTokenPoll(2);
 
 int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -73,17 +76,19 @@ HttpListenerOptions ListenerOptions(const HttpApiConfig& http) {
 }
 
 // vLLM's tokenization of bad_words (SamplingParams.update_from_tokenizer):
-// each word without leading spaces, and with one space before it when that
+// each word without leading whitespace, and with one space before it when that
 // starts with another token and has as many tokens (the word in the middle
 // of a text).
 std::vector<std::vector<int32_t>> BadWordsIds(const std::vector<std::string>& words,
                                               const Tokenizer& tokenizer) {
   std::vector<std::vector<int32_t>> out;
   for (const std::string& word : words) {
-    const std::string bare = word.substr(std::min(word.find_first_not_of(' '), word.size()));
-    std::vector<int32_t> plain = tokenizer.Encode(bare, /*parse_special=*/false);
+    const std::string bare =
+        word.substr(std::min(word.find_first_not_of(" \t\n\r\f\v"), word.size()));
+    // As a Hugging Face tokenizer's encode: special-token texts become their tokens.
+    std::vector<int32_t> plain = tokenizer.Encode(bare, /*parse_special=*/true);
     if (plain.empty()) continue;
-    std::vector<int32_t> spaced = tokenizer.Encode(" " + bare, /*parse_special=*/false);
+    std::vector<int32_t> spaced = tokenizer.Encode(" " + bare, /*parse_special=*/true);
     const bool second = spaced.size() == plain.size() && spaced.front() != plain.front();
     out.push_back(std::move(plain));
     if (second) out.push_back(std::move(spaced));
@@ -92,6 +97,28 @@ std::vector<std::vector<int32_t>> BadWordsIds(const std::vector<std::string>& wo
 }
 
 }  // namespace
+
+// 400 when allowed_token_ids leaves nothing that can be sampled: each
+// allowed id is a one-token bad word, or a stop token banned by min_tokens.
+std::optional<ApiError> ApiServer::CheckSomethingCanBeSampled(const GenerationParams& params) const {
+  const std::vector<int32_t>& allowed = params.sampling.allowed_token_ids;
+  if (allowed.empty()) return std::nullopt;
+  std::vector<int32_t> banned;
+  for (const std::vector<int32_t>& word : params.sampling.bad_words_ids) {
+    if (word.size() == 1) banned.push_back(word[0]);
+  }
+  if (params.min_tokens > 0) {
+    banned.insert(banned.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
+    if (!params.ignore_eos && tokenizer_->eos_id() >= 0) banned.push_back(tokenizer_->eos_id());
+  }
+  for (int32_t id : allowed) {
+    if (std::find(banned.begin(), banned.end(), id) == banned.end()) return std::nullopt;
+  }
+  return ApiError::BadRequest(
+      "every token of allowed_token_ids is banned (a one-token bad word, or a stop token before "
+      "min_tokens): nothing could be sampled",
+      "allowed_token_ids");
+}
 
 // The state a streaming response's content provider keeps between calls.
 struct ApiServer::StreamState {
@@ -281,6 +308,7 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
     int default_max_tokens) const {
   Prepared p{kind, {}, params.n, params.stream, params.include_usage, params.logprobs};
   params.sampling.bad_words_ids = BadWordsIds(params.bad_words, *tokenizer_);
+  if (auto e = CheckSomethingCanBeSampled(params)) return *e;
   for (std::vector<int32_t>& ids : prompts) {
     std::variant<int, ApiError> max_tokens = ResolveMaxTokens(
         int(ids.size()), params.max_tokens, options_.max_model_len, default_max_tokens);
@@ -385,17 +413,21 @@ std::vector<ApiServer::Running> ApiServer::SubmitChoices(Prepared& p) {
       r.stream = std::make_shared<OutputStream>();
       p.requests[c].stream = r.stream;
     }
+    r.first_token = std::make_shared<std::atomic<bool>>(false);
+    p.requests[c].first_token = r.first_token;
     r.future = engine_->Submit(std::move(p.requests[c]), &r.request_id);
   };
   const size_t n = size_t(p.n);
+  for (size_t first = 0; first < running.size(); first += n) submit(first, p.stream);
+  if (n == 1) return running;
+  // The other choices of a prompt wait for its first choice's first token,
+  // so that they find its whole blocks in the prefix cache instead of
+  // computing them again (or for its end, should it fail first).
   for (size_t first = 0; first < running.size(); first += n) {
-    submit(first, p.stream || n > 1);
-    if (n == 1) continue;
-    // The siblings wait for the first choice's prefill, so that they find
-    // its blocks in the prefix cache instead of computing them again.
-    OutputStream::Update update;
-    while (IsEmpty(update)) update = running[first].stream->Take(kStreamPoll);
-    running[first].first = std::move(update);
+    Running& r = running[first];
+    while (!r.first_token->load(std::memory_order_acquire) &&
+           r.future.wait_for(kFirstTokenPoll) != std::future_status::ready) {
+    }
     for (size_t c = first + 1; c < first + n; ++c) submit(c, p.stream);
   }
   return running;
@@ -455,6 +487,7 @@ void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
                                    kStreamPoll / int(state->choices.size()));
         std::string bytes;
         for (size_t c = 0; c < state->choices.size() && !state->renderer.done(); ++c) {
+          if (state->renderer.finished(int(c))) continue;
           Running& r = state->choices[c];
           OutputStream::Update update;
           if (r.first) {

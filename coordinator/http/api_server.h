@@ -31,6 +31,7 @@
 // handler waits): its request runs to the end or to request_timeout.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -156,6 +157,7 @@ class ApiServer {
   struct Running {
     std::future<CompletionOutcome> future;
     std::shared_ptr<OutputStream> stream;        // null for a non-streaming choice
+    std::shared_ptr<std::atomic<bool>> first_token;  // EngineRequest::first_token
     uint64_t request_id = 0;
     std::optional<OutputStream::Update> first;   // its first output, when taken already
   };
@@ -170,12 +172,13 @@ class ApiServer {
   void Respond(Prepared p, httplib::Response& res);
   void RespondStream(Prepared p, httplib::Response& res);
   // Submits every choice of `p` to the engine. The choices of a prompt with
-  // n > 1 share its prefill: the first goes alone, the others once it has
-  // produced its first output (its prompt's whole blocks are then in the
-  // prefix cache), or at once if it failed. Streams are attached to every
-  // choice of a streaming request and to that first choice.
+  // n > 1 share its prefill: the first choice of every prompt goes at once,
+  // the others once it has sampled its first token (its prompt's whole
+  // blocks are then in the prefix cache), or has ended. Streams are
+  // attached to the choices of a streaming request.
   std::vector<Running> SubmitChoices(Prepared& p);
   void CancelAll(const std::vector<Running>& running);
+  std::optional<ApiError> CheckSomethingCanBeSampled(const GenerationParams& params) const;
   struct StreamState;
   // Common tail of Prepare*: length checks and the EngineRequest fields of
   // n choices per prompt (choice j's seed is the request's + j, as vLLM).

@@ -253,6 +253,10 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
   }
   if (auto e = ReadStream(body, out)) return e;
   if (auto e = ReadChoices(body, out)) return e;
+  // No effect (README "Request fields"), but typed as OpenAI's.
+  if (const json* user = Field(body, "user"); user && !user->is_string()) {
+    return WrongType("user", "a string");
+  }
   if (auto e = ReadMaxTokens(body, out)) return e;
   if (auto e = ReadSampling(body, out)) return e;
   if (auto e = ReadLogitProcessors(body, limits.vocab_size, out)) return e;

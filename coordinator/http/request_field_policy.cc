@@ -24,7 +24,7 @@ const std::vector<RequestField>& RequestFields() {
       {"stream", S::kSupported, true, true},
       {"stream_options", S::kSupported, true, true},
       {"logprobs", S::kSupported, true, true},
-      {"n", S::kSupported, true, true},  // 1 only, for now
+      {"n", S::kSupported, true, true},
       {"presence_penalty", S::kSupported, true, true},
       {"frequency_penalty", S::kSupported, true, true},
       {"repetition_penalty", S::kSupported, true, true},

@@ -42,6 +42,8 @@ class StreamRenderer {
   std::string Render(const OutputStream::Update& update) { return Render(0, update); }
 
   bool done() const { return done_; }
+  // Choice `index`'s final update has been rendered.
+  bool finished(int index) const { return choices_.at(size_t(index)).finished; }
   // A choice failed (its error event has been rendered).
   bool failed() const { return failed_; }
 

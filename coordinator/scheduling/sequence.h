@@ -54,7 +54,8 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;    // sampling one of these stops (even with ignore_eos)
   // Before this many tokens are generated nothing stops the sequence but
   // max_model_len: its stop tokens (EOS unless ignore_eos, stop_token_ids)
-  // are never sampled and stop strings are not looked for (vLLM's rule).
+  // are never sampled, and stop strings are looked for only in the text of
+  // the tokens after the min_tokens-th (vLLM's rules).
   int min_tokens = 0;                     // [0, max_tokens]
 };
 

@@ -93,6 +93,9 @@ void ThreadPool::HelperLoop() {
       if (quit_.load(std::memory_order_relaxed)) return;
       if ((i & 63) == 63 && Clock::now() > spin_end) {
         const uint32_t seen = wake_.load(std::memory_order_acquire);
+        // The destructor sets quit_ before it bumps wake_: a `seen` taken
+        // after that bump would wait for a wake that never comes.
+        if (quit_.load(std::memory_order_acquire)) return;
         ticket = Ticket(state_.load(std::memory_order_acquire));
         if (ticket != last_ticket && ticket % 2 == 0) break;
         sleepers_.fetch_add(1, std::memory_order_seq_cst);

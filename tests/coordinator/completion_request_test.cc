@@ -179,6 +179,7 @@ TEST(CompletionRequestTest, FieldsHeadwayDoesNotActOnAreRefused) {
                    "Unrecognized request argument supplied: temprature");
   // null counts as absent; `user` is accepted and has no effect.
   Ok(R"({"prompt": "a", "guided_json": null, "user": "u1"})");
+  ExpectBadRequest(R"({"prompt": "a", "user": 5})", "user", "string");
 }
 
 TEST(CompletionRequestTest, StreamingLogprobsAndStopTokens) {

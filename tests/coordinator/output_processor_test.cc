@@ -40,9 +40,12 @@ TEST(StopCheckerTest, NothingButTheContextStopsBeforeMinTokens) {
   EXPECT_FALSE(Append(s, 2, "", 2));
   EXPECT_FALSE(s.done());
   EXPECT_EQ(s.text(), "END");
-  EXPECT_TRUE(Append(s, 8, "END", 3));  // the third token may stop
+  // The third token's text is not searched either (vLLM looks for stop
+  // strings only after min_tokens tokens); the fourth's is.
+  EXPECT_FALSE(Append(s, 8, "END", 3));
+  EXPECT_TRUE(Append(s, 9, "END", 4));
   EXPECT_EQ(s.finish_reason(), FinishReason::kStop);
-  EXPECT_EQ(s.text(), "END");  // cut at the new match; the one before min_tokens stays
+  EXPECT_EQ(s.text(), "ENDEND");  // cut at the new match; those before stay
 
   stop.max_model_len = 5;  // 3 prompt tokens + 2
   StopChecker t(stop);

@@ -276,6 +276,16 @@ TEST_F(ApiTest, AllowedTokensAndBadWords) {
   ASSERT_EQ(banned.status, 200) << banned.body;
   EXPECT_NE(banned.json["choices"][0]["text"].get<std::string>().rfind(" 5", 0), 0u)
       << banned.body;
+
+  // Nothing left to sample: 400, not a forbidden token.
+  const int eos = first_id("<|im_end|>");
+  HttpReply none = deployment_->PostJson(
+      "/v1/completions", {{"prompt", "a"}, {"allowed_token_ids", {eos}}, {"min_tokens", 1}});
+  EXPECT_EQ(none.status, 400) << none.body;
+  EXPECT_EQ(none.json["error"]["param"], "allowed_token_ids");
+  none = deployment_->PostJson(
+      "/v1/completions", {{"prompt", "a"}, {"allowed_token_ids", {yes}}, {"bad_words", {"yes"}}});
+  EXPECT_EQ(none.status, 400) << none.body;
 }
 
 // n seeded choices: reproducible, each its own sample, the prompt counted
