@@ -30,11 +30,10 @@ SamplingConfig ToSamplingConfig(const proto::SamplingParams& p) {
   return c;
 }
 
+// The per-step processors of `p` (the kept ones: StepExecutor::ProcessorsOf).
 LogitProcessors ToLogitProcessors(const proto::SamplingParams& p) {
   LogitProcessors l;
-  for (const proto::LogitBias& b : p.logit_bias()) l.logit_bias.emplace_back(b.token_id(), b.bias());
   l.banned.assign(p.banned_token_ids().begin(), p.banned_token_ids().end());
-  l.allowed.assign(p.allowed_token_ids().begin(), p.allowed_token_ids().end());
   // proto3 leaves an unset repetition penalty at 0: read it as 1 (off).
   l.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
   l.frequency_penalty = p.frequency_penalty();
@@ -42,11 +41,18 @@ LogitProcessors ToLogitProcessors(const proto::SamplingParams& p) {
   return l;
 }
 
-TokenHistory ToTokenHistory(const proto::TokenHistory& h) {
-  TokenHistory history;
-  history.prompt_ids.assign(h.prompt_token_ids().begin(), h.prompt_token_ids().end());
-  for (int32_t id : h.output_token_ids()) ++history.output_counts[id];
-  return history;
+SequenceSampling ToSequenceSampling(const proto::SequenceStep& step) {
+  SequenceSampling s;
+  for (const proto::LogitBias& b : step.processors().logit_bias()) {
+    s.logit_bias.emplace_back(b.token_id(), b.bias());
+  }
+  s.allowed.assign(step.processors().allowed_token_ids().begin(),
+                   step.processors().allowed_token_ids().end());
+  s.counts = step.has_history();
+  const proto::TokenHistory& h = step.history();
+  s.history.prompt_ids.assign(h.prompt_token_ids().begin(), h.prompt_token_ids().end());
+  for (int32_t id : h.output_token_ids()) ++s.history.output_counts[id];
+  return s;
 }
 
 }  // namespace
@@ -106,14 +112,23 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
     }
   }
   if (step.sample()) HW_RETURN_IF_ERROR(CheckSampling(name, step.sampling()));
-  const auto in_vocab = [&](int32_t id) { return id >= 0 && id < model_->vocab_size(); };
-  for (const auto* ids : {&step.history().prompt_token_ids(), &step.history().output_token_ids()}) {
+  const int vocab = model_->vocab_size();
+  for (const auto& [what, ids] : {std::pair{"history", &step.history().prompt_token_ids()},
+                                  std::pair{"history", &step.history().output_token_ids()},
+                                  std::pair{"allowed", &step.processors().allowed_token_ids()}}) {
     for (int32_t id : *ids) {
-      if (!in_vocab(id)) {
-        return Status::InvalidArgument(name + " history token id " + std::to_string(id) +
-                                       " out of [0, " + std::to_string(model_->vocab_size()) +
-                                       ")");
+      if (id < 0 || id >= vocab) {
+        return Status::InvalidArgument(name + " " + what + " token id " + std::to_string(id) +
+                                       " out of [0, " + std::to_string(vocab) + ")");
       }
+    }
+  }
+  for (const proto::LogitBias& b : step.processors().logit_bias()) {
+    if (b.token_id() < 0 || b.token_id() >= vocab || !std::isfinite(b.bias())) {
+      return Status::InvalidArgument(name + " logit_bias entry (" + std::to_string(b.token_id()) +
+                                     ", " + std::to_string(b.bias()) +
+                                     ") needs a token id in [0, " + std::to_string(vocab) +
+                                     ") and a finite bias");
     }
   }
   for (const proto::SlotDelta& d : step.deltas()) {
@@ -146,21 +161,10 @@ Status StepExecutor::CheckSampling(const std::string& name,
     if (!(v >= -2.0f && v <= 2.0f)) return bad(what, v, "lie in [-2, 2]");
   }
   const int vocab = model_->vocab_size();
-  for (const proto::LogitBias& b : p.logit_bias()) {
-    if (b.token_id() < 0 || b.token_id() >= vocab || !std::isfinite(b.bias())) {
-      return Status::InvalidArgument(name + " logit_bias entry (" + std::to_string(b.token_id()) +
-                                     ", " + std::to_string(b.bias()) +
-                                     ") needs a token id in [0, " + std::to_string(vocab) +
-                                     ") and a finite bias");
-    }
-  }
-  for (const auto& [what, ids] : {std::pair{"banned", &p.banned_token_ids()},
-                                  std::pair{"allowed", &p.allowed_token_ids()}}) {
-    for (int32_t id : *ids) {
-      if (id < 0 || id >= vocab) {
-        return Status::InvalidArgument(name + " " + what + " token id " + std::to_string(id) +
-                                       " out of [0, " + std::to_string(vocab) + ")");
-      }
+  for (int32_t id : p.banned_token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return Status::InvalidArgument(name + " banned token id " + std::to_string(id) +
+                                     " out of [0, " + std::to_string(vocab) + ")");
     }
   }
   if (p.num_logprobs() < 0 || p.num_logprobs() > options_.max_num_logprobs) {
@@ -171,12 +175,23 @@ Status StepExecutor::CheckSampling(const std::string& name,
   return Status::Ok();
 }
 
-const TokenHistory* StepExecutor::FindHistory(const StagedStep& staged, uint64_t seq_id) const {
-  if (auto it = staged.new_histories.find(seq_id); it != staged.new_histories.end()) {
+const SequenceSampling* StepExecutor::FindSampling(const StagedStep& staged,
+                                                   uint64_t seq_id) const {
+  if (auto it = staged.new_sampling.find(seq_id); it != staged.new_sampling.end()) {
     return &it->second;
   }
-  auto it = histories_.find(seq_id);
-  return it == histories_.end() ? nullptr : &it->second;
+  auto it = sampling_.find(seq_id);
+  return it == sampling_.end() ? nullptr : &it->second;
+}
+
+LogitProcessors StepExecutor::ProcessorsOf(const StagedStep& staged,
+                                           const proto::SequenceStep& step) const {
+  LogitProcessors l = ToLogitProcessors(step.sampling());
+  if (const SequenceSampling* kept = FindSampling(staged, step.seq_id())) {
+    l.logit_bias = kept->logit_bias;
+    l.allowed = kept->allowed;
+  }
+  return l;
 }
 
 Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan) const {
@@ -210,8 +225,8 @@ Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan
   for (int i = 0; i < plan.seqs_size(); ++i) {
     const proto::SequenceStep& step = plan.seqs(i);
     HW_RETURN_IF_ERROR(StageSequence(step, &staged.states[i]));
-    if (step.is_new() && ToLogitProcessors(step.sampling()).Penalizes()) {
-      staged.new_histories[step.seq_id()] = ToTokenHistory(step.history());
+    if (step.is_new() && (step.has_processors() || step.has_history())) {
+      staged.new_sampling[step.seq_id()] = ToSequenceSampling(step);
     }
     for (int j = 0; j < step.token_ids_size(); ++j) {
       staged.token_ids.push_back(step.token_ids(j));
@@ -270,7 +285,7 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
       const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
       const double uniform = SeededUniform(seed, step.num_generated());
       const float* logits = logits_.data() + size_t(r) * vocab;
-      const LogitProcessors processors = ToLogitProcessors(p);
+      const LogitProcessors processors = ProcessorsOf(staged, step);
       if (!processors.Active()) {
         sampled[size_t(r)] =
             cpu::Sample(logits, vocab, ToSamplingConfig(p), uniform, p.num_logprobs());
@@ -280,10 +295,10 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
       // raw ones, as vLLM returns by default.
       thread_local std::vector<float> processed;
       processed.assign(logits, logits + vocab);
-      static const TokenHistory kNoHistory;
-      const TokenHistory* history = FindHistory(staged, step.seq_id());
+      static const SequenceSampling kNothingKept;
+      const SequenceSampling* kept = FindSampling(staged, step.seq_id());
       cpu::ApplyLogitProcessors(processed.data(), vocab, processors,
-                                history ? *history : kNoHistory);
+                                (kept ? kept : &kNothingKept)->history);
       sampled[size_t(r)] = cpu::Sample(processed.data(), vocab, ToSamplingConfig(p), uniform, 0);
       cpu::FillLogprobs(logits, vocab, p.num_logprobs(), &sampled[size_t(r)]);
     }
@@ -329,7 +344,8 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     for (int index : staged->sampled_seqs) {
       const proto::SamplingParams& p = plan.seqs(index).sampling();
       const bool greedy = ToSamplingConfig(p).temperature <= 0.0f;
-      greedy_picks_.push_back(greedy && !ToLogitProcessors(p).Active() ? p.num_logprobs() : -1);
+      const bool processed = ProcessorsOf(*staged, plan.seqs(index)).Active();
+      greedy_picks_.push_back(greedy && !processed ? p.num_logprobs() : -1);
     }
     batch.greedy_picks = greedy_picks_.data();
     if (Status forward = model_->Forward(batch, pool_, &logits_); !forward.ok()) {
@@ -347,15 +363,15 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     const uint64_t id = s.seq_id;
     sequences_[id] = std::move(s);
   }
-  for (auto& [id, history] : staged->new_histories) histories_[id] = std::move(history);
+  for (auto& [id, kept] : staged->new_sampling) sampling_[id] = std::move(kept);
   for (const proto::SampledToken& t : result.tokens()) {
-    if (auto it = histories_.find(t.seq_id()); it != histories_.end()) {
-      ++it->second.output_counts[t.token_id()];
+    if (auto it = sampling_.find(t.seq_id()); it != sampling_.end() && it->second.counts) {
+      ++it->second.history.output_counts[t.token_id()];
     }
   }
   for (uint64_t id : plan.released_seq_ids()) {
     sequences_.erase(id);
-    histories_.erase(id);
+    sampling_.erase(id);
   }
   last_step_id_ = plan.step_id();
   return result;

@@ -33,6 +33,16 @@ struct StepExecutorOptions {
   std::optional<uint64_t> seed_base;
 };
 
+// What the sampling rank keeps for one sequence's logit processors: sent
+// with is_new (proto SequenceProcessors and TokenHistory), then the tokens
+// it samples are counted into `history`.
+struct SequenceSampling {
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> allowed;
+  bool counts = false;   // penalties: count the sampled tokens into `history`
+  TokenHistory history;
+};
+
 class StepExecutor {
  public:
   // `model` and `pool` must outlive the executor. Not thread-safe.
@@ -80,15 +90,17 @@ class StepExecutor {
     std::vector<int32_t> start_pos;   // [num_seqs]
     std::vector<int32_t> logit_rows;  // rows of sampling seqs
     std::vector<int> sampled_seqs;    // plan index of each logit row
-    // Histories of penalised sequences met this step (is_new), by seq id.
-    std::unordered_map<uint64_t, TokenHistory> new_histories;
+    // What the sequences met this step (is_new) keep for sampling, by seq id.
+    std::unordered_map<uint64_t, SequenceSampling> new_sampling;
   };
 
   Result<StagedStep> Stage(const proto::StepPlan& plan) const;
   Status StageSequence(const proto::SequenceStep& step, SequenceState* next) const;
   Status CheckSampling(const std::string& name, const proto::SamplingParams& p) const;
-  // The history the penalties of `seq_id` read this step, or nullptr.
-  const TokenHistory* FindHistory(const StagedStep& staged, uint64_t seq_id) const;
+  // What `seq_id` keeps for sampling this step, or nullptr.
+  const SequenceSampling* FindSampling(const StagedStep& staged, uint64_t seq_id) const;
+  // The processors of one sampled row: `p`'s per-step ones and the kept ones.
+  LogitProcessors ProcessorsOf(const StagedStep& staged, const proto::SequenceStep& step) const;
   void BuildTables(const StagedStep& staged);
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;
@@ -100,9 +112,10 @@ class StepExecutor {
   std::vector<SlotSpec> slot_specs_;  // [num_slots] of this rank
 
   std::unordered_map<uint64_t, SequenceState> sequences_;
-  // Tokens seen by the sequences whose sampling has a penalty, kept apart
-  // from SequenceState so that staging a step does not copy them.
-  std::unordered_map<uint64_t, TokenHistory> histories_;
+  // What sequences with logit bias, allowed tokens or penalties keep for
+  // sampling (TP rank 0 only), apart from SequenceState so that staging a
+  // step does not copy it.
+  std::unordered_map<uint64_t, SequenceSampling> sampling_;
   std::optional<uint64_t> last_step_id_;
 
   // Reused across steps.

@@ -8,18 +8,14 @@
 namespace headway {
 namespace {
 
+// The per-step part of the logit processors: min-p, the penalties, and the
+// tokens banned this step.
 void FillLogitProcessors(const ScheduledSeq& s, const Sequence& seq, proto::SamplingParams* sp) {
   const SamplingOptions& o = seq.sampling();
   sp->set_min_p(o.min_p);
   sp->set_repetition_penalty(o.repetition_penalty);
   sp->set_frequency_penalty(o.frequency_penalty);
   sp->set_presence_penalty(o.presence_penalty);
-  for (const auto& [id, bias] : o.logit_bias) {
-    proto::LogitBias* b = sp->add_logit_bias();
-    b->set_token_id(id);
-    b->set_bias(bias);
-  }
-  sp->mutable_allowed_token_ids()->Add(o.allowed_token_ids.begin(), o.allowed_token_ids.end());
   if (!s.sample) return;
   // min_tokens: the stop tokens cannot be sampled before it is reached.
   const StopConditions& stop = seq.stop();
@@ -35,6 +31,31 @@ void FillLogitProcessors(const ScheduledSeq& s, const Sequence& seq, proto::Samp
       sp->add_banned_token_ids(word.back());
     }
   }
+}
+
+// What the sampling rank keeps for the sequence's life, sent once when it
+// meets the sequence: logit bias, allowed tokens, and for penalties the
+// tokens seen so far (it counts what it samples from then on).
+void FillSequenceSampling(const Sequence& seq, proto::SequenceStep* step) {
+  const SamplingOptions& o = seq.sampling();
+  if (!o.logit_bias.empty() || !o.allowed_token_ids.empty()) {
+    proto::SequenceProcessors* p = step->mutable_processors();
+    for (const auto& [id, bias] : o.logit_bias) {
+      proto::LogitBias* b = p->add_logit_bias();
+      b->set_token_id(id);
+      b->set_bias(bias);
+    }
+    p->mutable_allowed_token_ids()->Add(o.allowed_token_ids.begin(), o.allowed_token_ids.end());
+  }
+  if (!o.Penalizes()) return;
+  proto::TokenHistory* h = step->mutable_history();
+  if (o.repetition_penalty != 1.0f) {
+    std::vector<int32_t> distinct = seq.prompt_ids();
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    h->mutable_prompt_token_ids()->Add(distinct.begin(), distinct.end());
+  }
+  h->mutable_output_token_ids()->Add(seq.output_ids().begin(), seq.output_ids().end());
 }
 
 void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::SequenceStep* step) {
@@ -54,18 +75,6 @@ void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::Sequenc
   sp->set_num_logprobs(seq.sampling().num_top_logprobs);
   FillLogitProcessors(s, seq, sp);
   step->set_num_generated(uint32_t(seq.num_output_tokens()));
-  // A worker that meets a penalised sequence learns what it has seen; it
-  // counts the tokens it samples from then on.
-  if (s.is_new && seq.sampling().Penalizes()) {
-    proto::TokenHistory* h = step->mutable_history();
-    if (seq.sampling().repetition_penalty != 1.0f) {
-      std::vector<int32_t> distinct = seq.prompt_ids();
-      std::sort(distinct.begin(), distinct.end());
-      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-      h->mutable_prompt_token_ids()->Add(distinct.begin(), distinct.end());
-    }
-    h->mutable_output_token_ids()->Add(seq.output_ids().begin(), seq.output_ids().end());
-  }
 }
 
 }  // namespace
@@ -82,6 +91,7 @@ std::vector<proto::StepPlan> BuildStepPlans(uint64_t step_id, const ScheduledBat
       HW_CHECK(seq != nullptr);
       proto::SequenceStep* step = plan.add_seqs();
       FillSequenceStep(s, *seq, step);
+      if (rank == 0 && s.is_new) FillSequenceSampling(*seq, step);
       if (size_t(rank) >= s.deltas.size()) continue;
       for (const SlotBlockDelta& d : s.deltas[size_t(rank)]) {
         proto::SlotDelta* pd = step->add_deltas();

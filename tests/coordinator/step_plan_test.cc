@@ -110,23 +110,27 @@ TEST(StepPlanTest, LogitProcessorsHistoryAndTheMinTokensBan) {
                                                 stop, Clock::now()))
                   .ok());
   ScheduledBatch batch = s->Schedule();
-  proto::SequenceStep step = BuildStepPlans(1, batch, *s, 1)[0].seqs(0);
+  // TP 2: what is kept for the sequence's life goes to rank 0 alone.
+  const std::vector<proto::StepPlan> plans = BuildStepPlans(1, batch, *s, 2);
+  EXPECT_FALSE(plans[1].seqs(0).has_processors());
+  EXPECT_FALSE(plans[1].seqs(0).has_history());
+  proto::SequenceStep step = plans[0].seqs(0);
   EXPECT_TRUE(step.is_new());
   EXPECT_FLOAT_EQ(step.sampling().min_p(), 0.1f);
   EXPECT_FLOAT_EQ(step.sampling().repetition_penalty(), 1.3f);
   EXPECT_FLOAT_EQ(step.sampling().frequency_penalty(), 0.5f);
   EXPECT_FLOAT_EQ(step.sampling().presence_penalty(), -0.5f);
-  ASSERT_EQ(step.sampling().logit_bias_size(), 1);
-  EXPECT_EQ(step.sampling().logit_bias(0).token_id(), 4);
-  EXPECT_FLOAT_EQ(step.sampling().logit_bias(0).bias(), 2.0f);
+  ASSERT_EQ(step.processors().logit_bias_size(), 1);
+  EXPECT_EQ(step.processors().logit_bias(0).token_id(), 4);
+  EXPECT_FLOAT_EQ(step.processors().logit_bias(0).bias(), 2.0f);
   // Met for the first time: the distinct prompt ids, no output yet; EOS
   // and the stop token are banned until 2 tokens are out.
   EXPECT_EQ(std::vector<int32_t>(step.history().prompt_token_ids().begin(),
                                  step.history().prompt_token_ids().end()),
             (std::vector<int32_t>{10, 12}));
   EXPECT_EQ(step.history().output_token_ids_size(), 0);
-  EXPECT_EQ(std::vector<int32_t>(step.sampling().allowed_token_ids().begin(),
-                                 step.sampling().allowed_token_ids().end()),
+  EXPECT_EQ(std::vector<int32_t>(step.processors().allowed_token_ids().begin(),
+                                 step.processors().allowed_token_ids().end()),
             (std::vector<int32_t>{5, 6, 9}));
   // The one-token bad word is always banned.
   EXPECT_EQ(std::vector<int32_t>(step.sampling().banned_token_ids().begin(),
@@ -138,6 +142,7 @@ TEST(StepPlanTest, LogitProcessorsHistoryAndTheMinTokensBan) {
   step = BuildStepPlans(2, batch, *s, 1)[0].seqs(0);
   EXPECT_FALSE(step.is_new());
   EXPECT_FALSE(step.has_history());  // the worker counts what it samples
+  EXPECT_FALSE(step.has_processors());
   EXPECT_EQ(step.sampling().banned_token_ids_size(), 3);
   s->OnStepComputed(batch);
   s->Find(1)->AppendToken(6, Clock::now());

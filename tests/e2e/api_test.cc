@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "coordinator/http/sse.h"
 #include "tests/support/deployment.h"
 #include "tests/support/prometheus_parser.h"
+#include "tests/support/sampling_checks.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -188,39 +188,11 @@ TEST_F(ApiTest, CompletionUsageAndLogprobs) {
   EXPECT_EQ(d.json["prompt"], "1, 2, 3, 4,");
 }
 
-// Greedy under frequency and presence penalties: each token is the best of
-// the returned (raw) top logprobs once the penalties of OpenAI's formula,
-// computed here from the tokens generated before it, are taken off.
+// Greedy under frequency and presence penalties follows their formula on
+// the returned raw logprobs; ", " repeats in the plain answer, so the
+// penalties must change it.
 TEST_F(ApiTest, PenaltiesFollowTheirFormulaOnTheReturnedLogprobs) {
-  const double frequency = 0.8, presence = 0.6;
-  json body = {{"prompt", "1, 2, 3, 4,"}, {"max_tokens", 16}, {"temperature", 0},
-               {"ignore_eos", true}, {"logprobs", 20}};
-  HttpReply plain = deployment_->PostJson("/v1/completions", body);
-  ASSERT_EQ(plain.status, 200) << plain.body;
-  body["frequency_penalty"] = frequency;
-  body["presence_penalty"] = presence;
-  HttpReply r = deployment_->PostJson("/v1/completions", body);
-  ASSERT_EQ(r.status, 200) << r.body;
-  // ", " repeats in the plain answer, so the penalties must change it.
-  EXPECT_NE(r.json["choices"][0]["text"], plain.json["choices"][0]["text"]);
-  const json& lp = r.json["choices"][0]["logprobs"];
-  ASSERT_EQ(lp["tokens"].size(), 16u);
-  std::map<std::string, int> counts;
-  for (size_t i = 0; i < 16; ++i) {
-    const std::string chosen = lp["tokens"][i];
-    std::string best;
-    double best_score = -1e30;
-    for (auto& [token, logprob] : lp["top_logprobs"][i].items()) {
-      const int n = counts.count(token) ? counts[token] : 0;
-      const double score = logprob.get<double>() - frequency * n - presence * (n > 0);
-      if (score > best_score) best_score = score, best = token;
-    }
-    EXPECT_EQ(chosen, best) << "token " << i << " of " << r.json["choices"][0]["text"];
-    // The logprob returned is the raw one.
-    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), lp["top_logprobs"][i][chosen].get<double>(),
-                1e-5);
-    ++counts[chosen];
-  }
+  ExpectGreedyFollowsPenalties(*deployment_, "1, 2, 3, 4,", 0.8, 0.6, /*plain_repeats=*/true);
 }
 
 TEST_F(ApiTest, MinTokensHoldsBackEosAndLogitBiasSteers) {

@@ -17,6 +17,7 @@
 
 #include "tests/support/deployment.h"
 #include "tests/support/process.h"
+#include "tests/support/sampling_checks.h"
 #include "tests/support/test_env.h"
 
 namespace headway::testing {
@@ -77,6 +78,8 @@ std::vector<Completion> RunPrompts(int tp_size, int num_threads) {
     }
     out.push_back(std::move(c));
   }
+  // Penalties read the history that only TP rank 0 keeps.
+  ExpectGreedyFollowsPenalties(*d, "1, 2, 3, 4,", 0.8, 0.6, /*plain_repeats=*/true);
   return out;
 }
 

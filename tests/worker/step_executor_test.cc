@@ -486,11 +486,12 @@ TEST(StepExecutorTest, BannedTokensAndLogitBias) {
     Harness h;
     proto::StepPlan plan;
     plan.set_step_id(1);
-    proto::SamplingParams* p = h.Add(&plan, 4, {1, 2, 3}, 0, true)->mutable_sampling();
+    proto::SequenceStep* s = h.Add(&plan, 4, {1, 2, 3}, 0, true);
+    proto::SamplingParams* p = s->mutable_sampling();
     p->set_temperature(0.0f);
     for (int32_t id : banned) p->add_banned_token_ids(id);
     if (bias.first >= 0) {
-      proto::LogitBias* b = p->add_logit_bias();
+      proto::LogitBias* b = s->mutable_processors()->add_logit_bias();
       b->set_token_id(bias.first);
       b->set_bias(bias.second);
     }
@@ -517,18 +518,22 @@ TEST_F(ExecutorValidationTest, BadLogitProcessors) {
                  "repetition_penalty");
   ExpectRejected(plan_with([](proto::SamplingParams* p) { p->set_presence_penalty(3.0f); }),
                  "presence_penalty");
-  ExpectRejected(plan_with([](proto::SamplingParams* p) {
-                   proto::LogitBias* b = p->add_logit_bias();
-                   b->set_token_id(50);
-                   b->set_bias(1.0f);
-                 }),
-                 "logit_bias");
   ExpectRejected(plan_with([](proto::SamplingParams* p) { p->add_banned_token_ids(-1); }),
                  "banned token id");
   proto::StepPlan plan;
   plan.set_step_id(2);
   h_.Add(&plan, 2, {1}, 0, true)->mutable_history()->add_output_token_ids(50);
   ExpectRejected(plan, "history token id 50");
+  plan.Clear();
+  plan.set_step_id(2);
+  proto::LogitBias* b = h_.Add(&plan, 2, {1}, 0, true)->mutable_processors()->add_logit_bias();
+  b->set_token_id(50);
+  b->set_bias(1.0f);
+  ExpectRejected(plan, "logit_bias");
+  plan.Clear();
+  plan.set_step_id(2);
+  h_.Add(&plan, 2, {1}, 0, true)->mutable_processors()->add_allowed_token_ids(-3);
+  ExpectRejected(plan, "allowed token id -3");
 }
 
 TEST(KvPoolTest, SizesFromMemoryAndRejectsTooLittle) {
