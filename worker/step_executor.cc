@@ -194,6 +194,13 @@ LogitProcessors StepExecutor::ProcessorsOf(const StagedStep& staged,
   return l;
 }
 
+bool StepExecutor::HasProcessors(const StagedStep& staged,
+                                 const proto::SequenceStep& step) const {
+  if (ToLogitProcessors(step.sampling()).Active()) return true;
+  const SequenceSampling* kept = FindSampling(staged, step.seq_id());
+  return kept != nullptr && (!kept->logit_bias.empty() || !kept->allowed.empty());
+}
+
 Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan) const {
   if (last_step_id_ && plan.step_id() <= *last_step_id_) {
     return Status::FailedPrecondition("step_id " + std::to_string(plan.step_id()) +
@@ -344,7 +351,7 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     for (int index : staged->sampled_seqs) {
       const proto::SamplingParams& p = plan.seqs(index).sampling();
       const bool greedy = ToSamplingConfig(p).temperature <= 0.0f;
-      const bool processed = ProcessorsOf(*staged, plan.seqs(index)).Active();
+      const bool processed = HasProcessors(*staged, plan.seqs(index));
       greedy_picks_.push_back(greedy && !processed ? p.num_logprobs() : -1);
     }
     batch.greedy_picks = greedy_picks_.data();

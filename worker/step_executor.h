@@ -101,6 +101,8 @@ class StepExecutor {
   const SequenceSampling* FindSampling(const StagedStep& staged, uint64_t seq_id) const;
   // The processors of one sampled row: `p`'s per-step ones and the kept ones.
   LogitProcessors ProcessorsOf(const StagedStep& staged, const proto::SequenceStep& step) const;
+  // ProcessorsOf(staged, step).Active(), without copying the kept lists.
+  bool HasProcessors(const StagedStep& staged, const proto::SequenceStep& step) const;
   void BuildTables(const StagedStep& staged);
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;

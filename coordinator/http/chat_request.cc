@@ -74,32 +74,28 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
   bool parallel_tool_calls = true;  // checked, no effect without tools
   if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
 
-  std::optional<int64_t> max_completion_tokens;
-  if (auto e = ReadInteger(body, "max_completion_tokens", &max_completion_tokens)) return *e;
-  if (max_completion_tokens) {
-    if (*max_completion_tokens < 1) {
-      return ApiError::BadRequest("max_completion_tokens must be at least 1, got " +
-                                      std::to_string(*max_completion_tokens) + ".",
-                                  "max_completion_tokens");
-    }
-    req.params.max_tokens =
-        int(std::min<int64_t>(*max_completion_tokens, std::numeric_limits<int>::max()));
+  // Wins over the older max_tokens, as in vLLM.
+  std::optional<int> max_completion_tokens;
+  if (auto e = ReadIntInRange(body, "max_completion_tokens", 1,
+                              std::numeric_limits<int64_t>::max(), "must be at least 1",
+                              &max_completion_tokens)) {
+    return *e;
   }
+  if (max_completion_tokens) req.params.max_tokens = max_completion_tokens;
 
   if (auto e = ReadBool(body, "logprobs", &req.params.logprobs)) return *e;
-  std::optional<int64_t> top_logprobs;
-  if (auto e = ReadInteger(body, "top_logprobs", &top_logprobs)) return *e;
+  std::optional<int> top_logprobs;
+  if (auto e = ReadIntInRange(body, "top_logprobs", 0, kMaxLogprobs,
+                              "must be in [0, " + std::to_string(kMaxLogprobs) + "]",
+                              &top_logprobs)) {
+    return *e;
+  }
   if (top_logprobs) {
-    if (*top_logprobs < 0 || *top_logprobs > kMaxLogprobs) {
-      return ApiError::BadRequest("top_logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
-                                      "], got " + std::to_string(*top_logprobs) + ".",
-                                  "top_logprobs");
-    }
     if (*top_logprobs > 0 && !req.params.logprobs) {
       return ApiError::BadRequest("when using `top_logprobs`, `logprobs` must be set to true.",
                                   "top_logprobs");
     }
-    req.params.sampling.num_top_logprobs = int(*top_logprobs);
+    req.params.sampling.num_top_logprobs = *top_logprobs;
   }
   for (const char* name : {"tools", "functions"}) {
     const json* t = Field(body, name);

@@ -96,16 +96,13 @@ std::optional<ApiError> ReadStream(const json& body, GenerationParams* out) {
 
 // n, and best_of (only at its default).
 std::optional<ApiError> ReadChoices(const json& body, GenerationParams* out) {
-  std::optional<int64_t> n;
-  if (auto e = ReadInteger(body, "n", &n)) return e;
-  if (n) {
-    if (*n < 1 || *n > kMaxChoicesPerRequest) {
-      return ApiError::BadRequest("n must be in [1, " + std::to_string(kMaxChoicesPerRequest) +
-                                      "], got " + std::to_string(*n) + ".",
-                                  "n");
-    }
-    out->n = int(*n);
+  std::optional<int> n;
+  if (auto e = ReadIntInRange(body, "n", 1, kMaxChoicesPerRequest,
+                              "must be in [1, " + std::to_string(kMaxChoicesPerRequest) + "]",
+                              &n)) {
+    return e;
   }
+  if (n) out->n = *n;
   std::optional<int64_t> best_of;
   if (auto e = ReadInteger(body, "best_of", &best_of)) return e;
   if (best_of && *best_of != 1) return Unsupported("best_of", "best_of other than 1");
@@ -182,30 +179,12 @@ std::optional<ApiError> ReadLogitProcessors(const json& body, int vocab_size,
       out->bad_words.push_back(w.get<std::string>());
     }
   }
-  std::optional<int64_t> min_tokens;
-  if (auto e = ReadInteger(body, "min_tokens", &min_tokens)) return e;
-  if (min_tokens) {
-    if (*min_tokens < 0) {
-      return ApiError::BadRequest("min_tokens must be greater than or equal to 0, got " +
-                                      std::to_string(*min_tokens) + ".",
-                                  "min_tokens");
-    }
-    out->min_tokens = int(std::min<int64_t>(*min_tokens, std::numeric_limits<int>::max()));
+  std::optional<int> min_tokens;
+  if (auto e = ReadIntInRange(body, "min_tokens", 0, std::numeric_limits<int64_t>::max(),
+                              "must be greater than or equal to 0", &min_tokens)) {
+    return e;
   }
-  return std::nullopt;
-}
-
-std::optional<ApiError> ReadMaxTokens(const json& body, GenerationParams* out) {
-  std::optional<int64_t> max_tokens;
-  if (auto e = ReadInteger(body, "max_tokens", &max_tokens)) return e;
-  if (max_tokens) {
-    if (*max_tokens < 1) {
-      return ApiError::BadRequest("max_tokens must be at least 1, got " +
-                                      std::to_string(*max_tokens) + ".",
-                                  "max_tokens");
-    }
-    out->max_tokens = int(std::min<int64_t>(*max_tokens, std::numeric_limits<int>::max()));
-  }
+  if (min_tokens) out->min_tokens = *min_tokens;
   return std::nullopt;
 }
 
@@ -257,7 +236,10 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
   if (const json* user = Field(body, "user"); user && !user->is_string()) {
     return WrongType("user", "a string");
   }
-  if (auto e = ReadMaxTokens(body, out)) return e;
+  if (auto e = ReadIntInRange(body, "max_tokens", 1, std::numeric_limits<int64_t>::max(),
+                              "must be at least 1", &out->max_tokens)) {
+    return e;
+  }
   if (auto e = ReadSampling(body, out)) return e;
   if (auto e = ReadLogitProcessors(body, limits.vocab_size, out)) return e;
   if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
@@ -288,16 +270,14 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
   if (const json* s = Field(body, "suffix")) {
     if (!s->is_string() || !s->get<std::string>().empty()) return Unsupported("suffix", "suffix");
   }
-  std::optional<int64_t> logprobs;
-  if (auto e = ReadInteger(body, "logprobs", &logprobs)) return *e;
+  std::optional<int> logprobs;
+  if (auto e = ReadIntInRange(body, "logprobs", 0, kMaxLogprobs,
+                              "must be in [0, " + std::to_string(kMaxLogprobs) + "]", &logprobs)) {
+    return *e;
+  }
   if (logprobs) {
-    if (*logprobs < 0 || *logprobs > kMaxLogprobs) {
-      return ApiError::BadRequest("logprobs must be in [0, " + std::to_string(kMaxLogprobs) +
-                                      "], got " + std::to_string(*logprobs) + ".",
-                                  "logprobs");
-    }
     req.params.logprobs = true;
-    req.params.sampling.num_top_logprobs = int(*logprobs);
+    req.params.sampling.num_top_logprobs = *logprobs;
   }
   if (auto e = ReadPrompt(body, limits.vocab_size, &req)) return *e;
   if (req.prompts.size() * size_t(req.params.n) > size_t(kMaxChoicesPerRequest)) {

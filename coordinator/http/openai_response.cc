@@ -40,8 +40,6 @@ json UsageJson(const std::vector<CompletionOutcome>& choices, int n) {
            {{"cached_tokens", cached}, {"transferred_tokens", transferred}}}};
 }
 
-json UsageJson(const CompletionOutcome& o) { return UsageJson({o}, 1); }
-
 json StopReasonJson(const CompletionOutcome& o) {
   if (!o.stop_reason.empty()) return o.stop_reason;
   if (o.stop_token_id >= 0) return o.stop_token_id;

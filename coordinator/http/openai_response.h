@@ -26,13 +26,10 @@ struct ResponseHeader {
 // cached_tokens as OpenAI's (the prompt tokens the serving instance's
 // prefix cache held); transferred_tokens, Headway's own, those whose KV a
 // prefill instance computed and sent for this request (disaggregation).
-// cached + transferred <= prompt_tokens.
-nlohmann::json UsageJson(const CompletionOutcome& outcome);
-
-// The usage of a request's choices (choice i*n+j answers prompt i): each
-// prompt counts once, with the cached and transferred tokens of its first
-// choice (the others found its blocks in the prefix cache); every choice's
-// completion tokens count. REQUIRES: n >= 1.
+// cached + transferred <= prompt_tokens. Over a request's choices (choice
+// i*n+j answers prompt i): each prompt counts once, with the cached and
+// transferred tokens of its first choice (the others found its blocks in
+// the prefix cache); every choice's completion tokens count. REQUIRES: n >= 1.
 nlohmann::json UsageJson(const std::vector<CompletionOutcome>& choices, int n);
 
 // vLLM's stop_reason: the stop string, the stop token id, or null.

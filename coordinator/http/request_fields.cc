@@ -45,6 +45,20 @@ std::optional<ApiError> ReadInteger(const json& body, const char* name, std::opt
   return std::nullopt;
 }
 
+std::optional<ApiError> ReadIntInRange(const json& body, const char* name, int64_t lo,
+                                       int64_t hi, const std::string& requirement,
+                                       std::optional<int>* out) {
+  std::optional<int64_t> v;
+  if (auto e = ReadInteger(body, name, &v)) return e;
+  if (!v) return std::nullopt;
+  if (*v < lo || *v > hi) {
+    return ApiError::BadRequest(
+        std::string(name) + " " + requirement + ", got " + std::to_string(*v) + ".", name);
+  }
+  *out = int(std::min<int64_t>(*v, std::numeric_limits<int>::max()));
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadBool(const json& body, const char* name, bool* out) {
   const json* v = Field(body, name);
   if (!v) return std::nullopt;

@@ -32,6 +32,13 @@ std::optional<ApiError> ReadInteger(const nlohmann::json& body, const char* name
                                     std::optional<int64_t>* out);
 std::optional<ApiError> ReadBool(const nlohmann::json& body, const char* name, bool* out);
 
+// An integer (ReadInteger) in [lo, hi], else 400 in vLLM's wording:
+// "<name> <requirement>, got <value>." (e.g. requirement "must be at least
+// 1"). A value above INT_MAX is stored as INT_MAX.
+std::optional<ApiError> ReadIntInRange(const nlohmann::json& body, const char* name, int64_t lo,
+                                       int64_t hi, const std::string& requirement,
+                                       std::optional<int>* out);
+
 // An array of token ids, each in [0, vocab_size); `name` names the field in
 // errors.
 std::optional<ApiError> ReadTokenIds(const nlohmann::json& array, const std::string& name,

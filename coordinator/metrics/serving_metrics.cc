@@ -45,6 +45,19 @@ const char* TransferFallbackReasonName(TransferFallbackReason reason) {
 
 namespace {
 
+// The label values of a by-reason counter family: every reason's name, in
+// enum order.
+template <typename Reason>
+std::vector<const char*> ReasonNames(int count, const char* (*name)(Reason)) {
+  std::vector<const char*> names;
+  for (int i = 0; i < count; ++i) names.push_back(name(Reason(i)));
+  return names;
+}
+
+}  // namespace
+
+namespace {
+
 // A duration argument is valid when it is a finite, non-negative number.
 bool ValidSeconds(double seconds) { return std::isfinite(seconds) && seconds >= 0.0; }
 
@@ -349,30 +362,22 @@ Status ServingMetrics::RegisterDeploymentSeries() {
                       AddDeploymentCounter("headway:kv_transfer_tokens_total",
                                            "Prompt positions whose KV moved from prefill to "
                                            "decode instances."));
-  std::vector<const char*> fallback_reasons;
-  for (int i = 0; i < kNumTransferFallbackReasons; ++i) {
-    fallback_reasons.push_back(TransferFallbackReasonName(TransferFallbackReason(i)));
-  }
   HW_ASSIGN_OR_RETURN(kv_transfer_fallbacks_,
                       AddDeploymentCountersByReason(
                           "headway:kv_transfer_fallbacks_total",
                           "Requests prefilled by their decode instance after a remote prefill "
                           "was planned, by reason.",
-                          fallback_reasons));
+                          ReasonNames(kNumTransferFallbackReasons, TransferFallbackReasonName)));
   HW_ASSIGN_OR_RETURN(pd_remote_prefills_,
                       AddDeploymentCounter("headway:pd_remote_prefills_total",
                                            "Disaggregated requests planned for a prefill "
                                            "instance."));
-  std::vector<const char*> local_reasons;
-  for (int i = 0; i < kNumLocalPrefillReasons; ++i) {
-    local_reasons.push_back(LocalPrefillReasonName(LocalPrefillReason(i)));
-  }
   HW_ASSIGN_OR_RETURN(pd_local_prefills_,
                       AddDeploymentCountersByReason(
                           "headway:pd_local_prefills_total",
                           "Disaggregated requests prefilled by their decode instance by "
                           "decision on arrival, by reason.",
-                          local_reasons));
+                          ReasonNames(kNumLocalPrefillReasons, LocalPrefillReasonName)));
   HW_ASSIGN_OR_RETURN(kv_transfer_seconds_,
                       AddDeploymentHistogram("headway:kv_transfer_seconds",
                                              "Seconds from a KV transfer plan to its last result.",
