@@ -878,7 +878,9 @@ TEST_F(CoordinatorShortDrainTest, RequestsLeftAtTheDrainTimeoutMove) {
   EXPECT_EQ(r.body["usage"]["completion_tokens"], 60);
   EXPECT_EQ(Metric("headway:requests_moved_total"), 1);
   EXPECT_EQ(Metric("headway:instance_drains_total"), 1);
-  EXPECT_TRUE(first->got_shutdown());
+  // The Shutdown reaches the worker's receive thread asynchronously, as in
+  // ADrainedInstanceFinishesItsRequestsThenReleasesItsWorker.
+  EXPECT_TRUE(WaitUntil([&] { return first->got_shutdown(); }, milliseconds(5000)));
   EXPECT_FALSE(first->shutdown_fault());
 }
 
