@@ -32,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/aligned_vector.h"
 #include "common/model_spec.h"
 #include "comm/communicator.h"
 #include "common/status.h"
@@ -93,17 +94,17 @@ class DecoderModel final : public ForwardModel {
 
   // Scratch, grown to the largest batch seen; [n_tokens, width] row-major.
   int scratch_tokens_ = 0;
-  std::vector<float> x_;     // hidden state [n, hidden]
-  std::vector<float> h_;     // normed [n, hidden]
-  std::vector<float> q_;     // [n, local_heads * head_dim]
-  std::vector<float> k_;     // [n, local_kv_heads * head_dim]
-  std::vector<float> v_;     // [n, local_kv_heads * head_dim]
-  std::vector<float> attn_;  // [n, local_heads * head_dim]
-  std::vector<float> proj_;  // [n, hidden]
-  std::vector<float> gate_;  // [n, local_intermediate]
-  std::vector<float> up_;    // [n, local_intermediate]
-  std::vector<float> last_;  // [num_logit_rows, hidden]
-  std::vector<float> local_logits_;     // [num_logit_rows, local vocab rows]
+  AlignedVector<float> x_;     // hidden state [n, hidden]
+  AlignedVector<float> h_;     // normed [n, hidden]
+  AlignedVector<float> q_;     // [n, local_heads * head_dim]
+  AlignedVector<float> k_;     // [n, local_kv_heads * head_dim]
+  AlignedVector<float> v_;     // [n, local_kv_heads * head_dim]
+  AlignedVector<float> attn_;  // [n, local_heads * head_dim]
+  AlignedVector<float> proj_;  // [n, hidden]
+  AlignedVector<float> gate_;  // [n, local_intermediate]
+  AlignedVector<float> up_;    // [n, local_intermediate]
+  AlignedVector<float> last_;  // [num_logit_rows, hidden]
+  AlignedVector<float> local_logits_;     // [num_logit_rows, local vocab rows]
   std::vector<float> gathered_logits_;  // rank 0: [tp_size, num_logit_rows, local vocab rows]
 };
 

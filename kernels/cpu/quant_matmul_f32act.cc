@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/aligned_vector.h"
 #include "common/status.h"
 #include "kernels/cpu/quant_blocks_avx2.h"
 #include "kernels/cpu/quant_matmul_paired.h"
@@ -399,6 +400,15 @@ void Run(Path path, const float* x, const uint8_t* w_quant, GgmlType w_type, int
                     : simd         ? kColGroup
                                    : 1;
   const int num_groups = (n + group - 1) / group;
+  // The sweeps read x in 32-byte pieces at offsets that are multiples of 32
+  // bytes (k % 8 == 0); a caller's buffer that is not 32-byte aligned makes
+  // half of those loads straddle two cache lines, so it is copied once here
+  // (m * k floats, against m * n * k FMAs).
+  if (scratch_path && reinterpret_cast<uintptr_t>(x) % 32 != 0) {
+    thread_local AlignedVector<float> x_aligned;
+    x_aligned.assign(x, x + size_t(m) * k);
+    x = x_aligned.data();
+  }
   const size_t scratch_floats = paired         ? size_t(group + 1) / 2 * 2 * k
                                 : scratch_path ? size_t(group) * k
                                 : simd         ? 0
@@ -407,7 +417,7 @@ void Run(Path path, const float* x, const uint8_t* w_quant, GgmlType w_type, int
   // A group's rows are dequantised into `scratch` and swept by one thread;
   // the buffer stays with the thread from call to call.
   ParallelFor(num_groups, threads ? 1 : num_groups, [&](int64_t g_begin, int64_t g_end) {
-    thread_local std::vector<float> scratch;
+    thread_local AlignedVector<float> scratch;
     if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
     for (int64_t g = g_begin; g < g_end; ++g) {
       const int i_begin = int(g) * group, i_end = std::min(n, i_begin + group);

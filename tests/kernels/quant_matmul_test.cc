@@ -19,12 +19,14 @@
 // agree bit for bit (EveryPathGivesThePortableBits).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/aligned_vector.h"
 #include "kernels/quant_matmul.h"
 #include "kernels/threads.h"
 #include "tests/kernels/quant_matmul_test_util.h"
@@ -211,6 +213,39 @@ TEST(QuantMatmulF32ActTest, EveryPathGivesThePortableBits) {
       }
     }
     for (int k : TestKs(type)) ExpectPathsAgree(type, 37, 200, k, seed++);
+  }
+}
+
+// The sweeps copy an activation buffer that is not 32-byte aligned (a plain
+// std::vector is 16-byte aligned) before reading it: every offset from a
+// cache line gives the same bits as the aligned buffer, on every path.
+TEST(QuantMatmulF32ActTest, ActivationAlignmentDoesNotChangeBits) {
+  constexpr int kM = 9, kN = 33;
+  std::mt19937_64 rng(2024);
+  for (GgmlType type : {GgmlType::kQ4_1, GgmlType::kQ6_K}) {
+    const int k = TwoBlocks(type);
+    const std::vector<uint8_t> wq = RandomWeights(type, kN, k, rng);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    AlignedVector<float> storage(size_t(kM) * k + 16);
+    for (float& v : storage) v = normal(rng);
+    using cpu::internal::QuantMatmulPath;
+    for (QuantMatmulPath path : {QuantMatmulPath::kAvx2, QuantMatmulPath::kAvx2Paired,
+                                 QuantMatmulPath::kAvx512, QuantMatmulPath::kPortable}) {
+      if (!cpu::internal::QuantMatmulPathSupported(path)) continue;
+      for (int offset = 0; offset < 16; ++offset) {
+        SCOPED_TRACE(std::string(cpu::internal::QuantMatmulPathName(path)) + " " +
+                     GgmlTypeName(type) + " offset " + std::to_string(offset));
+        // The same activations at `offset` floats past a cache line.
+        AlignedVector<float> x(size_t(kM) * k + 16);
+        std::copy(storage.begin(), storage.begin() + size_t(kM) * k, x.begin() + offset);
+        std::vector<float> want(size_t(kM) * kN), got(size_t(kM) * kN, std::nanf(""));
+        cpu::internal::QuantMatmulTransBF32ActPortable(storage.data(), wq.data(), type, kM, kN,
+                                                       k, want.data());
+        cpu::internal::QuantMatmulTransBF32ActOn(path, x.data() + offset, wq.data(), type, kM,
+                                                 kN, k, got.data());
+        ExpectSameBits(got, want);
+      }
+    }
   }
 }
 
