@@ -94,10 +94,13 @@ void FillLogprobs(const float* logits, int vocab_size, int num_top_logprobs,
 // uniform maps to one token whatever the implementation. Greedy ignores
 // `uniform`. Ties rank the lower id first (greedy, top-k, top logprobs).
 // `num_top_logprobs` best tokens of the raw distribution go to top_logprobs
-// (all of them if fewer). Cost: O(vocab) plus O(top_k log top_k) with top-k;
+// (all of them if fewer); kNoLogprobs computes no logprob at all (logprob
+// stays 0, top_logprobs empty), which skips the log partition, an exp per
+// vocabulary entry. Cost: O(vocab) plus O(top_k log top_k) with top-k;
 // a full sort only for top-p without top-k.
 // REQUIRES: logits finite or -inf (-inf tokens are never sampled), not all
 // -inf. vocab_size <= 0 gives token_id -1.
+constexpr int kNoLogprobs = -1;
 SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
                     double uniform, int num_top_logprobs);
 

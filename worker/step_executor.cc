@@ -172,6 +172,10 @@ Status StepExecutor::CheckSampling(const std::string& name,
                                    " out of [0, " + std::to_string(options_.max_num_logprobs) +
                                    "]");
   }
+  if (p.num_logprobs() > 0 && !p.logprobs()) {
+    return Status::InvalidArgument(name + " num_logprobs " + std::to_string(p.num_logprobs()) +
+                                   " without logprobs");
+  }
   return Status::Ok();
 }
 
@@ -276,8 +280,8 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
   const std::vector<SampleResult>* picks = model_->device_picks();
   std::vector<SampleResult> sampled(static_cast<size_t>(num_rows));
   // Rows are independent and each is a few passes over the vocabulary (its
-  // log-partition alone is vocab_size exps): 32 rows took ~7 ms on one
-  // thread. Each row's result does not depend on which thread samples it.
+  // log-partition alone, computed only when logprobs are wanted, is
+  // vocab_size exps): 32 rows took ~7 ms on one thread. Each row's result does not depend on which thread samples it.
   cpu::ParallelFor(num_rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[size_t(r)]);
@@ -287,15 +291,20 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
                           (*picks)[size_t(r)].token_id >= 0 && greedy_picks_[size_t(r)] >= 0;
       if (picked) {
         sampled[size_t(r)] = (*picks)[size_t(r)];
+        // The device reports a logprob for every pick; host sampling
+        // reports none where the request wants none, and the two agree.
+        if (!p.logprobs()) sampled[size_t(r)].logprob = 0.0f;
         continue;
       }
       const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
       const double uniform = SeededUniform(seed, step.num_generated());
       const float* logits = logits_.data() + size_t(r) * vocab;
       const LogitProcessors processors = ProcessorsOf(staged, step);
+      // No log softmax over the vocabulary unless the request wants logprobs.
+      const int num_logprobs = p.logprobs() ? p.num_logprobs() : cpu::kNoLogprobs;
       if (!processors.Active()) {
         sampled[size_t(r)] =
-            cpu::Sample(logits, vocab, ToSamplingConfig(p), uniform, p.num_logprobs());
+            cpu::Sample(logits, vocab, ToSamplingConfig(p), uniform, num_logprobs);
         continue;
       }
       // Sampled from the processed logits; the logprobs returned are the
@@ -306,8 +315,9 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
       const SequenceSampling* kept = FindSampling(staged, step.seq_id());
       cpu::ApplyLogitProcessors(processed.data(), vocab, processors,
                                 (kept ? kept : &kNothingKept)->history);
-      sampled[size_t(r)] = cpu::Sample(processed.data(), vocab, ToSamplingConfig(p), uniform, 0);
-      cpu::FillLogprobs(logits, vocab, p.num_logprobs(), &sampled[size_t(r)]);
+      sampled[size_t(r)] =
+          cpu::Sample(processed.data(), vocab, ToSamplingConfig(p), uniform, cpu::kNoLogprobs);
+      if (p.logprobs()) cpu::FillLogprobs(logits, vocab, p.num_logprobs(), &sampled[size_t(r)]);
     }
   });
   for (int r = 0; r < num_rows; ++r) {

@@ -21,7 +21,6 @@ struct EngineRequest {
   std::vector<int32_t> stop_token_ids;  // each in [0, vocab_size)
   bool ignore_eos = false;
   int min_tokens = 0;               // [0, max_tokens]: StopConditions::min_tokens
-  bool logprobs = false;            // fill CompletionOutcome::tokens (sampling.num_top_logprobs each)
   Clock::time_point deadline = Clock::time_point::max();
   // Set for a streaming request: receives text as it is produced, then the
   // outcome (OutputStream::Close). Shared with the HTTP thread.

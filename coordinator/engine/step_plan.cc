@@ -72,6 +72,7 @@ void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::Sequenc
   sp->set_top_k(seq.sampling().top_k);
   sp->set_has_seed(seq.sampling().seed.has_value());
   sp->set_seed(seq.sampling().seed.value_or(0));
+  sp->set_logprobs(seq.sampling().logprobs);
   sp->set_num_logprobs(seq.sampling().num_top_logprobs);
   FillLogitProcessors(s, seq, sp);
   step->set_num_generated(uint32_t(seq.num_output_tokens()));

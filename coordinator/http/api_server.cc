@@ -306,7 +306,8 @@ std::string ApiServer::NewId(const char* prefix) {
 std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
     StreamKind kind, std::vector<std::vector<int32_t>> prompts, GenerationParams& params,
     int default_max_tokens) const {
-  Prepared p{kind, {}, params.n, params.stream, params.include_usage, params.logprobs};
+  Prepared p{kind, {}, params.n, params.stream, params.include_usage,
+             params.sampling.logprobs};
   params.sampling.bad_words_ids = BadWordsIds(params.bad_words, *tokenizer_);
   if (auto e = CheckSomethingCanBeSampled(params)) return *e;
   for (std::vector<int32_t>& ids : prompts) {
@@ -329,7 +330,6 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
       er.stop_token_ids = params.stop_token_ids;
       er.ignore_eos = params.ignore_eos;
       er.min_tokens = params.min_tokens;
-      er.logprobs = params.logprobs;
       er.deadline = Clock::now() + options_.request_timeout;
       p.requests.push_back(std::move(er));
     }

@@ -83,7 +83,7 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
   }
   if (max_completion_tokens) req.params.max_tokens = max_completion_tokens;
 
-  if (auto e = ReadBool(body, "logprobs", &req.params.logprobs)) return *e;
+  if (auto e = ReadBool(body, "logprobs", &req.params.sampling.logprobs)) return *e;
   std::optional<int> top_logprobs;
   if (auto e = ReadIntInRange(body, "top_logprobs", 0, kMaxLogprobs,
                               "must be in [0, " + std::to_string(kMaxLogprobs) + "]",
@@ -91,7 +91,7 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
     return *e;
   }
   if (top_logprobs) {
-    if (*top_logprobs > 0 && !req.params.logprobs) {
+    if (*top_logprobs > 0 && !req.params.sampling.logprobs) {
       return ApiError::BadRequest("when using `top_logprobs`, `logprobs` must be set to true.",
                                   "top_logprobs");
     }

@@ -276,7 +276,7 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
     return *e;
   }
   if (logprobs) {
-    req.params.logprobs = true;
+    req.params.sampling.logprobs = true;
     req.params.sampling.num_top_logprobs = *logprobs;
   }
   if (auto e = ReadPrompt(body, limits.vocab_size, &req)) return *e;

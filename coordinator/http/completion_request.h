@@ -33,13 +33,12 @@ inline constexpr int kMaxLogprobs = 20;
 struct GenerationParams {
   std::string model;                  // as sent; "" when absent
   std::optional<int> max_tokens;      // >= 1 when given; default applied by ResolveMaxTokens
-  SamplingOptions sampling;           // num_top_logprobs from the logprobs fields
+  SamplingOptions sampling;           // logprobs and num_top_logprobs from the logprobs fields
   std::vector<std::string> stop;      // non-empty strings
   std::vector<int32_t> stop_token_ids;  // in [0, vocab_size)
   bool ignore_eos = false;            // vLLM extension
   int min_tokens = 0;                 // vLLM extension; >= 0, <= max_tokens (checked later)
   std::vector<std::string> bad_words;  // vLLM extension; tokenized by the server
-  bool logprobs = false;              // return the sampled tokens' logprobs
   bool stream = false;                // answer with server-sent events
   bool include_usage = false;         // stream_options.include_usage (stream only)
   int n = 1;                          // choices per prompt, [1, kMaxChoicesPerRequest]

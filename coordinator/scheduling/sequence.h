@@ -27,7 +27,8 @@ struct SamplingOptions {
   float top_p = 1.0f;             // (0, 1]; 1 = off
   int top_k = -1;                 // <= 0 = off
   std::optional<uint64_t> seed;   // per-request RNG seed
-  int num_top_logprobs = 0;       // top logprobs per sampled token, [0, 20]
+  bool logprobs = false;          // return each sampled token's logprob
+  int num_top_logprobs = 0;       // top logprobs per sampled token, [0, 20]; needs logprobs
   float min_p = 0.0f;             // [0, 1]; 0 = off
   // Logit processors (kernels/sampling.h LogitProcessors has the formulas).
   float repetition_penalty = 1.0f;  // > 0; 1 = off

@@ -45,17 +45,21 @@ std::vector<int32_t> TopIds(const float* logits, int vocab_size, int k) {
   return ids;
 }
 
-// Max logit and log partition of `logits`, in double.
-void LogPartition(const float* logits, int vocab_size, int32_t* argmax, double* log_z) {
+// The best id, the lowest on ties.
+int32_t Argmax(const float* logits, int vocab_size) {
   int32_t best = 0;
   for (int i = 1; i < vocab_size; ++i) {
     if (logits[i] > logits[best]) best = i;
   }
-  const double max_logit = logits[best];
+  return best;
+}
+
+// Log partition of `logits` whose largest entry is logits[argmax], in double.
+double LogPartition(const float* logits, int vocab_size, int32_t argmax) {
+  const double max_logit = logits[argmax];
   double sum = 0.0;
   for (int i = 0; i < vocab_size; ++i) sum += std::exp(double(logits[i]) - max_logit);
-  *argmax = best;
-  *log_z = max_logit + std::log(sum);
+  return max_logit + std::log(sum);
 }
 
 }  // namespace
@@ -102,9 +106,7 @@ void ApplyLogitProcessors(float* logits, int vocab_size, const LogitProcessors& 
 
 void FillLogprobs(const float* logits, int vocab_size, int num_top_logprobs,
                   SampleResult* result) {
-  int32_t argmax;
-  double log_z;
-  LogPartition(logits, vocab_size, &argmax, &log_z);
+  const double log_z = LogPartition(logits, vocab_size, Argmax(logits, vocab_size));
   result->logprob = float(logits[result->token_id] - log_z);
   result->top_logprobs.clear();
   if (num_top_logprobs > 0) {
@@ -119,11 +121,12 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
   SampleResult result;
   if (vocab_size <= 0) return result;  // token_id stays -1
 
-  // One pass for the argmax (lowest id on ties), one for the log partition.
-  int32_t argmax;
-  double log_z;
-  LogPartition(logits, vocab_size, &argmax, &log_z);
+  // One pass for the argmax (lowest id on ties), one for the log partition
+  // when logprobs are wanted.
+  const int32_t argmax = Argmax(logits, vocab_size);
   const double max_logit = logits[argmax];
+  const bool logprobs = num_top_logprobs != kNoLogprobs;
+  const double log_z = logprobs ? LogPartition(logits, vocab_size, argmax) : 0.0;
 
   if (num_top_logprobs > 0) {
     for (int32_t id : TopIds(logits, vocab_size, num_top_logprobs)) {
@@ -133,7 +136,7 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
 
   if (config.temperature <= 0.0f) {
     result.token_id = argmax;
-    result.logprob = float(logits[argmax] - log_z);
+    if (logprobs) result.logprob = float(logits[argmax] - log_z);
     return result;
   }
 
@@ -186,7 +189,7 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
       break;
     }
   }
-  result.logprob = float(logits[result.token_id] - log_z);
+  if (logprobs) result.logprob = float(logits[result.token_id] - log_z);
   return result;
 }
 

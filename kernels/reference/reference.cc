@@ -177,7 +177,7 @@ SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& c
       }
     }
   }
-  result.logprob = float(logits[result.token_id] - log_z);
+  if (num_top_logprobs != cpu::kNoLogprobs) result.logprob = float(logits[result.token_id] - log_z);
   return result;
 }
 

@@ -42,7 +42,7 @@ TEST(ChatRequestTest, Messages) {
   EXPECT_EQ(r.messages[3].content, "Bye");
   EXPECT_TRUE(r.add_generation_prompt);
   EXPECT_FALSE(r.params.max_tokens.has_value());
-  EXPECT_FALSE(r.params.logprobs);
+  EXPECT_FALSE(r.params.sampling.logprobs);
 }
 
 TEST(ChatRequestTest, Fields) {
@@ -52,7 +52,7 @@ TEST(ChatRequestTest, Fields) {
                          "stop": ["a"], "stop_token_ids": [2], "ignore_eos": true, "temperature": 0,
                          "add_generation_prompt": false, "tools": []})");
   EXPECT_EQ(r.params.max_tokens, 5);
-  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_TRUE(r.params.sampling.logprobs);
   EXPECT_EQ(r.params.sampling.num_top_logprobs, 4);
   EXPECT_TRUE(r.params.stream);
   EXPECT_TRUE(r.params.include_usage);

@@ -188,15 +188,15 @@ TEST(CompletionRequestTest, StreamingLogprobsAndStopTokens) {
                                "stop_token_ids": [2, 7]})");
   EXPECT_TRUE(r.params.stream);
   EXPECT_TRUE(r.params.include_usage);
-  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_TRUE(r.params.sampling.logprobs);
   EXPECT_EQ(r.params.sampling.num_top_logprobs, 3);
   EXPECT_EQ(r.params.stop_token_ids, (std::vector<int32_t>{2, 7}));
   r = Ok(R"({"prompt": "a", "logprobs": 0})");
-  EXPECT_TRUE(r.params.logprobs);
+  EXPECT_TRUE(r.params.sampling.logprobs);
   EXPECT_EQ(r.params.sampling.num_top_logprobs, 0);
   r = Ok(R"({"prompt": "a", "stream": true})");
   EXPECT_FALSE(r.params.include_usage);
-  EXPECT_FALSE(Ok(R"({"prompt": "a"})").params.logprobs);
+  EXPECT_FALSE(Ok(R"({"prompt": "a"})").params.sampling.logprobs);
 
   ExpectBadRequest(R"({"prompt": "a", "stream_options": {"include_usage": true}})",
                    "stream_options", "only be defined when `stream=True`");

@@ -21,6 +21,7 @@ std::unique_ptr<Sequence> MakeSeq(uint64_t id, std::vector<int32_t> prompt) {
   sampling.top_p = 0.9f;
   sampling.top_k = 20;
   sampling.seed = 1234;
+  sampling.logprobs = true;
   sampling.num_top_logprobs = 3;
   StopConditions stop;
   stop.max_tokens = 4;
@@ -51,6 +52,7 @@ TEST(StepPlanTest, EveryRankGetsTheBatchWithItsOwnDeltas) {
     EXPECT_TRUE(step.sampling().has_seed());
     EXPECT_EQ(step.sampling().seed(), 1234u);
     EXPECT_EQ(step.sampling().num_logprobs(), 3);
+    EXPECT_TRUE(step.sampling().logprobs());
     EXPECT_EQ(step.num_generated(), 0u);
     // 2 layers x 1 local KV head at TP 3: two slots of 2 blocks each.
     const std::vector<SlotBlockDelta>& deltas = batch.seqs[0].deltas[size_t(rank)];

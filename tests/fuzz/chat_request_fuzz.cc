@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!req.params.max_tokens || *req.params.max_tokens >= 1, "max_tokens < 1");
   const int n = req.params.sampling.num_top_logprobs;
   FUZZ_CHECK(n >= 0 && n <= kMaxLogprobs, "top_logprobs " + std::to_string(n));
-  FUZZ_CHECK(n == 0 || req.params.logprobs, "top_logprobs without logprobs");
+  FUZZ_CHECK(n == 0 || req.params.sampling.logprobs, "top_logprobs without logprobs");
   FUZZ_CHECK(req.params.model.empty() || req.params.model == limits.served_model_name,
              "accepted model " + req.params.model);
   return 0;

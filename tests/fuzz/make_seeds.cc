@@ -119,6 +119,7 @@ void StepPlanSeeds(const fs::path& dir) {
     sp->set_seed(42);
     sp->set_has_seed(true);
     sp->set_num_logprobs(3);
+    sp->set_logprobs(true);
     plans.push_back(Plan(p));
     proto::StepPlan q;
     q.set_step_id(11);

@@ -127,6 +127,7 @@ class KvHandoffTest : public ::testing::Test {
     s->mutable_sampling()->set_temperature(0.0f);
     s->mutable_sampling()->set_top_p(1.0f);
     s->mutable_sampling()->set_num_logprobs(5);
+    s->mutable_sampling()->set_logprobs(true);
     if (is_new) {
       for (int slot = 0; slot < kSlots; ++slot) {
         proto::SlotDelta* d = s->add_deltas();

@@ -67,6 +67,27 @@ TEST(SampleTest, GreedyIsArgmaxLowestIdOnTies) {
   EXPECT_EQ(cpu::Sample(big.data(), 49152, SamplingConfig{}, 0.5, 0).token_id, argmax);
 }
 
+// Without logprobs the same token is drawn, and no logprob is reported.
+TEST(SampleTest, NoLogprobsSamplesTheSameToken) {
+  const std::vector<SamplingConfig> configs = {
+      {0.0f, 0, 1.0f}, {1.0f, 0, 1.0f}, {0.7f, 40, 0.9f}, {1.0f, 0, 1.0f, 0.1f}};
+  const std::vector<float> logits = RandomLogits(49152, 17, 3.0f);
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    for (uint64_t c = 0; c < 8; ++c) {
+      const double u = SeededUniform(ci, c);
+      const SampleResult with = cpu::Sample(logits.data(), 49152, configs[ci], u, 0);
+      const SampleResult without =
+          cpu::Sample(logits.data(), 49152, configs[ci], u, cpu::kNoLogprobs);
+      EXPECT_EQ(without.token_id, with.token_id) << "config " << ci;
+      EXPECT_LT(with.logprob, 0.0f);
+      EXPECT_EQ(without.logprob, 0.0f);
+      EXPECT_TRUE(without.top_logprobs.empty());
+      EXPECT_EQ(reference::Sample(logits.data(), 49152, configs[ci], u, cpu::kNoLogprobs).token_id,
+                with.token_id);
+    }
+  }
+}
+
 TEST(SampleTest, TopKOneIsGreedy) {
   const std::vector<float> logits = RandomLogits(1000, 4);
   const int argmax = int(std::max_element(logits.begin(), logits.end()) - logits.begin());

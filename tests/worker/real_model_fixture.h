@@ -196,6 +196,7 @@ class RealModelFixture : public ::testing::Test {
                            const std::vector<int32_t>& tokens, uint32_t start_pos, bool sample) {
     proto::SequenceStep* step =
         granter_->AddStep(plan, seq_id, tokens, start_pos, start_pos == 0, sample);
+    step->mutable_sampling()->set_logprobs(true);
     step->mutable_sampling()->set_num_logprobs(5);
     return step;
   }

@@ -267,6 +267,28 @@ TEST_F(ExecutorValidationTest, BadSamplingParams) {
   ExpectRejected(plan, "temperature");
 }
 
+TEST_F(ExecutorValidationTest, TopLogprobsNeedLogprobs) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  h_.Add(&plan, 1, {6}, 5, false)->mutable_sampling()->set_num_logprobs(2);
+  ExpectRejected(plan, "num_logprobs 2 without logprobs");
+}
+
+// The sampled token's logprob is computed only for a request that wants it.
+TEST(StepExecutorTest, LogprobOnlyWhenWanted) {
+  Harness h;
+  proto::StepPlan plan;
+  plan.set_step_id(1);
+  h.Add(&plan, 1, {1, 2, 3}, 0, true);
+  h.Add(&plan, 2, {1, 2, 3}, 0, true)->mutable_sampling()->set_logprobs(true);
+  const proto::StepResult r = h.Run(plan);
+  ASSERT_EQ(r.error(), "");
+  ASSERT_EQ(r.tokens_size(), 2);
+  EXPECT_EQ(r.tokens(0).token_id(), r.tokens(1).token_id());  // same prompt, greedy
+  EXPECT_EQ(r.tokens(0).logprob(), 0.0f);
+  EXPECT_LT(r.tokens(1).logprob(), 0.0f);
+}
+
 TEST_F(ExecutorValidationTest, OneBadSeqRejectsTheWholePlan) {
   // Seq 2 is valid and new, seq 1 is wrong: neither may be applied.
   proto::StepPlan plan;
@@ -410,6 +432,7 @@ TEST(StepExecutorTest, SeededSamplingIsReproducible) {
     s->mutable_sampling()->set_seed(seed);
     s->mutable_sampling()->set_has_seed(has_seed);
     s->mutable_sampling()->set_num_logprobs(3);
+    s->mutable_sampling()->set_logprobs(true);
     proto::StepResult r = h.Run(plan);
     EXPECT_EQ(r.error(), "");
     EXPECT_EQ(r.tokens(0).top_logprobs_size(), 3);
@@ -439,6 +462,7 @@ TEST(StepExecutorTest, PenaltiesReadTheHistoryAndCountWhatIsSampled) {
     proto::SamplingParams* p = s->mutable_sampling();
     p->set_temperature(0.0f);
     p->set_num_logprobs(2);
+    p->set_logprobs(true);
     p->set_repetition_penalty(processors.repetition_penalty);
     p->set_frequency_penalty(processors.frequency_penalty);
     p->set_presence_penalty(processors.presence_penalty);
@@ -560,11 +584,15 @@ TEST(ExecutorDevicePicksTest, PickedRowsGiveTheSameResultsAsHostSampling) {
                   : h.Add(&plan, seq, {last[seq - 1]}, pos, false);
       s->set_num_generated(uint32_t(step - 1));
       proto::SamplingParams* p = s->mutable_sampling();
-      if (seq == 2) p->set_num_logprobs(3);           // greedy with top logprobs
+      if (seq == 2) {                                 // greedy with top logprobs
+        p->set_logprobs(true);
+        p->set_num_logprobs(3);
+      }
       if (seq == 3) {                                 // sampled: never picked
         p->set_temperature(0.8f);
         p->set_seed(42);
         p->set_num_logprobs(2);
+        p->set_logprobs(true);
       }
     }
     return plan;
