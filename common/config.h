@@ -210,11 +210,12 @@ struct Config {
   // hit on the prompt against its load; "least_loaded" takes the instance
   // with the fewest sequences; "round_robin" takes them in turn.
   std::string routing_policy = "prefix_aware";
-  // prefix_aware's balance between hit and load: the cost of one prefill
-  // token an instance must compute, in tokens of KV its running sequences
-  // hold (router.h). Larger keeps a prefix on its instance under more
-  // imbalance; 0 routes by load alone.
-  double routing_prefix_weight = 2.0;
+  // prefix_aware's balance between hit and load: the cost of one token of
+  // the request's own prefill, in tokens of an instance's load (queued
+  // prompt tokens and KV its running sequences hold; router.h). Larger
+  // keeps a prefix on its instance under more imbalance; 0 routes by load
+  // alone.
+  double routing_prefix_weight = 8.0;
   // Conditional disaggregation (coordinator/engine/disaggregation.h): a
   // request of a prefill/decode deployment is prefilled on its decode
   // instance, with no transfer, when the part of its prompt that instance

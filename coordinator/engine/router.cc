@@ -77,8 +77,8 @@ Route Router::Pick(InstanceRegistry& registry, PoolRole role, const TokenIds& pr
         const int64_t hit = inst.scheduler->kv().MatchPrefix(prompt, num_positions).num_positions;
         const SchedulerLoad load = inst.scheduler->Load();
         const double cost =
-            prefix_weight_ * double(load.queued_prefill_tokens + num_positions - hit) +
-            double(load.active_tokens);
+            prefix_weight_ * double(num_positions - hit) +
+            double(load.queued_prefill_tokens + load.active_tokens);
         const std::tuple<double, size_t, int> key{cost, load.num_running + load.num_waiting,
                                                   inst.id};
         if (route.instance == nullptr || key < best) {

@@ -509,7 +509,7 @@ TEST(ConfigTest, Routing) {
   Result<Config> by_default = ParseConfig(kFull);
   ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
   EXPECT_EQ(by_default->routing_policy, "prefix_aware");
-  EXPECT_EQ(by_default->routing_prefix_weight, 2.0);
+  EXPECT_EQ(by_default->routing_prefix_weight, 8.0);
   const std::string pools = "pools:\n";
   Result<Config> set = ParseConfig(
       Edit(kFull, pools, "routing:\n  policy: round_robin\n  prefix_weight: 0.5\n" + pools));

@@ -137,8 +137,9 @@ TEST_F(RouterTest, TiesGoToFewerSequencesThenTheLowerId) {
   Router aware(RoutingPolicy::kPrefixAware, 1.0);
   // No hit anywhere, no load: the lowest id.
   EXPECT_EQ(Pick(aware, Tokens(50, 1)).instance->id, 0);
-  // At weight 0 queued prompts cost nothing and no running sequence holds
-  // KV, so every cost is 0: the fewest sequences win, then the lowest id.
+  // At weight 0 only the load counts, here the queued prompt tokens:
+  // instance 2 has none; then 0 and 1 tie (20 tokens, one sequence each)
+  // and the lower id wins.
   Router load_only(RoutingPolicy::kPrefixAware, 0.0);
   Queue(0, 20);
   Queue(1, 20);
@@ -162,9 +163,27 @@ TEST_F(RouterTest, LoadOverridesAHitAtTheWeight) {
   EXPECT_EQ(Pick(w2, request).instance->id, 1);
   Router w1(RoutingPolicy::kPrefixAware, 1.0);
   EXPECT_EQ(Pick(w1, request).instance->id, 0);
-  // Queued prompt tokens count as prefill to do.
+  // Queued prompt tokens count as load.
   Queue(0, 400);
   EXPECT_EQ(Pick(w1, request).instance->id, 1);
+}
+
+// A prompt queued where a conversation's history is counts once, like
+// active KV, not at the weight: a turn stays with its hit until the queue
+// outweighs w times the tokens the hit saves.
+TEST_F(RouterTest, QueuedPromptsAreLoadNotWeightedPrefill) {
+  Start(2);
+  const std::vector<int32_t> prefix = Tokens(160, 1);
+  Cache(1, prefix);
+  const std::vector<int32_t> request = Concat(prefix, Tokens(16, 4000));
+  Router w8(RoutingPolicy::kPrefixAware, 8.0);
+  // cost(0) = 8 * 176 = 1408; cost(1) = 8 * 16 + 600 = 728.
+  Queue(1, 600);
+  EXPECT_EQ(Pick(w8, request).instance->id, 1);
+  // cost(1) = 128 + 1400 = 1528 > 1408.
+  Queue(1, 400);
+  Queue(1, 400);
+  EXPECT_EQ(Pick(w8, request).instance->id, 0);
 }
 
 TEST_F(RouterTest, InstancesGoingDownDrainingAndJoining) {

@@ -413,6 +413,7 @@ TEST_F(HttpSecurityTest, RequestDeadlineIsTotalAndIdleConnectionsClose) {
 }
 
 TEST_F(HttpSecurityTest, DribblingAndDroppedClientsDoNotStarveACompletion) {
+  constexpr double kReadTimeoutS = 3.0;
   ASSERT_TRUE(StartCoordinator("  http_read_timeout_ms: 3000\n"));
   ASSERT_TRUE(StartWorker());
   const std::string completion = R"({"prompt": "The capital of France is", "max_tokens": 8})";
@@ -484,7 +485,11 @@ TEST_F(HttpSecurityTest, DribblingAndDroppedClientsDoNotStarveACompletion) {
               "%d dribblers cut off; coordinator RSS %lld -> %lld KiB\n",
               usual_s, dropped.load(), worst_s, cut_off.load(), (long long)rss_before_kb,
               (long long)rss_after_kb);
-  EXPECT_LE(worst_s, 2 * usual_s);
+  // A completion starved of connection threads waits for a dribbler to be
+  // cut off, kReadTimeoutS; half of it is far above what the attackers'
+  // CPU use adds on a loaded 2-core machine (a bound of 2x the usual
+  // latency failed there now and then without starvation).
+  EXPECT_LT(worst_s, usual_s + kReadTimeoutS / 2);
   EXPECT_GE(cut_off.load(), 100);
   EXPECT_GE(dropped.load(), 500);
   EXPECT_LT(rss_after_kb - rss_before_kb, 100 * 1024);
