@@ -48,7 +48,7 @@ GEMMA3_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 # LeaderWorkerSet and DisaggregatedSet ones against their CRDs
 # (tests/deploy/validate_k8s_manifests.py).
 VENV="${HEADWAY_VENV:-$HOME/.cache/headway/venv}"
-PYTHON_TOOLS=(kubernetes-validate==1.37.0 jsonschema==4.26.0)
+PYTHON_TOOLS=(kubernetes-validate==1.37.0 jsonschema==4.26.0 openai==3.57.0)
 
 log() { echo "setup: $*"; }
 die() { echo "setup: ERROR: $*" >&2; exit 1; }

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""The OpenAI Python client (PyPI `openai`) against a real Headway deployment.
+
+    openai_client_test.py --launch BIN --bin-dir DIR [--venv DIR] [--model-dir DIR]
+
+Starts `headway-launch` on a one-worker SmolLM2 config with ports the OS
+says are free, then drives it the way users do: the client's completions,
+chat completions (plain and streamed), n, seeds, logprobs, and the errors it
+raises for a bad model, an unknown field and a field Headway does not
+implement. The launcher (and with it the coordinator and worker) is stopped
+on every path.
+
+Exit status 0 when every check passes, 1 on a failure, 77 (skipped, for
+ctest) when the `openai` package or the model is missing; with
+HEADWAY_REQUIRE_MODEL=1 a missing model or package fails instead.
+deploy/setup.sh installs the package into the virtual environment given by
+--venv, which this script re-executes itself in.
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SKIP = 77
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SERVED_NAME = "smollm2-135m-instruct"
+
+
+def reexec_in_venv(venv):
+    python = os.path.join(venv, "bin", "python3")
+    if venv and os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+        os.execv(python, [python] + sys.argv)
+
+
+def missing(what):
+    """Skips (77), or fails where the environment requires the model."""
+    if os.environ.get("HEADWAY_REQUIRE_MODEL") == "1":
+        print("FAIL: HEADWAY_REQUIRE_MODEL=1 but %s" % what)
+        return 1
+    print("SKIP: %s" % what)
+    return SKIP
+
+
+def free_ports(count):
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+CONFIG = """\
+model:
+  path: {model}
+  served_name: {served}
+coordinator:
+  http_host: 127.0.0.1
+  http_port: {http_port}
+  control_address: tcp://127.0.0.1:{control_port}
+cache:
+  block_size: 16
+  kv_memory_mb: 64
+scheduler:
+  max_num_seqs: 8
+  max_num_batched_tokens: 512
+  max_model_len: 2048
+pools:
+  - name: main
+    role: mixed
+    instances:
+      - tp_size: 1
+        device: cpu
+        hosts: [127.0.0.1]
+"""
+
+
+class Deployment:
+    """`headway-launch CONFIG` in its own session; stop() on every path."""
+
+    def __init__(self, launch, bin_dir, model_dir, work_dir):
+        http_port, control_port = free_ports(2)
+        self.base_url = "http://127.0.0.1:%d" % http_port
+        config = os.path.join(work_dir, "openai_client.yaml")
+        with open(config, "w") as f:
+            f.write(CONFIG.format(model=MODEL_FILE, served=SERVED_NAME, http_port=http_port,
+                                  control_port=control_port))
+        self.log_path = os.path.join(work_dir, "launch.log")
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [launch, config, "--bin-dir", bin_dir, "--model-dir", model_dir,
+             "--ready-timeout-s", "120"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+    def wait_ready(self, timeout_s=180):
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("headway-launch exited with %d:\n%s"
+                                   % (self.process.returncode, self.tail()))
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("not ready after %d s:\n%s" % (timeout_s, self.tail()))
+
+    def tail(self, lines=20):
+        self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # the launcher stops its processes
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+
+    def expect(self, condition, what):
+        print(("ok    " if condition else "FAIL  ") + what)
+        if not condition:
+            self.failures.append(what)
+
+
+def expect_error(checks, openai, error_type, status, words, call):
+    try:
+        call()
+    except error_type as e:
+        message = str(e)
+        checks.expect(e.status_code == status and all(w in message for w in words),
+                      "%s %d mentioning %s (got %d: %s)"
+                      % (error_type.__name__, status, words, e.status_code, message[:200]))
+        return
+    except openai.APIError as e:
+        checks.expect(False, "%s expected, got %r" % (error_type.__name__, e))
+        return
+    checks.expect(False, "%s expected, the call succeeded" % error_type.__name__)
+
+
+def run_checks(openai, base_url):
+    checks = Checks()
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="not-needed", max_retries=0,
+                           timeout=120)
+
+    models = [m.id for m in client.models.list()]
+    checks.expect(SERVED_NAME in models, "models.list() has %s (got %s)" % (SERVED_NAME, models))
+
+    c = client.completions.create(model=SERVED_NAME, prompt="The capital of France is",
+                                  max_tokens=8, temperature=0)
+    checks.expect(len(c.choices) == 1 and c.choices[0].text.strip() != "",
+                  "completion text %r" % c.choices[0].text)
+    checks.expect(c.choices[0].finish_reason == "length", "finish_reason length")
+    checks.expect(c.usage.completion_tokens == 8 and c.usage.prompt_tokens > 0,
+                  "usage %s" % c.usage)
+    again = client.completions.create(model=SERVED_NAME, prompt="The capital of France is",
+                                      max_tokens=8, temperature=0)
+    checks.expect(again.choices[0].text == c.choices[0].text, "greedy repeats itself")
+
+    seeded = client.completions.create(model=SERVED_NAME, prompt="Once upon a time",
+                                       max_tokens=6, temperature=0.9, seed=7, n=2, logprobs=2)
+    checks.expect(sorted(ch.index for ch in seeded.choices) == [0, 1], "n=2 gives choices 0, 1")
+    for ch in seeded.choices:
+        lp = ch.logprobs
+        checks.expect(lp is not None and len(lp.tokens) == 6 and len(lp.token_logprobs) == 6
+                      and all(len(t) == 2 for t in lp.top_logprobs)
+                      and all(v <= 0 for v in lp.token_logprobs),
+                      "choice %d: 6 tokens with logprobs and 2 top logprobs each" % ch.index)
+    repeat = client.completions.create(model=SERVED_NAME, prompt="Once upon a time",
+                                       max_tokens=6, temperature=0.9, seed=7, n=2)
+    checks.expect([ch.text for ch in repeat.choices] == [ch.text for ch in seeded.choices],
+                  "the same seed gives the same choices")
+
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "Name a primary colour."}]
+    chat = client.chat.completions.create(model=SERVED_NAME, messages=messages, max_tokens=16,
+                                          temperature=0)
+    content = chat.choices[0].message.content
+    checks.expect(chat.choices[0].message.role == "assistant" and content,
+                  "chat answer %r" % content)
+    stream = client.chat.completions.create(model=SERVED_NAME, messages=messages, max_tokens=16,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    pieces, usage, finish = [], None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                pieces.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    checks.expect("".join(pieces) == content, "streamed chat equals the plain one (%r)"
+                  % "".join(pieces))
+    checks.expect(finish == chat.choices[0].finish_reason, "stream finish_reason %s" % finish)
+    checks.expect(usage is not None and usage.completion_tokens == chat.usage.completion_tokens,
+                  "stream usage %s" % usage)
+
+    expect_error(checks, openai, openai.NotFoundError, 404, ["no-such-model"],
+                 lambda: client.completions.create(model="no-such-model", prompt="x",
+                                                   max_tokens=1))
+    expect_error(checks, openai, openai.BadRequestError, 400,
+                 ["Unrecognized request argument supplied: temprature"],
+                 lambda: client.completions.create(model=SERVED_NAME, prompt="x", max_tokens=1,
+                                                   extra_body={"temprature": 0.5}))
+    expect_error(checks, openai, openai.BadRequestError, 400, ["response_format"],
+                 lambda: client.chat.completions.create(
+                     model=SERVED_NAME, messages=messages, max_tokens=1,
+                     response_format={"type": "json_object"}))
+    expect_error(checks, openai, openai.BadRequestError, 400, ["max_tokens"],
+                 lambda: client.completions.create(model=SERVED_NAME, prompt="x",
+                                                   max_tokens=-1))
+    return checks.failures
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--launch", required=True)
+    p.add_argument("--bin-dir", required=True)
+    p.add_argument("--venv", default="")
+    p.add_argument("--model-dir", default=os.environ.get(
+        "HEADWAY_MODEL_DIR", os.path.expanduser("~/.cache/headway/models")))
+    args = p.parse_args()
+    reexec_in_venv(args.venv)
+    try:
+        import openai
+    except ImportError:
+        return missing("the `openai` package is not installed (deploy/setup.sh puts it in %s)"
+                       % (args.venv or "HEADWAY_VENV"))
+    if not os.path.exists(os.path.join(args.model_dir, MODEL_FILE)):
+        return missing("the model is missing at %s" % os.path.join(args.model_dir, MODEL_FILE))
+
+    with tempfile.TemporaryDirectory(prefix="headway-openai-") as work_dir:
+        deployment = Deployment(args.launch, args.bin_dir, args.model_dir, work_dir)
+        try:
+            deployment.wait_ready()
+            failures = run_checks(openai, deployment.base_url)
+        except Exception as e:  # noqa: BLE001: any error fails the test, with the log
+            print("FAIL: %s: %s\n%s" % (type(e).__name__, e, deployment.tail()))
+            return 1
+        finally:
+            deployment.stop()
+    print("%d failed" % len(failures) if failures else "all passed (openai %s)" % openai.__version__)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
