@@ -615,10 +615,13 @@ Status ValidateConfig(const Config& config) {
                                 config.max_num_batched_tokens, 1, kMaxTokens, "(tokens)"));
   HW_RETURN_IF_ERROR(
       CheckRange("scheduler.max_model_len", config.max_model_len, 1, kMaxTokens, "(tokens)"));
-  if (config.routing_policy != "prefix_aware" && config.routing_policy != "least_loaded" &&
-      config.routing_policy != "round_robin") {
-    return BadValue("routing.policy", "\"" + config.routing_policy + "\"",
-                    "one of prefix_aware, least_loaded, round_robin");
+  if (std::find(kRoutingPolicyNames.begin(), kRoutingPolicyNames.end(),
+                config.routing_policy) == kRoutingPolicyNames.end()) {
+    std::string allowed;
+    for (std::string_view name : kRoutingPolicyNames) {
+      allowed += (allowed.empty() ? "one of " : ", ") + std::string(name);
+    }
+    return BadValue("routing.policy", "\"" + config.routing_policy + "\"", allowed);
   }
   if (!(config.routing_prefix_weight >= 0.0 && config.routing_prefix_weight <= 1e6)) {
     return BadValue("routing.prefix_weight", std::to_string(config.routing_prefix_weight),

@@ -64,10 +64,12 @@
 // the value found and what is allowed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/http_config.h"
@@ -129,6 +131,11 @@ struct HostAddresses {
   std::string bind;       // the listening address; 0.0.0.0 or :: = every interface
   std::string advertise;  // what peers dial; never a wildcard
 };
+
+// The values of routing.policy (coordinator/engine/router.h gives each its
+// RoutingPolicy; a test there keeps the two lists equal).
+inline constexpr std::array<std::string_view, 3> kRoutingPolicyNames = {
+    "prefix_aware", "least_loaded", "round_robin"};
 
 struct Config {
   // model

@@ -281,7 +281,8 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
   std::vector<SampleResult> sampled(static_cast<size_t>(num_rows));
   // Rows are independent and each is a few passes over the vocabulary (its
   // log-partition alone, computed only when logprobs are wanted, is
-  // vocab_size exps): 32 rows took ~7 ms on one thread. Each row's result does not depend on which thread samples it.
+  // vocab_size exps): 32 rows took ~7 ms on one thread. Each row's result
+  // does not depend on which thread samples it.
   cpu::ParallelFor(num_rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const proto::SequenceStep& step = plan.seqs(staged.sampled_seqs[size_t(r)]);

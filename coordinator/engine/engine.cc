@@ -323,7 +323,8 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
   requests.Add(id, target->id, request.deadline, std::move(promise),
                std::make_unique<OutputProcessor>(*tokenizer,
                                                  StopConditionsOf(request, config, *tokenizer),
-                                                 request.sampling.logprobs, std::move(request.stream),
+                                                 request.sampling.logprobs,
+                                                 std::move(request.stream),
                                                  std::move(request.first_token)));
 }
 

@@ -26,10 +26,11 @@
 //   w on them too, a few hundred queued tokens outweighed a conversation's
 //   history and sent its turn to an instance that had to rebuild it
 //   (bench/README.md, conversation_bench: hit rate 0.92-0.98 of the
-//   oracle's with this cost, 0.85-0.91 with that one). SGLang's cache-aware router gets the same balance
-//   from thresholds instead (route to the best match unless the load is
-//   imbalanced past balance_abs/rel_threshold); llm-d's precise prefix-cache
-//   scorer adds the resident-block fraction to load scorers with weights.
+//   oracle's with this cost, 0.85-0.91 with that one). SGLang's cache-aware
+//   router gets the same balance from thresholds instead (route to the best
+//   match unless the load is imbalanced past balance_abs/rel_threshold);
+//   llm-d's precise prefix-cache scorer adds the resident-block fraction to
+//   load scorers with weights.
 //   w = 0 routes by load alone; a larger w keeps a conversation on the
 //   instance holding its earlier turns under more imbalance: at w = 8 a
 //   turn of 500 cached tokens moves only when its instance holds 4,000

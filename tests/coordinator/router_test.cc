@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 
 #include "tests/coordinator/fake_instances.h"
 #include "tests/coordinator/fake_model_spec.h"
@@ -101,6 +102,13 @@ TEST(RoutingPolicyTest, NamesRoundTrip) {
     EXPECT_EQ(ParseRoutingPolicy(RoutingPolicyName(p)), p);
   }
   EXPECT_FALSE(ParseRoutingPolicy("cache_aware").has_value());
+  // The names ValidateConfig accepts are exactly the ones parsed here.
+  std::set<std::string> named;
+  for (RoutingPolicy p :
+       {RoutingPolicy::kLeastLoaded, RoutingPolicy::kPrefixAware, RoutingPolicy::kRoundRobin}) {
+    named.insert(RoutingPolicyName(p));
+  }
+  EXPECT_EQ(named, std::set<std::string>(kRoutingPolicyNames.begin(), kRoutingPolicyNames.end()));
   EXPECT_EQ(Router(Config{}).policy(), RoutingPolicy::kPrefixAware);  // the default
 }
 
