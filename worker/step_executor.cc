@@ -30,7 +30,7 @@ SamplingConfig ToSamplingConfig(const proto::SamplingParams& p) {
   return c;
 }
 
-// The per-step processors of `p` (the kept ones: StepExecutor::ProcessorsOf).
+// The per-step processors of `p` (with the kept ones: ProcessorsOf).
 LogitProcessors ToLogitProcessors(const proto::SamplingParams& p) {
   LogitProcessors l;
   l.banned.assign(p.banned_token_ids().begin(), p.banned_token_ids().end());
@@ -39,6 +39,36 @@ LogitProcessors ToLogitProcessors(const proto::SamplingParams& p) {
   l.frequency_penalty = p.frequency_penalty();
   l.presence_penalty = p.presence_penalty();
   return l;
+}
+
+// InvalidArgument naming the first of `ids` outside [0, vocab): "<name>
+// <what> <id> out of [0, <vocab>)".
+Status CheckTokenIds(const std::string& name, const char* what,
+                     const google::protobuf::RepeatedField<int32_t>& ids, int vocab) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      return Status::InvalidArgument(name + " " + what + " " + std::to_string(id) +
+                                     " out of [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// The processors of one sampled row: `p`'s per-step ones and what the
+// sequence keeps (`kept`, may be null).
+LogitProcessors ProcessorsOf(const SequenceSampling* kept, const proto::SamplingParams& p) {
+  LogitProcessors l = ToLogitProcessors(p);
+  if (kept != nullptr) {
+    l.logit_bias = kept->logit_bias;
+    l.allowed = kept->allowed;
+  }
+  return l;
+}
+
+// ProcessorsOf(kept, p).Active(), without copying the kept lists.
+bool HasProcessors(const SequenceSampling* kept, const proto::SamplingParams& p) {
+  if (ToLogitProcessors(p).Active()) return true;
+  return kept != nullptr && (!kept->logit_bias.empty() || !kept->allowed.empty());
 }
 
 SequenceSampling ToSequenceSampling(const proto::SequenceStep& step) {
@@ -105,24 +135,15 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
                               ", past the model's context length " +
                               std::to_string(model_->spec().context_length));
   }
-  for (int32_t id : step.token_ids()) {
-    if (id < 0 || id >= model_->vocab_size()) {
-      return Status::InvalidArgument(name + " token id " + std::to_string(id) + " out of [0, " +
-                                     std::to_string(model_->vocab_size()) + ")");
-    }
-  }
-  if (step.sample()) HW_RETURN_IF_ERROR(CheckSampling(name, step.sampling()));
   const int vocab = model_->vocab_size();
-  for (const auto& [what, ids] : {std::pair{"history", &step.history().prompt_token_ids()},
-                                  std::pair{"history", &step.history().output_token_ids()},
-                                  std::pair{"allowed", &step.processors().allowed_token_ids()}}) {
-    for (int32_t id : *ids) {
-      if (id < 0 || id >= vocab) {
-        return Status::InvalidArgument(name + " " + what + " token id " + std::to_string(id) +
-                                       " out of [0, " + std::to_string(vocab) + ")");
-      }
-    }
-  }
+  HW_RETURN_IF_ERROR(CheckTokenIds(name, "token id", step.token_ids(), vocab));
+  if (step.sample()) HW_RETURN_IF_ERROR(CheckSampling(name, step.sampling()));
+  HW_RETURN_IF_ERROR(
+      CheckTokenIds(name, "history token id", step.history().prompt_token_ids(), vocab));
+  HW_RETURN_IF_ERROR(
+      CheckTokenIds(name, "history token id", step.history().output_token_ids(), vocab));
+  HW_RETURN_IF_ERROR(
+      CheckTokenIds(name, "allowed token id", step.processors().allowed_token_ids(), vocab));
   for (const proto::LogitBias& b : step.processors().logit_bias()) {
     if (b.token_id() < 0 || b.token_id() >= vocab || !std::isfinite(b.bias())) {
       return Status::InvalidArgument(name + " logit_bias entry (" + std::to_string(b.token_id()) +
@@ -160,13 +181,8 @@ Status StepExecutor::CheckSampling(const std::string& name,
                                 std::pair{"presence_penalty", p.presence_penalty()}}) {
     if (!(v >= -2.0f && v <= 2.0f)) return bad(what, v, "lie in [-2, 2]");
   }
-  const int vocab = model_->vocab_size();
-  for (int32_t id : p.banned_token_ids()) {
-    if (id < 0 || id >= vocab) {
-      return Status::InvalidArgument(name + " banned token id " + std::to_string(id) +
-                                     " out of [0, " + std::to_string(vocab) + ")");
-    }
-  }
+  HW_RETURN_IF_ERROR(
+      CheckTokenIds(name, "banned token id", p.banned_token_ids(), model_->vocab_size()));
   if (p.num_logprobs() < 0 || p.num_logprobs() > options_.max_num_logprobs) {
     return Status::InvalidArgument(name + " num_logprobs " + std::to_string(p.num_logprobs()) +
                                    " out of [0, " + std::to_string(options_.max_num_logprobs) +
@@ -186,23 +202,6 @@ const SequenceSampling* StepExecutor::FindSampling(const StagedStep& staged,
   }
   auto it = sampling_.find(seq_id);
   return it == sampling_.end() ? nullptr : &it->second;
-}
-
-LogitProcessors StepExecutor::ProcessorsOf(const StagedStep& staged,
-                                           const proto::SequenceStep& step) const {
-  LogitProcessors l = ToLogitProcessors(step.sampling());
-  if (const SequenceSampling* kept = FindSampling(staged, step.seq_id())) {
-    l.logit_bias = kept->logit_bias;
-    l.allowed = kept->allowed;
-  }
-  return l;
-}
-
-bool StepExecutor::HasProcessors(const StagedStep& staged,
-                                 const proto::SequenceStep& step) const {
-  if (ToLogitProcessors(step.sampling()).Active()) return true;
-  const SequenceSampling* kept = FindSampling(staged, step.seq_id());
-  return kept != nullptr && (!kept->logit_bias.empty() || !kept->allowed.empty());
 }
 
 Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan) const {
@@ -300,7 +299,8 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
       const uint64_t seed = p.has_seed() ? p.seed() : state.rng_seed;
       const double uniform = SeededUniform(seed, step.num_generated());
       const float* logits = logits_.data() + size_t(r) * vocab;
-      const LogitProcessors processors = ProcessorsOf(staged, step);
+      const SequenceSampling* kept = FindSampling(staged, step.seq_id());
+      const LogitProcessors processors = ProcessorsOf(kept, p);
       // No log softmax over the vocabulary unless the request wants logprobs.
       const int num_logprobs = p.logprobs() ? p.num_logprobs() : cpu::kNoLogprobs;
       if (!processors.Active()) {
@@ -313,7 +313,6 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
       thread_local std::vector<float> processed;
       processed.assign(logits, logits + vocab);
       static const SequenceSampling kNothingKept;
-      const SequenceSampling* kept = FindSampling(staged, step.seq_id());
       cpu::ApplyLogitProcessors(processed.data(), vocab, processors,
                                 (kept ? kept : &kNothingKept)->history);
       sampled[size_t(r)] =
@@ -362,7 +361,8 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
     for (int index : staged->sampled_seqs) {
       const proto::SamplingParams& p = plan.seqs(index).sampling();
       const bool greedy = ToSamplingConfig(p).temperature <= 0.0f;
-      const bool processed = HasProcessors(*staged, plan.seqs(index));
+      const bool processed =
+          HasProcessors(FindSampling(*staged, plan.seqs(index).seq_id()), p);
       greedy_picks_.push_back(greedy && !processed ? p.num_logprobs() : -1);
     }
     batch.greedy_picks = greedy_picks_.data();

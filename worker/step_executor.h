@@ -9,9 +9,9 @@
 #pragma once
 
 #include <chrono>
-#include <string>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -99,10 +99,6 @@ class StepExecutor {
   Status CheckSampling(const std::string& name, const proto::SamplingParams& p) const;
   // What `seq_id` keeps for sampling this step, or nullptr.
   const SequenceSampling* FindSampling(const StagedStep& staged, uint64_t seq_id) const;
-  // The processors of one sampled row: `p`'s per-step ones and the kept ones.
-  LogitProcessors ProcessorsOf(const StagedStep& staged, const proto::SequenceStep& step) const;
-  // ProcessorsOf(staged, step).Active(), without copying the kept lists.
-  bool HasProcessors(const StagedStep& staged, const proto::SequenceStep& step) const;
   void BuildTables(const StagedStep& staged);
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;

@@ -54,10 +54,6 @@ std::vector<const char*> ReasonNames(int count, const char* (*name)(Reason)) {
   return names;
 }
 
-}  // namespace
-
-namespace {
-
 // A duration argument is valid when it is a finite, non-negative number.
 bool ValidSeconds(double seconds) { return std::isfinite(seconds) && seconds >= 0.0; }
 
