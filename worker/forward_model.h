@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -90,6 +91,9 @@ class ForwardModel {
   // spec().head_dim; the pool lives where the model runs (host memory for
   // the CPU model, the model's GPU for the CUDA one).
   virtual Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) = 0;
+
+  // Most logit rows one Forward computes (ForwardBatch::num_logit_rows).
+  virtual int max_logit_rows() const { return std::numeric_limits<int>::max(); }
 
   // Seconds spent in TP collectives since construction, wall clock.
   virtual double collective_seconds() const = 0;

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "comm/status_proto.h"
+#include "common/step_limits.h"
 #include "kernels/sampling.h"
 #include "kernels/threads.h"
 
@@ -161,6 +162,26 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
   return Status::Ok();
 }
 
+Status StepExecutor::CheckPromptLogprobs(const proto::SequenceStep& step) const {
+  const std::string name = SeqName(step.seq_id());
+  const int64_t rows = step.prompt_logprob_token_ids_size();
+  if (int64_t(step.prompt_logprobs_first_row()) + rows > step.token_ids_size()) {
+    return Status::InvalidArgument(name + " prompt logprob rows [" +
+                                   std::to_string(step.prompt_logprobs_first_row()) + ", +" +
+                                   std::to_string(rows) + ") outside its " +
+                                   std::to_string(step.token_ids_size()) + " tokens");
+  }
+  if (step.num_prompt_top_logprobs() < 0 ||
+      step.num_prompt_top_logprobs() > options_.max_num_logprobs) {
+    return Status::InvalidArgument(name + " num_prompt_top_logprobs " +
+                                   std::to_string(step.num_prompt_top_logprobs()) +
+                                   " out of [0, " + std::to_string(options_.max_num_logprobs) +
+                                   "]");
+  }
+  return CheckTokenIds(name, "prompt logprob token id", step.prompt_logprob_token_ids(),
+                       model_->vocab_size());
+}
+
 Status StepExecutor::CheckSampling(const std::string& name,
                                    const proto::SamplingParams& p) const {
   const auto bad = [&](const std::string& what, float value, const char* allowed) {
@@ -249,6 +270,32 @@ Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan
       staged.sampled_seqs.push_back(i);
     }
   }
+  // Prompt rows after every sampled row, so that sampled row r stays logit row r.
+  int num_prompt_rows = 0;
+  for (int i = 0; i < plan.seqs_size(); ++i) {
+    const proto::SequenceStep& step = plan.seqs(i);
+    if (step.prompt_logprob_token_ids_size() == 0) continue;
+    HW_RETURN_IF_ERROR(CheckPromptLogprobs(step));
+    num_prompt_rows += step.prompt_logprob_token_ids_size();
+    const int32_t first = staged.query_start[size_t(i)] + int32_t(step.prompt_logprobs_first_row());
+    for (int j = 0; j < step.prompt_logprob_token_ids_size(); ++j) {
+      staged.logit_rows.push_back(first + j);
+    }
+    staged.prompt_seqs.push_back(i);
+  }
+  if (num_prompt_rows > kMaxPromptLogprobRowsPerStep) {
+    return Status::InvalidArgument("step " + std::to_string(plan.step_id()) + " has " +
+                                   std::to_string(num_prompt_rows) +
+                                   " prompt logprob rows, more than " +
+                                   std::to_string(kMaxPromptLogprobRowsPerStep));
+  }
+  if (int64_t(staged.logit_rows.size()) > model_->max_logit_rows()) {
+    return Status::InvalidArgument(
+        "step " + std::to_string(plan.step_id()) + " needs the logits of " +
+        std::to_string(staged.logit_rows.size()) + " rows; this worker's model computes at most " +
+        std::to_string(model_->max_logit_rows()) +
+        " (prompt logprobs are not supported on CUDA workers yet)");
+  }
   return staged;
 }
 
@@ -334,6 +381,51 @@ void StepExecutor::Sample(const proto::StepPlan& plan, const StagedStep& staged,
   }
 }
 
+void StepExecutor::FillPromptLogprobs(const proto::StepPlan& plan, const StagedStep& staged,
+                                      proto::StepResult* result) const {
+  if (staged.prompt_seqs.empty()) return;
+  const int vocab = model_->vocab_size();
+  // Logit row of each prompt row, and the plan step it belongs to.
+  std::vector<std::pair<int, int>> rows;  // (plan index, index in its targets)
+  for (int index : staged.prompt_seqs) {
+    for (int j = 0; j < plan.seqs(index).prompt_logprob_token_ids_size(); ++j) {
+      rows.emplace_back(index, j);
+    }
+  }
+  const size_t first_row = staged.sampled_seqs.size();
+  std::vector<SampleResult> out(rows.size());
+  std::vector<int32_t> ranks(rows.size());
+  cpu::ParallelFor(int64_t(rows.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const proto::SequenceStep& step = plan.seqs(rows[size_t(r)].first);
+      const int32_t token = step.prompt_logprob_token_ids(rows[size_t(r)].second);
+      const float* logits = logits_.data() + (first_row + size_t(r)) * vocab;
+      SampleResult& s = out[size_t(r)];
+      s.token_id = token;
+      cpu::FillLogprobs(logits, vocab, step.num_prompt_top_logprobs(), &s);
+      ranks[size_t(r)] = 1 + int32_t(std::count_if(logits, logits + vocab,
+                                                   [&](float v) { return v > logits[token]; }));
+    }
+  });
+  size_t r = 0;
+  for (int index : staged.prompt_seqs) {
+    proto::PromptLogprobs* p = result->add_prompt_logprobs();
+    p->set_seq_id(plan.seqs(index).seq_id());
+    for (int j = 0; j < plan.seqs(index).prompt_logprob_token_ids_size(); ++j, ++r) {
+      proto::SampledToken* t = p->add_positions();
+      t->set_seq_id(plan.seqs(index).seq_id());
+      t->set_token_id(out[r].token_id);
+      t->set_logprob(out[r].logprob);
+      t->set_rank(ranks[r]);
+      for (const auto& [id, lp] : out[r].top_logprobs) {
+        proto::TopLogprob* top = t->add_top_logprobs();
+        top->set_token_id(id);
+        top->set_logprob(lp);
+      }
+    }
+  }
+}
+
 proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
   proto::StepResult result;
   result.set_step_id(plan.step_id());
@@ -365,6 +457,7 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
           HasProcessors(FindSampling(*staged, plan.seqs(index).seq_id()), p);
       greedy_picks_.push_back(greedy && !processed ? p.num_logprobs() : -1);
     }
+    greedy_picks_.resize(staged->logit_rows.size(), -1);  // prompt rows: logits on the host
     batch.greedy_picks = greedy_picks_.data();
     if (Status forward = model_->Forward(batch, pool_, &logits_); !forward.ok()) {
       // Only the collectives fail inside Forward, and they leave the TP group
@@ -374,7 +467,10 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
       result.set_fatal(true);
       return result;
     }
-    if (options_.tp_rank == 0) Sample(plan, *staged, &result);
+    if (options_.tp_rank == 0) {
+      Sample(plan, *staged, &result);
+      FillPromptLogprobs(plan, *staged, &result);
+    }
   }
   // Commit.
   for (SequenceState& s : staged->states) {

@@ -52,7 +52,7 @@ class StepExecutor {
   StepExecutor& operator=(const StepExecutor&) = delete;
 
   // Validates and runs `plan`; returns the result to send (step_id, tp_rank,
-  // sampled tokens on rank 0). On a rejected plan, `error`
+  // sampled tokens and prompt logprobs on rank 0). On a rejected plan, `error`
   // holds the reason (Status::ToString), `code` its StatusCode
   // (comm/status_proto.h) and no state changed. Errors:
   //   step_id not greater than the last executed one; a seq listed twice or
@@ -61,7 +61,11 @@ class StepExecutor {
   //   a token id out of [0, vocab_size); positions past the model's context
   //   length; more tokens than max_tokens_per_step; a bad delta (see
   //   ApplySlotDelta); a position written or attended without a block (see
-  //   CheckBlocksCover); bad sampling parameters.
+  //   CheckBlocksCover); bad sampling parameters; prompt logprob rows outside
+  //   the sequence's tokens, with a token id out of range or more than
+  //   kMaxPromptLogprobRowsPerStep in the step (common/step_limits.h), or
+  //   more logit rows than the model computes at once
+  //   (ForwardModel::max_logit_rows).
   // Sequences in released_seq_ids are forgotten after the step (unknown ids
   // are ignored: release is idempotent). A failed forward pass (a TP
   // collective broke) sets `error`, `code` and `fatal`: the executor must not be
@@ -75,7 +79,8 @@ class StepExecutor {
   std::optional<uint64_t> last_step_id() const { return last_step_id_; }
 
   // Logits of the last successful step's sampled rows, in plan order of the
-  // sequences with sample = true: [num_sampled, vocab_size] f32; rows the
+  // sequences with sample = true, then of its prompt logprob rows:
+  // [num_sampled + num_prompt_rows, vocab_size] f32; rows the
   // model picked on its device (ForwardModel::device_picks) may be unfilled.
   // For tests.
   const std::vector<float>& TEST_last_logits() const { return logits_; }
@@ -88,8 +93,11 @@ class StepExecutor {
     std::vector<int32_t> positions;   // [n_tokens]
     std::vector<int32_t> query_start; // [num_seqs + 1]
     std::vector<int32_t> start_pos;   // [num_seqs]
-    std::vector<int32_t> logit_rows;  // rows of sampling seqs
-    std::vector<int> sampled_seqs;    // plan index of each logit row
+    // Rows whose logits are computed: one per sampling seq (logit row r
+    // for sampled_seqs[r]), then the prompt rows of prompt_seqs in order.
+    std::vector<int32_t> logit_rows;
+    std::vector<int> sampled_seqs;    // plan index of each sampled row
+    std::vector<int> prompt_seqs;     // plan index of each seq with prompt logprob rows
     // What the sequences met this step (is_new) keep for sampling, by seq id.
     std::unordered_map<uint64_t, SequenceSampling> new_sampling;
   };
@@ -97,11 +105,18 @@ class StepExecutor {
   Result<StagedStep> Stage(const proto::StepPlan& plan) const;
   Status StageSequence(const proto::SequenceStep& step, SequenceState* next) const;
   Status CheckSampling(const std::string& name, const proto::SamplingParams& p) const;
+  // The prompt logprob fields of `step`: rows inside its tokens, token ids
+  // in the vocabulary, top logprobs in [0, max_num_logprobs].
+  Status CheckPromptLogprobs(const proto::SequenceStep& step) const;
   // What `seq_id` keeps for sampling this step, or nullptr.
   const SequenceSampling* FindSampling(const StagedStep& staged, uint64_t seq_id) const;
   void BuildTables(const StagedStep& staged);
   void Sample(const proto::StepPlan& plan, const StagedStep& staged,
               proto::StepResult* result) const;
+  // The prompt logprobs of the staged prompt rows (SequenceStep's
+  // prompt_logprob_token_ids), from logits_ after the sampled rows.
+  void FillPromptLogprobs(const proto::StepPlan& plan, const StagedStep& staged,
+                          proto::StepResult* result) const;
 
   ForwardModel* const model_;
   KvPool* const pool_;

@@ -77,6 +77,13 @@ struct Engine::Impl {
   // sequence, and has the request table answer it with its outcome when
   // `status` is OK, else with `status` (Cancelled: the client went away).
   void EndRequest(Instance& inst, uint64_t id, Status status);
+  // Hands the prompt logprobs a step computed for `seq` (`s` in the step's
+  // batch; `results` by seq id) to its request and advances
+  // seq.prompt_logprobs_end(). Internal when the worker's answer does not
+  // match the rows asked for.
+  using PromptLogprobsBySeq = std::unordered_map<uint64_t, const proto::PromptLogprobs*>;
+  Status TakePromptLogprobs(const ScheduledSeq& s, Sequence& seq,
+                            const PromptLogprobsBySeq& results);
   // Ends request `id` with `why` wherever it is; no-op once it has ended.
   void Cancel(uint64_t id, Status why);
   // Forgets the instance's ranks (it is ready again once all of them
@@ -253,11 +260,20 @@ void Engine::Impl::OnStepDone(Instance& inst) {
   inst.scheduler->OnStepComputed(step.batch());
   std::unordered_map<uint64_t, const proto::SampledToken*> sampled;
   for (const proto::SampledToken& t : step.tokens()) sampled[t.seq_id()] = &t;
+  PromptLogprobsBySeq prompt_logprobs;
+  for (const proto::PromptLogprobs& p : step.prompt_logprobs()) prompt_logprobs[p.seq_id()] = &p;
   for (const ScheduledSeq& s : step.batch().seqs) {
     Sequence* seq = inst.scheduler->Find(s.seq_id);
     if (seq == nullptr) continue;  // cancelled while the step ran
     if (seq->IsPrefillDone()) {
       Apply(disaggregation.OnPrefillDone(inst, s.seq_id));
+      continue;
+    }
+    // Before the sampled token, which may end the request.
+    if (Status taken = TakePromptLogprobs(s, *seq, prompt_logprobs); !taken.ok()) {
+      EndRequest(inst, s.seq_id,
+                 Status::Internal("instance " + std::to_string(inst.id) + " step " +
+                                  std::to_string(step.step_id()) + ": " + taken.message()));
       continue;
     }
     if (!s.sample) continue;
@@ -275,6 +291,30 @@ void Engine::Impl::OnStepDone(Instance& inst) {
     }
     if (requests.OnSampled(inst.id, *seq, *it->second)) EndRequest(inst, s.seq_id, Status::Ok());
   }
+}
+
+Status Engine::Impl::TakePromptLogprobs(const ScheduledSeq& s, Sequence& seq,
+                                        const PromptLogprobsBySeq& results) {
+  const Sequence::PromptRows rows = seq.PromptLogprobRows(s.start_pos, s.num_tokens);
+  if (rows.count == 0) return Status::Ok();
+  auto it = results.find(s.seq_id);
+  const int got = it == results.end() ? 0 : it->second->positions_size();
+  if (got != rows.count) {
+    return Status::Internal("sequence " + std::to_string(s.seq_id) + " got " +
+                            std::to_string(got) + " prompt logprobs for " +
+                            std::to_string(rows.count) + " rows");
+  }
+  const int first_position = s.start_pos + rows.first + 1;
+  for (int i = 0; i < rows.count; ++i) {
+    if (it->second->positions(i).token_id() != seq.TokenAt(first_position + i)) {
+      return Status::Internal("sequence " + std::to_string(s.seq_id) +
+                              ": prompt logprob for the wrong token at position " +
+                              std::to_string(first_position + i));
+    }
+  }
+  requests.OnPromptLogprobs(s.seq_id, *it->second);
+  seq.AdvancePromptLogprobs(first_position + rows.count);
+  return Status::Ok();
 }
 
 // ======================================================================
@@ -306,9 +346,15 @@ void Engine::Impl::Admit(uint64_t id, EngineRequest request,
         (pd ? "; a decode instance is needed)" : ")")));
   }
   const Clock::time_point arrival = Clock::now();
-  const DisaggregationCoordinator::Placement placement =
-      pd ? disaggregation.Place(prompt, *target, route.hit_positions)
-         : DisaggregationCoordinator::Placement{};
+  // Prompt logprobs are computed where the prompt is, so such a request
+  // stays on its decode instance: a prefill instance returns no logits.
+  const bool wants_prompt_logprobs = request.sampling.prompt_logprobs >= 0;
+  DisaggregationCoordinator::Placement placement;
+  if (pd && wants_prompt_logprobs) {
+    placement.reason = LocalPrefillReason::kPromptLogprobs;
+  } else if (pd) {
+    placement = disaggregation.Place(prompt, *target, route.hit_positions);
+  }
   Status added = placement.prefill != nullptr
                      ? disaggregation.Begin(id, request, *placement.prefill, *target, arrival)
                      : AddSequence(*target, id, request, arrival);

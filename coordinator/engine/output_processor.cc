@@ -131,7 +131,12 @@ CompletionOutcome OutputProcessor::Outcome(const Sequence& seq) {
   out.num_transferred_tokens = seq.num_transferred_tokens();
   out.output_ids = seq.output_ids();
   out.tokens = std::move(tokens_);
+  out.prompt_logprobs = std::move(prompt_logprobs_);
   return out;
+}
+
+void OutputProcessor::OnPromptLogprobs(std::vector<GeneratedToken> positions) {
+  for (GeneratedToken& t : positions) prompt_logprobs_.push_back(std::move(t));
 }
 
 std::string OutputProcessor::Unstreamed() const {

@@ -94,13 +94,19 @@ class OutputProcessor {
   // whole answer. REQUIRES: !done().
   bool OnToken(const Sequence& seq, GeneratedToken token);
 
+  // Appends the logprobs of the next prompt tokens (positions after those
+  // already appended; SamplingOptions::prompt_logprobs), for the outcome.
+  void OnPromptLogprobs(std::vector<GeneratedToken> positions);
+  bool has_prompt_logprobs() const { return !prompt_logprobs_.empty(); }
+
   // The finished request's outcome: text, finish and stop reasons, counts
   // and ids from `seq`. REQUIRES: done().
   CompletionOutcome Outcome(const Sequence& seq);
   // Text of the answer not yet pushed to the stream (after a stop-string
   // cut or the decoder's flush), for OutputStream::Close.
   std::string Unstreamed() const;
-  // A processor for the same request that has seen no token yet (same
+  // A processor for the same request that has seen no token and no prompt
+  // logprob yet (same
   // tokenizer, stop conditions, logprobs switch and stream): the request
   // starts again from its prompt.
   std::unique_ptr<OutputProcessor> Restarted() const;
@@ -117,6 +123,7 @@ class OutputProcessor {
   StopChecker checker_;
   const bool logprobs_;
   std::vector<GeneratedToken> tokens_;  // when logprobs_
+  std::vector<GeneratedToken> prompt_logprobs_;
   const std::shared_ptr<OutputStream> stream_;
   const std::shared_ptr<std::atomic<bool>> first_token_;
   size_t num_streamed_ = 0;             // bytes of text() pushed to stream_

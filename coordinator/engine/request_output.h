@@ -25,6 +25,7 @@ struct GeneratedToken {
   int32_t token_id = 0;
   float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first
+  int rank = 0;  // prompt logprobs only: 1 + tokens with a greater logprob
 };
 
 struct CompletionOutcome {
@@ -41,6 +42,9 @@ struct CompletionOutcome {
   int num_transferred_tokens = 0;   // prompt tokens whose KV a transfer brought for it
   std::vector<int32_t> output_ids;
   std::vector<GeneratedToken> tokens;  // [num_output_tokens] when logprobs were asked, else empty
+  // With SamplingOptions::prompt_logprobs: prompt tokens 1 .. num_prompt_tokens
+  // - 1 with their logprobs (position 0 has none), else empty.
+  std::vector<GeneratedToken> prompt_logprobs;
 };
 
 // The length of the prefix of `text` that can be sent to a streaming client

@@ -15,6 +15,7 @@ GeneratedToken TokenOf(const proto::SampledToken& sampled, bool logprobs) {
     for (const proto::TopLogprob& t : sampled.top_logprobs()) {
       token.top_logprobs.emplace_back(t.token_id(), t.logprob());
     }
+    token.rank = sampled.rank();
   }
   return token;
 }
@@ -101,10 +102,17 @@ bool RequestTable::OnSampled(int instance_id, Sequence& seq, const proto::Sample
   return rs.output->OnToken(seq, TokenOf(sampled, rs.output->logprobs()));
 }
 
+void RequestTable::OnPromptLogprobs(uint64_t id, const proto::PromptLogprobs& logprobs) {
+  std::vector<GeneratedToken> positions;
+  for (const proto::SampledToken& t : logprobs.positions()) positions.push_back(TokenOf(t, true));
+  requests_.at(id).output->OnPromptLogprobs(std::move(positions));
+}
+
 void RequestTable::MovedTo(uint64_t id, int instance_id) {
   ActiveRequest& rs = requests_.at(id);
   rs.instance = instance_id;
-  if (rs.first_token) rs.output = rs.output->Restarted();
+  // The new sequence computes its prompt logprobs again too.
+  if (rs.first_token || rs.output->has_prompt_logprobs()) rs.output = rs.output->Restarted();
 }
 
 void RequestTable::End(uint64_t id, int instance_id, std::unique_ptr<Sequence> seq,

@@ -105,6 +105,11 @@ class RequestTable {
   // then ends it with an OK status. REQUIRES: Contains(seq.seq_id()).
   bool OnSampled(int instance_id, Sequence& seq, const proto::SampledToken& sampled);
 
+  // Request `id`'s sequence computed the prompt logprobs `logprobs` (the
+  // positions after those it had): passed to its OutputProcessor.
+  // REQUIRES: Contains(id).
+  void OnPromptLogprobs(uint64_t id, const proto::PromptLogprobs& logprobs);
+
   // ---- ending ------------------------------------------------------------
   // Ends request `id`, which was on instance `instance_id`, and queues its
   // answer. `status` OK: the request finished; its outcome (text, finish

@@ -76,6 +76,14 @@ void FillSequenceStep(const ScheduledSeq& s, const Sequence& seq, proto::Sequenc
   sp->set_num_logprobs(seq.sampling().num_top_logprobs);
   FillLogitProcessors(s, seq, sp);
   step->set_num_generated(uint32_t(seq.num_output_tokens()));
+  const Sequence::PromptRows rows = seq.PromptLogprobRows(s.start_pos, s.num_tokens);
+  if (rows.count == 0) return;
+  step->set_prompt_logprobs_first_row(uint32_t(rows.first));
+  step->set_num_prompt_top_logprobs(seq.sampling().prompt_logprobs);
+  // Row q's logits score the token at q + 1.
+  for (int q = s.start_pos + rows.first; q < s.start_pos + rows.first + rows.count; ++q) {
+    step->add_prompt_logprob_token_ids(seq.TokenAt(q + 1));
+  }
 }
 
 }  // namespace
@@ -130,7 +138,10 @@ InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult&
                                std::to_string(rank) + " failed step " +
                                std::to_string(result.step_id()) + ": " + result.error());
   }
-  if (rank == 0) tokens_.assign(result.tokens().begin(), result.tokens().end());
+  if (rank == 0) {
+    tokens_.assign(result.tokens().begin(), result.tokens().end());
+    prompt_logprobs_.assign(result.prompt_logprobs().begin(), result.prompt_logprobs().end());
+  }
   const bool all = std::all_of(answered_.begin(), answered_.end(), [](bool b) { return b; });
   return all ? Progress::kDone : Progress::kWaiting;
 }

@@ -14,7 +14,8 @@ namespace headway {
 
 // One StepPlan per TP rank ([tp_size]) for `batch` under `step_id`: every
 // scheduled sequence with the tokens of its chunk, its start position,
-// sampling parameters and that rank's block-table deltas, plus the
+// sampling parameters, the rows whose logits give prompt logprobs
+// (Sequence::PromptLogprobRows) and that rank's block-table deltas, plus the
 // sequences the workers must drop first. The ranks' plans differ only in
 // their deltas. REQUIRES: every sequence of the batch is in `scheduler`;
 // batch deltas have at most tp_size ranks.
@@ -38,6 +39,8 @@ class InFlightStep {
   const ScheduledBatch& batch() const { return batch_; }
   // Rank 0's sampled tokens (rank 0 samples).
   const std::vector<proto::SampledToken>& tokens() const { return tokens_; }
+  // Rank 0's prompt logprobs (SequenceStep.prompt_logprob_token_ids).
+  const std::vector<proto::PromptLogprobs>& prompt_logprobs() const { return prompt_logprobs_; }
   // OK, or the first rank error, naming the instance, rank and step.
   const Status& status() const { return status_; }
 
@@ -47,6 +50,7 @@ class InFlightStep {
   ScheduledBatch batch_;
   std::vector<bool> answered_;  // [tp_size]
   std::vector<proto::SampledToken> tokens_;
+  std::vector<proto::PromptLogprobs> prompt_logprobs_;
   Status status_;
 };
 

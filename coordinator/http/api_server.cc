@@ -307,7 +307,7 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
     StreamKind kind, std::vector<std::vector<int32_t>> prompts, GenerationParams& params,
     int default_max_tokens) const {
   Prepared p{kind, {}, params.n, params.stream, params.include_usage,
-             params.sampling.logprobs};
+             params.sampling.logprobs, PromptEcho{}};
   params.sampling.bad_words_ids = BadWordsIds(params.bad_words, *tokenizer_);
   if (auto e = CheckSomethingCanBeSampled(params)) return *e;
   for (std::vector<int32_t>& ids : prompts) {
@@ -326,6 +326,10 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
       er.max_tokens = std::get<int>(max_tokens);
       er.sampling = params.sampling;
       if (er.sampling.seed) *er.sampling.seed += uint64_t(j);
+      // The first choice computes the prompt logprobs; the others find its
+      // blocks in the prefix cache (SubmitChoices), and the response
+      // repeats its logprobs.
+      if (j > 0) er.sampling.prompt_logprobs = -1;
       er.stop = params.stop;
       er.stop_token_ids = params.stop_token_ids;
       er.ignore_eos = params.ignore_eos;
@@ -342,11 +346,14 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareCompletion(const s
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   CompletionRequest& req = std::get<CompletionRequest>(parsed);
   std::vector<std::vector<int32_t>> prompts;
+  PromptEcho echo{req.echo, {}, {}, req.prompt_logprobs_field};
   for (CompletionPrompt& prompt : req.prompts) {
     std::vector<int32_t> ids;
     if (prompt.is_ids) {
       ids = std::move(prompt.ids);
+      if (req.echo) echo.texts.push_back(tokenizer_->Decode(ids));
     } else {
+      if (req.echo) echo.texts.push_back(prompt.text);
       // As vLLM: special-token texts in a prompt (a chat template applied by
       // the client) become their tokens.
       if (auto e = CheckPromptBytes(prompt.text.size(), "prompt")) return *e;
@@ -355,9 +362,13 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareCompletion(const s
       ids.insert(ids.end(), text_ids.begin(), text_ids.end());
       if (ids.empty()) return ApiError::BadRequest("'prompt' encodes to no tokens", "prompt");
     }
+    echo.first_token_ids.push_back(ids.front());
     prompts.push_back(std::move(ids));
   }
-  return Finish(StreamKind::kCompletion, std::move(prompts), req.params, kDefaultMaxTokens);
+  std::variant<Prepared, ApiError> p =
+      Finish(StreamKind::kCompletion, std::move(prompts), req.params, kDefaultMaxTokens);
+  if (auto* prepared = std::get_if<Prepared>(&p)) prepared->echo = std::move(echo);
+  return p;
 }
 
 std::variant<std::vector<int32_t>, ApiError> ApiServer::ChatPromptIds(
@@ -453,7 +464,8 @@ void ApiServer::Respond(Prepared p, httplib::Response& res) {
                         options_.served_model_name};
   json body = p.kind == StreamKind::kChat
                   ? ChatResponseJson(header, outcomes, *tokenizer_, p.logprobs)
-                  : CompletionResponseJson(header, outcomes, p.n, *tokenizer_, p.logprobs);
+                  : CompletionResponseJson(header, outcomes, p.n, *tokenizer_, p.logprobs,
+                                           &p.echo);
   Reply(res, 200, body);
 }
 

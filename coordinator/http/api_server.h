@@ -49,6 +49,7 @@
 #include "coordinator/tokenizer/chat_template.h"
 #include "coordinator/http/api_keys.h"
 #include "coordinator/http/completion_request.h"
+#include "coordinator/http/openai_response.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/http/stream_renderer.h"
 #include "coordinator/tokenizer/tokenizer.h"
@@ -151,6 +152,7 @@ class ApiServer {
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
+    PromptEcho echo;  // completions only
   };
 
   // A submitted choice.

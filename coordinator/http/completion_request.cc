@@ -264,21 +264,31 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
   CompletionRequest req;
   if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
 
-  bool echo = false;
-  if (auto e = ReadBool(body, "echo", &echo)) return *e;
-  if (echo) return Unsupported("echo", "echo: true");
+  if (auto e = ReadBool(body, "echo", &req.echo)) return *e;
   if (const json* s = Field(body, "suffix")) {
     if (!s->is_string() || !s->get<std::string>().empty()) return Unsupported("suffix", "suffix");
   }
-  std::optional<int> logprobs;
-  if (auto e = ReadIntInRange(body, "logprobs", 0, kMaxLogprobs,
-                              "must be in [0, " + std::to_string(kMaxLogprobs) + "]", &logprobs)) {
+  const std::string logprobs_range = "must be in [0, " + std::to_string(kMaxLogprobs) + "]";
+  std::optional<int> logprobs, prompt_logprobs;
+  if (auto e = ReadIntInRange(body, "logprobs", 0, kMaxLogprobs, logprobs_range, &logprobs)) {
     return *e;
   }
   if (logprobs) {
     req.params.sampling.logprobs = true;
     req.params.sampling.num_top_logprobs = *logprobs;
   }
+  if (auto e = ReadIntInRange(body, "prompt_logprobs", 0, kMaxLogprobs, logprobs_range,
+                              &prompt_logprobs)) {
+    return *e;
+  }
+  if (req.params.stream && (req.echo || prompt_logprobs)) {
+    const char* name = req.echo ? "echo" : "prompt_logprobs";
+    return Unsupported(name, std::string(name) + " with stream: true");
+  }
+  req.prompt_logprobs_field = prompt_logprobs.value_or(-1);
+  // echo's logprobs cover the prompt too, with the same number of alternatives.
+  const int echo_logprobs = req.echo && logprobs ? *logprobs : -1;
+  req.params.sampling.prompt_logprobs = std::max(req.prompt_logprobs_field, echo_logprobs);
   if (auto e = ReadPrompt(body, limits.vocab_size, &req)) return *e;
   if (req.prompts.size() * size_t(req.params.n) > size_t(kMaxChoicesPerRequest)) {
     return ApiError::BadRequest("n x the number of prompts must be at most " +

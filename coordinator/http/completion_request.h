@@ -57,6 +57,11 @@ struct CompletionPrompt {
 struct CompletionRequest {
   GenerationParams params;
   std::vector<CompletionPrompt> prompts;  // non-empty; choice i*n+j answers prompt i
+  // echo: each choice's text (and logprobs, when asked) starts with its
+  // prompt's. params.sampling.prompt_logprobs holds what the logprobs need:
+  // vLLM's prompt_logprobs, or with echo the logprobs field's count.
+  bool echo = false;
+  int prompt_logprobs_field = -1;  // the prompt_logprobs field, [0, 20]; -1 = absent
 };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
@@ -83,8 +88,9 @@ std::optional<ApiError> CheckModel(const std::string& model, const CompletionLim
 
 // Parses and checks everything that does not need the tokenizer: JSON
 // syntax (400), an object body, ReadGenerationParams's fields, logprobs (an
-// integer in [0, 20]: the legacy API's number of top logprobs), unsupported
-// options (echo, suffix: 400 saying so), the prompt (a string, a list of
+// integer in [0, 20]: the legacy API's number of top logprobs), echo (a
+// bool; not with stream), prompt_logprobs (vLLM's: an integer in [0, 20];
+// not with stream), suffix ("" only: 400 saying so), the prompt (a string, a list of
 // token ids, or a non-empty list of either; an empty or missing one is
 // 400), prompt token ids outside the vocabulary (400), n x prompts over
 // kMaxChoicesPerRequest (400), and the model (CheckModel).

@@ -83,17 +83,69 @@ json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tokenizer
   return {{"content", content}};
 }
 
+json EchoLogprobsJson(int32_t first_token_id, const std::vector<GeneratedToken>& prompt,
+                      const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer) {
+  std::vector<GeneratedToken> all = prompt;
+  all.insert(all.end(), tokens.begin(), tokens.end());
+  const std::string first = TokenString(tokenizer, first_token_id);
+  json rest = CompletionLogprobsJson(all, tokenizer, first.size());
+  json texts = json::array({first}), logprobs = json::array({nullptr});
+  json tops = json::array({nullptr}), offsets = json::array({0});
+  for (json& v : rest["tokens"]) texts.push_back(std::move(v));
+  for (json& v : rest["token_logprobs"]) logprobs.push_back(std::move(v));
+  for (json& v : rest["top_logprobs"]) tops.push_back(std::move(v));
+  for (json& v : rest["text_offset"]) offsets.push_back(std::move(v));
+  return {{"tokens", texts},
+          {"token_logprobs", logprobs},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+json PromptLogprobsJson(const std::vector<GeneratedToken>& prompt, int num_top,
+                        const Tokenizer& tokenizer) {
+  json out = json::array({nullptr});
+  for (const GeneratedToken& t : prompt) {
+    json position = json::object();
+    auto add = [&](int32_t id, float logprob, int rank) {
+      const std::string key = std::to_string(id);
+      if (position.contains(key)) return;
+      position[key] = {{"logprob", logprob}, {"rank", rank},
+                       {"decoded_token", TokenString(tokenizer, id)}};
+    };
+    add(t.token_id, t.logprob, t.rank);
+    for (size_t j = 0; j < t.top_logprobs.size() && int(j) < num_top; ++j) {
+      add(t.top_logprobs[j].first, t.top_logprobs[j].second, int(j) + 1);
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 json CompletionResponseJson(const ResponseHeader& h, const std::vector<CompletionOutcome>& choices,
-                            int n, const Tokenizer& tokenizer, bool logprobs) {
+                            int n, const Tokenizer& tokenizer, bool logprobs,
+                            const PromptEcho* echo) {
   json out = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const CompletionOutcome& o = choices[i];
-    out.push_back({{"index", i},
-                   {"text", o.text},
-                   {"logprobs",
-                    logprobs ? CompletionLogprobsJson(o.tokens, tokenizer, 0) : json(nullptr)},
+    const size_t prompt = i / size_t(n);
+    const CompletionOutcome& first = choices[prompt * size_t(n)];  // holds the prompt logprobs
+    const bool echoed = echo != nullptr && echo->echo;
+    json lp = nullptr;
+    if (logprobs) {
+      lp = echoed ? EchoLogprobsJson(echo->first_token_ids[prompt], first.prompt_logprobs,
+                                     o.tokens, tokenizer)
+                  : CompletionLogprobsJson(o.tokens, tokenizer, 0);
+    }
+    json choice = {{"index", i},
+                   {"text", echoed ? echo->texts[prompt] + o.text : o.text},
+                   {"logprobs", std::move(lp)},
                    {"finish_reason", FinishReasonJson(o.finish_reason)},
-                   {"stop_reason", StopReasonJson(o)}});
+                   {"stop_reason", StopReasonJson(o)}};
+    if (echo != nullptr && echo->prompt_logprobs >= 0) {
+      choice["prompt_logprobs"] =
+          PromptLogprobsJson(first.prompt_logprobs, echo->prompt_logprobs, tokenizer);
+    }
+    out.push_back(std::move(choice));
   }
   return {{"id", h.id},   {"object", "text_completion"}, {"created", h.created},
           {"model", h.model}, {"choices", out},           {"usage", UsageJson(choices, n)}};

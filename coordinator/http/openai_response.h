@@ -50,11 +50,39 @@ nlohmann::json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens,
 // Total byte length of the tokens' texts (advances text_offset).
 size_t TokensByteLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
 
+// What a completions response repeats of its prompts (echo) and the
+// prompt logprobs it returns. The prompt logprobs of prompt i are those of
+// its first choice (CompletionOutcome::prompt_logprobs of choice i * n); its
+// other choices computed none.
+struct PromptEcho {
+  bool echo = false;                     // each choice's text starts with its prompt's
+  std::vector<std::string> texts;        // [prompts] when echo: the prompt as sent (ids decoded)
+  std::vector<int32_t> first_token_ids;  // [prompts]: token 0 of each prompt
+  int prompt_logprobs = -1;              // vLLM's prompt_logprobs field; -1 = absent
+};
+
+// Legacy completions logprobs of an echoed prompt followed by the
+// generated `tokens`: prompt token 0 (`first_token_id`) with null logprob
+// and top_logprobs, the prompt's other tokens (`prompt`), then `tokens`;
+// text_offset from 0 over the token texts.
+nlohmann::json EchoLogprobsJson(int32_t first_token_id, const std::vector<GeneratedToken>& prompt,
+                                const std::vector<GeneratedToken>& tokens,
+                                const Tokenizer& tokenizer);
+
+// vLLM's prompt_logprobs of one prompt: [null, then per token 1 ..: {"<token
+// id>": {"logprob", "rank", "decoded_token"}} for the prompt token and its
+// `num_top` best alternatives (ranks 1 ..)].
+nlohmann::json PromptLogprobsJson(const std::vector<GeneratedToken>& prompt, int num_top,
+                                  const Tokenizer& tokenizer);
+
 // object "text_completion", a choice per outcome (index i: choices[i],
 // which answers prompt i / n) with its whole text; usage as UsageJson.
+// `echo` (may be null) prepends the prompt to text and logprobs and adds
+// prompt_logprobs to each choice.
 nlohmann::json CompletionResponseJson(const ResponseHeader& header,
                                       const std::vector<CompletionOutcome>& choices, int n,
-                                      const Tokenizer& tokenizer, bool logprobs);
+                                      const Tokenizer& tokenizer, bool logprobs,
+                                      const PromptEcho* echo = nullptr);
 
 // object "chat.completion", a choice per outcome with message {role:
 // assistant, content}; every choice answers the one prompt.

@@ -35,7 +35,8 @@ const std::vector<RequestField>& RequestFields() {
       {"user", S::kNoEffect, true, true},
       // Completions.
       {"prompt", S::kSupported, true, false},
-      {"echo", S::kSupported, true, false},     // false only, for now
+      {"echo", S::kSupported, true, false},
+      {"prompt_logprobs", S::kSupported, true, false},
       {"suffix", S::kSupported, true, false},   // "" only
       {"best_of", S::kSupported, true, false},  // 1 only, for now
       // Chat completions.
@@ -49,7 +50,6 @@ const std::vector<RequestField>& RequestFields() {
       {"tool_choice", S::kSupported, false, true},      // "none" or "auto" without tools
       {"parallel_tool_calls", S::kNoEffect, false, true},
       // OpenAI and vLLM fields Headway does not implement yet.
-      {"prompt_logprobs", S::kNotYet, false, false},
       {"structured_outputs", S::kNotYet, false, false},
       {"guided_json", S::kNotYet, false, false},
       {"guided_regex", S::kNotYet, false, false},

@@ -28,6 +28,7 @@ const char* LocalPrefillReasonName(LocalPrefillReason reason) {
     case LocalPrefillReason::kDecodeNoRoom: return "decode_no_room";
     case LocalPrefillReason::kNoPrefillInstance: return "no_prefill_instance";
     case LocalPrefillReason::kPrefixCachingOff: return "prefix_caching_off";
+    case LocalPrefillReason::kPromptLogprobs: return "prompt_logprobs";
   }
   return "short_uncached";
 }

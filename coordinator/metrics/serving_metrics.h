@@ -94,10 +94,13 @@ const char* InstanceStateName(InstanceState state);
 //   no_prefill_instance  no prefill instance is ready
 //   prefix_caching_off   cache.enable_prefix_caching is false: a prefill
 //                        instance keeps no blocks to send
+//   prompt_logprobs      the request wants prompt logprobs, which come from
+//                        the logits of the instance that computes the prompt
 enum class LocalPrefillReason {
-  kShortUncached, kPrefillQueueFull, kDecodeNoRoom, kNoPrefillInstance, kPrefixCachingOff
+  kShortUncached, kPrefillQueueFull, kDecodeNoRoom, kNoPrefillInstance, kPrefixCachingOff,
+  kPromptLogprobs
 };
-inline constexpr int kNumLocalPrefillReasons = 5;
+inline constexpr int kNumLocalPrefillReasons = 6;
 const char* LocalPrefillReasonName(LocalPrefillReason reason);
 
 // Why a planned remote prefill ended with the decode instance computing the

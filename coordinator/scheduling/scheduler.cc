@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
+
+#include "common/step_limits.h"
 
 namespace headway {
 namespace {
@@ -142,12 +145,13 @@ ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens,
 ScheduledBatch Scheduler::Schedule() {
   ScheduledBatch batch;
   int budget = config_.max_num_batched_tokens;
+  int prompt_rows = kMaxPromptLogprobRowsPerStep;
   RecycleBlocks();
   // Running sequences first; then waiting ones, unless this step had to
   // preempt (the pool is short; a preempted sequence must not restart in
   // the same step).
-  const bool preempted = ScheduleRunning(&batch, &budget);
-  if (!preempted) ScheduleWaiting(&batch, &budget);
+  const bool preempted = ScheduleRunning(&batch, &budget, &prompt_rows);
+  if (!preempted) ScheduleWaiting(&batch, &budget, &prompt_rows);
   batch.num_batched_tokens = config_.max_num_batched_tokens - budget;
   batch.released_seq_ids = std::move(released_);
   released_.clear();
@@ -167,11 +171,14 @@ void Scheduler::RecycleBlocks() {
   }
 }
 
-bool Scheduler::ScheduleRunning(ScheduledBatch* batch, int* budget) {
+bool Scheduler::ScheduleRunning(ScheduledBatch* batch, int* budget, int* prompt_rows) {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && *budget > 0;) {
     Sequence& seq = *seqs_.at(running_[i]);
     int n = std::min(seq.num_uncomputed(), *budget);
+    // A chunk whose rows give prompt logprobs has its logits computed row
+    // by row: it waits for a step with rows to spare.
+    if (seq.NeedsPromptLogprobs()) n = std::min(n, *prompt_rows);
     if (n <= 0) {
       ++i;
       continue;
@@ -194,6 +201,7 @@ bool Scheduler::ScheduleRunning(ScheduledBatch* batch, int* budget) {
       }
     }
     if (!scheduled_self) break;  // it was the newest: nothing after it runs
+    *prompt_rows -= seq.PromptLogprobRows(int(computed), n).count;
     batch->seqs.push_back(Plan(seq, n, kv_->Append(seq.seq_id(), positions)));
     *budget -= n;
     ++i;
@@ -201,16 +209,22 @@ bool Scheduler::ScheduleRunning(ScheduledBatch* batch, int* budget) {
   return preempted;
 }
 
-void Scheduler::ScheduleWaiting(ScheduledBatch* batch, int* budget) {
+void Scheduler::ScheduleWaiting(ScheduledBatch* batch, int* budget, int* prompt_rows) {
   while (*budget > 0 && !waiting_.empty() && running_.size() < size_t(config_.max_num_seqs)) {
     Sequence& seq = *seqs_.at(waiting_.front());
     // Waiting sequences hold no blocks (new, or released by preemption).
     HW_CHECK(seq.num_computed() == 0 && !kv_->Contains(seq.seq_id()));
     std::vector<int64_t> footprint = Footprint(seq);
     if (!Admits(footprint)) break;
-    PrefixMatch match = kv_->MatchPrefix(TokensOf(seq), seq.num_tokens() - 1);
+    // A cached position has no logits: prompt logprobs compute every one.
+    const bool needs_rows = seq.NeedsPromptLogprobs();
+    if (needs_rows && *prompt_rows <= 0) break;
+    const PrefixMatch match =
+        needs_rows ? PrefixMatch{} : kv_->MatchPrefix(TokensOf(seq), seq.num_tokens() - 1);
     const int cached = int(match.num_positions);
-    const int n = LongestFittingChunk(std::min(seq.num_tokens() - cached, *budget), [&](int c) {
+    const int most = std::min({seq.num_tokens() - cached, *budget,
+                               needs_rows ? *prompt_rows : std::numeric_limits<int>::max()});
+    const int n = LongestFittingChunk(most, [&](int c) {
       return kv_->CanStart(match, int64_t(cached) + c, -1, seq.num_prompt_tokens());
     });
     if (n == 0) break;
@@ -220,7 +234,8 @@ void Scheduler::ScheduleWaiting(ScheduledBatch* batch, int* budget) {
     seq.set_status(SequenceStatus::kRunning);
     seq.AdvanceComputed(cached);
     seq.RecordPrefixHit(std::min(cached, seq.num_prompt_tokens()));
-    if (kv_->prefix_caching_enabled()) CountPrefixLookup(seq, cached);
+    if (kv_->prefix_caching_enabled() && !needs_rows) CountPrefixLookup(seq, cached);
+    *prompt_rows -= seq.PromptLogprobRows(cached, n).count;
     batch->seqs.push_back(Plan(seq, n,
                                kv_->Start(seq.seq_id(), match, int64_t(cached) + n, -1,
                                           seq.num_prompt_tokens())));

@@ -193,11 +193,15 @@ class Scheduler {
   // Running sequences first, in the order they started: decodes and
   // partial prefills. One that finds no blocks preempts the newest running
   // sequences (itself, if it is the newest: then nothing after it runs).
-  // Returns true if anything was preempted.
-  bool ScheduleRunning(ScheduledBatch* batch, int* budget);
+  // Returns true if anything was preempted. `prompt_rows`: the prompt
+  // logprob rows this step may still compute (kMaxPromptLogprobRowsPerStep
+  // in all, common/step_limits.h); both budgets shrink by what is planned.
+  bool ScheduleRunning(ScheduledBatch* batch, int* budget, int* prompt_rows);
   // Waiting sequences, FCFS, each from its longest cached prefix, while
-  // fewer than max_num_seqs run; stops at the first that finds no blocks.
-  void ScheduleWaiting(ScheduledBatch* batch, int* budget);
+  // fewer than max_num_seqs run; stops at the first that finds no blocks
+  // (or no prompt logprob rows, when it needs them). A sequence that needs
+  // prompt logprobs starts from position 0 whatever the cache holds.
+  void ScheduleWaiting(ScheduledBatch* batch, int* budget, int* prompt_rows);
   // A waiting sequence's prefix-cache lookup found `cached` of its tokens.
   void CountPrefixLookup(const Sequence& seq, int cached);
   // Releases `seq`'s blocks and puts it back at the head of the queue.

@@ -41,6 +41,20 @@ void Sequence::ResetComputed() {
   on_worker_ = false;
 }
 
+Sequence::PromptRows Sequence::PromptLogprobRows(int start, int num_tokens) const {
+  if (!NeedsPromptLogprobs()) return {};
+  // Row q gives position q + 1: the rows are q in [end - 1, L - 1).
+  const int from = std::max(start, prompt_logprobs_end_ - 1);
+  const int to = std::min(start + num_tokens, num_prompt_tokens() - 1);
+  if (to <= from) return {};
+  return {from - start, to - from};
+}
+
+void Sequence::AdvancePromptLogprobs(int end) {
+  HW_CHECK(end >= prompt_logprobs_end_ && end <= num_prompt_tokens());
+  prompt_logprobs_end_ = end;
+}
+
 void Sequence::AppendToken(int32_t token_id, Clock::time_point now) {
   output_ids_.push_back(token_id);
   if (!first_token_) first_token_ = now;

@@ -36,6 +36,10 @@ struct SamplingOptions {
   float presence_penalty = 0.0f;    // [-2, 2]
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100])
   std::vector<int32_t> allowed_token_ids;  // when not empty, only these can be sampled
+  // Prompt logprobs (vLLM's prompt_logprobs; completions' echo with
+  // logprobs): -1 = none, else the logprob of every prompt token after the
+  // first with this many top alternatives, [0, 20].
+  int prompt_logprobs = -1;
   // Token sequences that must not be generated: the last token of each is
   // banned whenever the output ends with the ones before it (vLLM's bad_words).
   std::vector<std::vector<int32_t>> bad_words_ids;
@@ -122,6 +126,30 @@ class Sequence {
   int num_cached_tokens() const { return num_cached_tokens_; }
   int num_transferred_tokens() const { return num_transferred_tokens_; }
 
+  // ---- prompt logprobs (SamplingOptions::prompt_logprobs) ----------------
+  // The logprob of prompt token p (p >= 1) comes from the logits of row
+  // p - 1; prompt positions [0, prompt_logprobs_end()) have theirs (position
+  // 0 has none, so the end starts at 1). Kept across preemption: what was
+  // returned is not computed again.
+  int prompt_logprobs_end() const { return prompt_logprobs_end_; }
+  // True while the request wants prompt logprobs that are not computed yet;
+  // such a sequence computes its prompt without prefix-cache hits, since a
+  // cached position has no logits.
+  bool NeedsPromptLogprobs() const {
+    return sampling_.prompt_logprobs >= 0 && prompt_logprobs_end_ < num_prompt_tokens();
+  }
+  // The rows of a chunk of `num_tokens` tokens from position `start` whose
+  // logits give prompt logprobs not yet computed: rows [first, first +
+  // count) of the chunk (row i is position start + i). {0, 0} when none.
+  struct PromptRows {
+    int first = 0;
+    int count = 0;
+  };
+  PromptRows PromptLogprobRows(int start, int num_tokens) const;
+  // Prompt positions up to `end` (exclusive) now have their logprobs.
+  // REQUIRES: prompt_logprobs_end() <= end <= num_prompt_tokens().
+  void AdvancePromptLogprobs(int end);
+
   // True once the worker has been told about the sequence (is_new sent).
   bool on_worker() const { return on_worker_; }
   void set_on_worker(bool v) { on_worker_ = v; }
@@ -156,6 +184,7 @@ class Sequence {
   int num_transferred_tokens_ = 0;
   int received_from_ = 0;
   int received_to_ = 0;
+  int prompt_logprobs_end_ = 1;
   bool on_worker_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   std::optional<Clock::time_point> first_token_;

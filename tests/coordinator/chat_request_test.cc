@@ -96,6 +96,7 @@ TEST(ChatRequestTest, Errors) {
   ExpectBadRequest(with(R"("parallel_tool_calls": 1)"), "parallel_tool_calls", "boolean");
   ExpectBadRequest(with(R"("guided_choice": ["a", "b"])"), "guided_choice", "not supported yet");
   ExpectBadRequest(with(R"("echo": true)"), "echo", "not supported yet");
+  ExpectBadRequest(with(R"("prompt_logprobs": 1)"), "prompt_logprobs", "not supported yet");
   ExpectBadRequest(with(R"("prompt": "x")"), "prompt", "not supported yet");
   ExpectBadRequest(with(R"("max_token": 5)"), "max_token",
                    "Unrecognized request argument supplied: max_token");

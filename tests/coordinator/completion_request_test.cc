@@ -123,8 +123,34 @@ TEST(CompletionRequestTest, PromptListsAndN) {
 }
 
 TEST(CompletionRequestTest, UnsupportedOptions) {
-  ExpectBadRequest(R"({"prompt": "a", "echo": true})", "echo", "not supported");
   ExpectBadRequest(R"({"prompt": "a", "best_of": 3})", "best_of", "not supported");
+  ExpectBadRequest(R"({"prompt": "a", "echo": true, "stream": true})", "echo",
+                   "echo with stream: true is not supported yet");
+  ExpectBadRequest(R"({"prompt": "a", "prompt_logprobs": 0, "stream": true})",
+                   "prompt_logprobs", "not supported yet");
+}
+
+// echo's logprobs cover the prompt: they ask for prompt logprobs with the
+// logprobs field's alternatives; vLLM's prompt_logprobs asks on its own.
+TEST(CompletionRequestTest, EchoAndPromptLogprobs) {
+  CompletionRequest r = Ok(R"({"prompt": "a"})");
+  EXPECT_FALSE(r.echo);
+  EXPECT_EQ(r.prompt_logprobs_field, -1);
+  EXPECT_EQ(r.params.sampling.prompt_logprobs, -1);
+  r = Ok(R"({"prompt": "a", "echo": true})");
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.params.sampling.prompt_logprobs, -1);  // the text alone needs no logits
+  r = Ok(R"({"prompt": "a", "echo": true, "logprobs": 3})");
+  EXPECT_EQ(r.params.sampling.prompt_logprobs, 3);
+  r = Ok(R"({"prompt": "a", "prompt_logprobs": 0})");
+  EXPECT_FALSE(r.echo);
+  EXPECT_EQ(r.prompt_logprobs_field, 0);
+  EXPECT_EQ(r.params.sampling.prompt_logprobs, 0);
+  r = Ok(R"({"prompt": "a", "echo": true, "logprobs": 2, "prompt_logprobs": 5})");
+  EXPECT_EQ(r.params.sampling.prompt_logprobs, 5);
+  ExpectBadRequest(R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs", "[0, 20]");
+  ExpectBadRequest(R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs", "[0, 20]");
+  ExpectBadRequest(R"({"prompt": "a", "echo": 1})", "echo", "boolean");
 }
 
 TEST(CompletionRequestTest, LogitProcessors) {
@@ -170,7 +196,7 @@ TEST(CompletionRequestTest, LogitProcessors) {
 TEST(CompletionRequestTest, FieldsHeadwayDoesNotActOnAreRefused) {
   // Known OpenAI / vLLM fields that are not implemented yet, or belong to
   // the other endpoint.
-  for (const char* field : {"guided_json", "prompt_logprobs", "response_format", "messages",
+  for (const char* field : {"guided_json", "response_format", "messages",
                             "use_beam_search", "skip_special_tokens", "top_logprobs"}) {
     ExpectBadRequest(std::string(R"({"prompt": "a", ")") + field + R"(": 1})", field,
                      "is not supported yet");

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "common/step_limits.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {
@@ -351,6 +352,45 @@ TEST(SchedulerTest, PrefixHitSkipsTheCachedPrefill) {
   EXPECT_EQ(s->prefix_cache_stats().num_hit_tokens, 8u);
   RunStep(*s, b);
   ExpectBlockInvariant(*s, {1, 2});
+}
+
+// A sequence that wants prompt logprobs computes its prompt from position 0
+// (a cached position has no logits), at most kMaxPromptLogprobRowsPerStep
+// rows a step over all such sequences; others share the step's budget.
+TEST(SchedulerTest, PromptLogprobsBypassTheCacheAndCapTheRowsPerStep) {
+  auto s = MakeScheduler(8, 200, 200);
+  std::vector<int32_t> prompt(100);
+  for (int i = 0; i < 100; ++i) prompt[i] = 300 + i;
+  ASSERT_TRUE(s->Add(MakeSeqWithTokens(1, prompt, 2)).ok());
+  RunStep(*s, s->Schedule());  // prompt cached: 96 positions in whole blocks
+
+  SamplingOptions wants;
+  wants.prompt_logprobs = 1;
+  StopConditions stop;
+  stop.max_tokens = 2;
+  ASSERT_TRUE(s->Add(std::make_unique<Sequence>(2, prompt, wants, stop, Clock::now())).ok());
+  ASSERT_TRUE(s->Add(std::make_unique<Sequence>(3, prompt, wants, stop, Clock::now())).ok());
+  ScheduledBatch b = s->Schedule();
+  // seq 1 decodes; seq 2 takes every prompt row of the step; seq 3 waits.
+  ASSERT_EQ(b.seqs.size(), 2u);
+  EXPECT_EQ(b.seqs[1].seq_id, 2u);
+  EXPECT_EQ(b.seqs[1].start_pos, 0);
+  EXPECT_EQ(b.seqs[1].num_tokens, kMaxPromptLogprobRowsPerStep);
+  EXPECT_EQ(s->Find(2)->num_cached_tokens(), 0);
+  EXPECT_EQ(s->Find(3)->status(), SequenceStatus::kWaiting);
+  s->Find(2)->AdvancePromptLogprobs(kMaxPromptLogprobRowsPerStep + 1);  // the engine's part
+  RunStep(*s, b);
+  b = s->Schedule();
+  // seq 1 is done; seq 2's last 36 tokens (35 rows: the last token scores
+  // nothing); seq 3 starts with the rows left.
+  ASSERT_EQ(b.seqs.size(), 2u);
+  EXPECT_EQ(b.seqs[0].seq_id, 2u);
+  EXPECT_EQ(b.seqs[0].num_tokens, 100 - kMaxPromptLogprobRowsPerStep);
+  EXPECT_EQ(b.seqs[1].seq_id, 3u);
+  EXPECT_EQ(b.seqs[1].start_pos, 0);
+  EXPECT_EQ(b.seqs[1].num_tokens, kMaxPromptLogprobRowsPerStep - 35);
+  RunStep(*s, b);
+  ExpectBlockInvariant(*s, {2, 3});
 }
 
 TEST(SchedulerTest, PreemptedSequenceFindsItsOwnPrefixAgain) {

@@ -36,5 +36,36 @@ TEST(SequenceTest, APrefillOnlySequenceIsDoneWhenItsPromptIsComputed) {
   EXPECT_FALSE(Make(StopConditions{}).IsPrefillDone());
 }
 
+// Row q of a chunk scores prompt token q + 1: the rows of a prompt of L
+// tokens are [0, L - 1), each once, whatever the chunks and preemptions.
+TEST(SequenceTest, PromptLogprobRowsCoverEachPromptTokenOnce) {
+  SamplingOptions sampling;
+  sampling.prompt_logprobs = 2;
+  Sequence s(1, {10, 11, 12, 13, 14, 15}, sampling, StopConditions{}, Clock::now());
+  EXPECT_TRUE(s.NeedsPromptLogprobs());
+  EXPECT_EQ(s.prompt_logprobs_end(), 1);
+  Sequence::PromptRows r = s.PromptLogprobRows(0, 4);  // positions 0..3 score 1..4
+  EXPECT_EQ(r.first, 0);
+  EXPECT_EQ(r.count, 4);
+  s.AdvancePromptLogprobs(5);
+  r = s.PromptLogprobRows(4, 2);  // row 4 scores 5; row 5 is the last prompt token
+  EXPECT_EQ(r.first, 0);
+  EXPECT_EQ(r.count, 1);
+  // A recompute from 0 (preemption) computes only what is still missing.
+  r = s.PromptLogprobRows(0, 6);
+  EXPECT_EQ(r.first, 4);
+  EXPECT_EQ(r.count, 1);
+  s.AdvancePromptLogprobs(6);
+  EXPECT_FALSE(s.NeedsPromptLogprobs());
+  EXPECT_EQ(s.PromptLogprobRows(0, 6).count, 0);
+
+  // Not asked for, or a one-token prompt: no rows.
+  Sequence plain(2, {10, 11, 12}, SamplingOptions{}, StopConditions{}, Clock::now());
+  EXPECT_FALSE(plain.NeedsPromptLogprobs());
+  EXPECT_EQ(plain.PromptLogprobRows(0, 3).count, 0);
+  Sequence one(3, {10}, sampling, StopConditions{}, Clock::now());
+  EXPECT_FALSE(one.NeedsPromptLogprobs());
+}
+
 }  // namespace
 }  // namespace headway

@@ -69,6 +69,30 @@ TEST(StepPlanTest, EveryRankGetsTheBatchWithItsOwnDeltas) {
   }
 }
 
+// Each prompt row names the prompt token it scores, on every rank.
+TEST(StepPlanTest, PromptLogprobRowsNameTheNextPromptToken) {
+  std::unique_ptr<Scheduler> s = MakeScheduler(3);
+  SamplingOptions sampling;
+  sampling.prompt_logprobs = 4;
+  ASSERT_TRUE(
+      s->Add(std::make_unique<Sequence>(5, std::vector<int32_t>{10, 11, 12, 13}, sampling,
+                                        StopConditions{}, Clock::now()))
+          .ok());
+  ASSERT_TRUE(s->Add(MakeSeq(6, {20, 21})).ok());
+  ScheduledBatch batch = s->Schedule();
+  std::vector<proto::StepPlan> plans = BuildStepPlans(1, batch, *s, 3);
+  for (const proto::StepPlan& plan : plans) {
+    ASSERT_EQ(plan.seqs_size(), 2);
+    const proto::SequenceStep& step = plan.seqs(0);
+    EXPECT_EQ(step.prompt_logprobs_first_row(), 0u);
+    EXPECT_EQ(std::vector<int32_t>(step.prompt_logprob_token_ids().begin(),
+                                   step.prompt_logprob_token_ids().end()),
+              (std::vector<int32_t>{11, 12, 13}));
+    EXPECT_EQ(step.num_prompt_top_logprobs(), 4);
+    EXPECT_EQ(plan.seqs(1).prompt_logprob_token_ids_size(), 0);
+  }
+}
+
 TEST(StepPlanTest, ADecodeStepSendsTheLastTokenAndTheReleasedSequences) {
   std::unique_ptr<Scheduler> s = MakeScheduler(1);
   ASSERT_TRUE(s->Add(MakeSeq(1, {10, 11, 12})).ok());

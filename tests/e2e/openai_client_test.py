@@ -17,6 +17,7 @@ deploy/setup.sh installs the package into the virtual environment given by
 --venv, which this script re-executes itself in.
 """
 import argparse
+import json
 import os
 import signal
 import socket
@@ -159,6 +160,49 @@ def expect_error(checks, openai, error_type, status, words, call):
     checks.expect(False, "%s expected, the call succeeded" % error_type.__name__)
 
 
+def check_echo(checks, client, base_url):
+    """echo with logprobs, and vLLM's prompt_logprobs: each prompt token's logprob
+    equals the one it gets as the next token of its own prefix, requested alone
+    (allowed_token_ids makes it the sampled token; logprobs are the raw ones)."""
+    text = ("In the beginning the engine read every token of the prompt once, and the "
+            "logits of each position scored the token after it, ") * 3
+    req = urllib.request.Request(base_url + "/tokenize", json.dumps({"prompt": text}).encode(),
+                                 {"Content-Type": "application/json"})
+    ids = json.load(urllib.request.urlopen(req, timeout=60))["tokens"]
+    echoed = client.completions.create(model=SERVED_NAME, prompt=ids, max_tokens=1,
+                                       temperature=0, echo=True, logprobs=1,
+                                       extra_body={"prompt_logprobs": 2})
+    ch = echoed.choices[0]
+    lp = ch.logprobs
+    checks.expect(len(ids) > 64, "the prompt spans more than one step of prompt rows")
+    checks.expect(len(lp.tokens) == len(ids) + 1 and lp.token_logprobs[0] is None
+                  and lp.top_logprobs[0] is None
+                  and all(v is not None and v <= 0 for v in lp.token_logprobs[1:]),
+                  "echo logprobs: prompt then the generated token, the first null")
+    prompt_lp = (ch.model_extra or {}).get("prompt_logprobs")
+    checks.expect(prompt_lp is not None and len(prompt_lp) == len(ids) and prompt_lp[0] is None,
+                  "prompt_logprobs has one entry per prompt token, the first null")
+    worst = 0.0
+    for i in list(range(1, len(ids), 11)) + [len(ids) - 1]:
+        alone = client.completions.create(model=SERVED_NAME, prompt=ids[:i], max_tokens=1,
+                                          temperature=0, logprobs=0,
+                                          extra_body={"allowed_token_ids": [ids[i]]})
+        want = alone.choices[0].logprobs.token_logprobs[0]
+        worst = max(worst, abs(want - lp.token_logprobs[i]))
+        if prompt_lp is not None:
+            worst = max(worst, abs(prompt_lp[i][str(ids[i])]["logprob"] - want))
+    checks.expect(worst <= 1e-4, "echo logprobs equal the prefixes' own (worst diff %g)" % worst)
+    again = client.completions.create(model=SERVED_NAME, prompt=ids, max_tokens=1,
+                                      temperature=0, echo=True, logprobs=1)
+    checks.expect(again.choices[0].logprobs.token_logprobs == lp.token_logprobs,
+                  "a cached prompt gives the same echo logprobs")
+    plain = client.completions.create(model=SERVED_NAME, prompt=text, max_tokens=2,
+                                      temperature=0, echo=True, n=2)
+    checks.expect(all(c.text.startswith(text) and len(c.text) > len(text)
+                      for c in plain.choices),
+                  "echo prepends the prompt to every choice")
+
+
 def run_checks(openai, base_url):
     checks = Checks()
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="not-needed", max_retries=0,
@@ -191,6 +235,8 @@ def run_checks(openai, base_url):
                                        max_tokens=6, temperature=0.9, seed=7, n=2)
     checks.expect([ch.text for ch in repeat.choices] == [ch.text for ch in seeded.choices],
                   "the same seed gives the same choices")
+
+    check_echo(checks, client, base_url)
 
     messages = [{"role": "system", "content": "You are a helpful assistant."},
                 {"role": "user", "content": "Name a primary colour."}]

@@ -289,6 +289,67 @@ TEST(StepExecutorTest, LogprobOnlyWhenWanted) {
   EXPECT_LT(r.tokens(1).logprob(), 0.0f);
 }
 
+// Prompt logprobs of a prefill chunk equal the logprob each prompt token
+// gets as the next token of its own prefix, computed alone; the rank counts
+// the tokens with a greater logit.
+TEST(StepExecutorTest, PromptLogprobsEqualThoseOfEachPrefixAlone) {
+  const std::vector<int32_t> prompt = {1, 5, 9, 14, 2, 33, 47};
+  Harness h;
+  proto::StepPlan plan;
+  plan.set_step_id(1);
+  h.Add(&plan, 9, {3, 4}, 0, true);  // another sequence in the batch
+  proto::SequenceStep* step = h.Add(&plan, 1, {1, 5, 9, 14}, 0, true, /*sample=*/false);
+  step->set_prompt_logprobs_first_row(1);  // rows 1..3 score prompt[2..4]
+  for (int p = 2; p <= 4; ++p) step->add_prompt_logprob_token_ids(prompt[size_t(p)]);
+  step->set_num_prompt_top_logprobs(3);
+  const proto::StepResult r = h.Run(plan);
+  ASSERT_EQ(r.error(), "");
+  ASSERT_EQ(r.tokens_size(), 1);  // seq 9 sampled
+  ASSERT_EQ(r.prompt_logprobs_size(), 1);
+  const proto::PromptLogprobs& got = r.prompt_logprobs(0);
+  EXPECT_EQ(got.seq_id(), 1u);
+  ASSERT_EQ(got.positions_size(), 3);
+
+  const int vocab = TinySpec().vocab_size;
+  for (int p = 2; p <= 4; ++p) {
+    Harness alone;
+    proto::StepPlan one;
+    one.set_step_id(1);
+    alone.Add(&one, 1, std::vector<int32_t>(prompt.begin(), prompt.begin() + p), 0, true);
+    ASSERT_EQ(alone.Run(one).error(), "");
+    const float* logits = alone.executor().TEST_last_logits().data();
+    SampleResult want;
+    want.token_id = prompt[size_t(p)];
+    cpu::FillLogprobs(logits, vocab, 3, &want);
+    const proto::SampledToken& t = got.positions(p - 2);
+    EXPECT_EQ(t.token_id(), prompt[size_t(p)]);
+    EXPECT_NEAR(t.logprob(), want.logprob, 1e-5f) << "position " << p;
+    ASSERT_EQ(t.top_logprobs_size(), 3);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(t.top_logprobs(k).token_id(), want.top_logprobs[size_t(k)].first);
+    }
+    const int greater = int(std::count_if(logits, logits + vocab,
+                                           [&](float v) { return v > logits[prompt[size_t(p)]]; }));
+    EXPECT_EQ(t.rank(), 1 + greater);
+  }
+}
+
+TEST_F(ExecutorValidationTest, BadPromptLogprobRows) {
+  proto::StepPlan plan;
+  plan.set_step_id(2);
+  proto::SequenceStep* step = h_.Add(&plan, 2, {1, 2}, 0, true);
+  step->set_prompt_logprobs_first_row(1);
+  step->add_prompt_logprob_token_ids(3);
+  step->add_prompt_logprob_token_ids(4);
+  ExpectRejected(plan, "seq 2 prompt logprob rows [1, +2) outside its 2 tokens");
+  step->set_prompt_logprobs_first_row(0);
+  step->set_prompt_logprob_token_ids(1, 50);
+  ExpectRejected(plan, "seq 2 prompt logprob token id 50 out of [0, 50)");
+  step->set_prompt_logprob_token_ids(1, 4);
+  step->set_num_prompt_top_logprobs(21);
+  ExpectRejected(plan, "num_prompt_top_logprobs 21 out of [0, 20]");
+}
+
 TEST_F(ExecutorValidationTest, OneBadSeqRejectsTheWholePlan) {
   // Seq 2 is valid and new, seq 1 is wrong: neither may be applied.
   proto::StepPlan plan;

@@ -87,6 +87,7 @@ class CudaDecoderModel final : public ForwardModel {
   // num_logit_rows <= max_seqs_per_step.
   Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override;
   double collective_seconds() const override { return collective_seconds_; }
+  int max_logit_rows() const override { return options_.max_seqs_per_step; }
   // At TP 1, greedy rows (ForwardBatch::greedy_picks) are picked on the GPU
   // (cuda::GreedySample, cuda::TopLogprobs) and their logits stay there
   // unless another row needs the host's; at TP > 1 nullptr (the logits are

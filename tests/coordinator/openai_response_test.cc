@@ -1,0 +1,79 @@
+// The echo and prompt-logprob parts of completions responses
+// (coordinator/http/openai_response.h), on a hand-written vocabulary.
+#include "coordinator/http/openai_response.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/coordinator/tiny_vocab.h"
+
+namespace headway {
+namespace {
+
+using nlohmann::json;
+
+std::unique_ptr<Tokenizer> Tiny() {
+  auto tokenizer = Tokenizer::Create(testing::TinyVocab());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  return std::move(tokenizer).value();
+}
+
+GeneratedToken Token(int32_t id, float logprob, std::vector<std::pair<int32_t, float>> top,
+                     int rank = 0) {
+  return GeneratedToken{id, logprob, std::move(top), rank};
+}
+
+// Token 0 has no logprob; the prompt's others and the generated ones follow,
+// with offsets over the token texts from 0.
+TEST(OpenAiResponseTest, EchoLogprobsStartWithTheNullFirstToken) {
+  std::unique_ptr<Tokenizer> t = Tiny();
+  const json j = EchoLogprobsJson(256, {Token(257, -1.5f, {{258, -0.5f}})},
+                                  {Token('x', -0.25f, {})}, *t);
+  EXPECT_EQ(j["tokens"], json({"ab", "bc", "x"}));
+  EXPECT_EQ(j["token_logprobs"], json({nullptr, -1.5, -0.25}));
+  EXPECT_EQ(j["top_logprobs"][0], json(nullptr));
+  EXPECT_EQ(j["top_logprobs"][1], json({{"abc", -0.5}}));
+  EXPECT_EQ(j["text_offset"], json({0, 2, 4}));
+}
+
+// vLLM's shape: null, then per token a map from token id to logprob, rank
+// and text, holding the prompt token and at most num_top alternatives.
+TEST(OpenAiResponseTest, PromptLogprobsHoldThePromptTokenAndItsAlternatives) {
+  std::unique_ptr<Tokenizer> t = Tiny();
+  const std::vector<GeneratedToken> prompt = {
+      Token(257, -2.0f, {{258, -0.5f}, {'a', -1.0f}, {257, -2.0f}}, 3),
+      Token(258, -0.5f, {{258, -0.5f}, {'a', -1.0f}}, 1)};
+  const json j = PromptLogprobsJson(prompt, 2, *t);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0], json(nullptr));
+  EXPECT_EQ(j[1].size(), 3u);
+  EXPECT_EQ(j[1]["257"], json({{"logprob", -2.0}, {"rank", 3}, {"decoded_token", "bc"}}));
+  EXPECT_EQ(j[1]["258"]["rank"], 1);
+  EXPECT_EQ(j[1]["97"]["rank"], 2);
+  EXPECT_EQ(j[2].size(), 2u);  // the prompt token is also the best
+  EXPECT_EQ(PromptLogprobsJson(prompt, 0, *t)[1].size(), 1u);
+}
+
+// Every choice of a prompt echoes it and repeats its first choice's prompt
+// logprobs.
+TEST(OpenAiResponseTest, EveryChoiceEchoesItsPrompt) {
+  std::unique_ptr<Tokenizer> t = Tiny();
+  CompletionOutcome first, second;
+  first.text = "x";
+  first.prompt_logprobs = {Token(257, -1.0f, {}, 4)};
+  second.text = "y";
+  PromptEcho echo{true, {"abbc"}, {256}, 0};
+  const json j = CompletionResponseJson({"cmpl-1", 0, "m"}, {first, second}, 2, *t,
+                                        /*logprobs=*/true, &echo);
+  for (int c = 0; c < 2; ++c) {
+    const json& choice = j["choices"][c];
+    EXPECT_EQ(choice["text"], c == 0 ? "abbcx" : "abbcy");
+    EXPECT_EQ(choice["logprobs"]["token_logprobs"][1], -1.0);
+    EXPECT_EQ(choice["prompt_logprobs"][1]["257"]["rank"], 4);
+  }
+  const json plain = CompletionResponseJson({"cmpl-1", 0, "m"}, {first}, 1, *t, false);
+  EXPECT_EQ(plain["choices"][0]["text"], "x");
+  EXPECT_FALSE(plain["choices"][0].contains("prompt_logprobs"));
+}
+
+}  // namespace
+}  // namespace headway
