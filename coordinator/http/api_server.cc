@@ -308,6 +308,7 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
     int default_max_tokens) const {
   Prepared p{kind, {}, params.n, params.stream, params.include_usage,
              params.sampling.logprobs, PromptEcho{}};
+  p.echo.prompt_logprobs = params.prompt_logprobs;
   params.sampling.bad_words_ids = BadWordsIds(params.bad_words, *tokenizer_);
   if (auto e = CheckSomethingCanBeSampled(params)) return *e;
   for (std::vector<int32_t>& ids : prompts) {
@@ -346,7 +347,7 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareCompletion(const s
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   CompletionRequest& req = std::get<CompletionRequest>(parsed);
   std::vector<std::vector<int32_t>> prompts;
-  PromptEcho echo{req.echo, {}, {}, req.prompt_logprobs_field};
+  PromptEcho echo{req.echo, {}, {}, req.params.prompt_logprobs};
   for (CompletionPrompt& prompt : req.prompts) {
     std::vector<int32_t> ids;
     if (prompt.is_ids) {
@@ -463,7 +464,8 @@ void ApiServer::Respond(Prepared p, httplib::Response& res) {
   ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),
                         options_.served_model_name};
   json body = p.kind == StreamKind::kChat
-                  ? ChatResponseJson(header, outcomes, *tokenizer_, p.logprobs)
+                  ? ChatResponseJson(header, outcomes, *tokenizer_, p.logprobs,
+                                     p.echo.prompt_logprobs)
                   : CompletionResponseJson(header, outcomes, p.n, *tokenizer_, p.logprobs,
                                            &p.echo);
   Reply(res, 200, body);

@@ -242,6 +242,17 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
   }
   if (auto e = ReadSampling(body, out)) return e;
   if (auto e = ReadLogitProcessors(body, limits.vocab_size, out)) return e;
+  std::optional<int> prompt_logprobs;
+  if (auto e = ReadIntInRange(body, "prompt_logprobs", 0, kMaxLogprobs,
+                              "must be in [0, " + std::to_string(kMaxLogprobs) + "]",
+                              &prompt_logprobs)) {
+    return e;
+  }
+  if (prompt_logprobs && out->stream) {
+    return Unsupported("prompt_logprobs", "prompt_logprobs with stream: true");
+  }
+  out->prompt_logprobs = prompt_logprobs.value_or(-1);
+  out->sampling.prompt_logprobs = out->prompt_logprobs;
   if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
   if (auto e = ReadStop(body, out)) return e;
   if (const json* ids = Field(body, "stop_token_ids")) {
@@ -269,7 +280,7 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
     if (!s->is_string() || !s->get<std::string>().empty()) return Unsupported("suffix", "suffix");
   }
   const std::string logprobs_range = "must be in [0, " + std::to_string(kMaxLogprobs) + "]";
-  std::optional<int> logprobs, prompt_logprobs;
+  std::optional<int> logprobs;
   if (auto e = ReadIntInRange(body, "logprobs", 0, kMaxLogprobs, logprobs_range, &logprobs)) {
     return *e;
   }
@@ -277,18 +288,10 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
     req.params.sampling.logprobs = true;
     req.params.sampling.num_top_logprobs = *logprobs;
   }
-  if (auto e = ReadIntInRange(body, "prompt_logprobs", 0, kMaxLogprobs, logprobs_range,
-                              &prompt_logprobs)) {
-    return *e;
-  }
-  if (req.params.stream && (req.echo || prompt_logprobs)) {
-    const char* name = req.echo ? "echo" : "prompt_logprobs";
-    return Unsupported(name, std::string(name) + " with stream: true");
-  }
-  req.prompt_logprobs_field = prompt_logprobs.value_or(-1);
+  if (req.params.stream && req.echo) return Unsupported("echo", "echo with stream: true");
   // echo's logprobs cover the prompt too, with the same number of alternatives.
   const int echo_logprobs = req.echo && logprobs ? *logprobs : -1;
-  req.params.sampling.prompt_logprobs = std::max(req.prompt_logprobs_field, echo_logprobs);
+  req.params.sampling.prompt_logprobs = std::max(req.params.prompt_logprobs, echo_logprobs);
   if (auto e = ReadPrompt(body, limits.vocab_size, &req)) return *e;
   if (req.prompts.size() * size_t(req.params.n) > size_t(kMaxChoicesPerRequest)) {
     return ApiError::BadRequest("n x the number of prompts must be at most " +

@@ -41,6 +41,7 @@ struct GenerationParams {
   std::vector<std::string> bad_words;  // vLLM extension; tokenized by the server
   bool stream = false;                // answer with server-sent events
   bool include_usage = false;         // stream_options.include_usage (stream only)
+  int prompt_logprobs = -1;           // vLLM's prompt_logprobs field, [0, 20]; -1 = absent
   int n = 1;                          // choices per prompt, [1, kMaxChoicesPerRequest]
 };
 
@@ -59,9 +60,8 @@ struct CompletionRequest {
   std::vector<CompletionPrompt> prompts;  // non-empty; choice i*n+j answers prompt i
   // echo: each choice's text (and logprobs, when asked) starts with its
   // prompt's. params.sampling.prompt_logprobs holds what the logprobs need:
-  // vLLM's prompt_logprobs, or with echo the logprobs field's count.
+  // params.prompt_logprobs, or with echo the logprobs field's count.
   bool echo = false;
-  int prompt_logprobs_field = -1;  // the prompt_logprobs field, [0, 20]; -1 = absent
 };
 
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
@@ -75,7 +75,8 @@ using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 // strings),
 // stop (a string or array of strings), stop_token_ids (ids in the
 // vocabulary), ignore_eos, stream, stream_options ({include_usage: bool},
-// only with stream: true, as vLLM), n (>= 1), and refuses options Headway
+// only with stream: true, as vLLM), n (>= 1), prompt_logprobs (vLLM's: an
+// integer in [0, 20], not with stream; into sampling too), and refuses options Headway
 // lacks (best_of > 1). The ranges are vLLM's SamplingParams
 // checks. Returns the first error (400 naming the field), or nullopt.
 std::optional<ApiError> ReadGenerationParams(const nlohmann::json& body,
@@ -89,8 +90,7 @@ std::optional<ApiError> CheckModel(const std::string& model, const CompletionLim
 // Parses and checks everything that does not need the tokenizer: JSON
 // syntax (400), an object body, ReadGenerationParams's fields, logprobs (an
 // integer in [0, 20]: the legacy API's number of top logprobs), echo (a
-// bool; not with stream), prompt_logprobs (vLLM's: an integer in [0, 20];
-// not with stream), suffix ("" only: 400 saying so), the prompt (a string, a list of
+// bool; not with stream), suffix ("" only: 400 saying so), the prompt (a string, a list of
 // token ids, or a non-empty list of either; an empty or missing one is
 // 400), prompt token ids outside the vocabulary (400), n x prompts over
 // kMaxChoicesPerRequest (400), and the model (CheckModel).

@@ -152,7 +152,7 @@ json CompletionResponseJson(const ResponseHeader& h, const std::vector<Completio
 }
 
 json ChatResponseJson(const ResponseHeader& h, const std::vector<CompletionOutcome>& choices,
-                      const Tokenizer& tokenizer, bool logprobs) {
+                      const Tokenizer& tokenizer, bool logprobs, int prompt_logprobs) {
   json out = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const CompletionOutcome& o = choices[i];
@@ -163,8 +163,14 @@ json ChatResponseJson(const ResponseHeader& h, const std::vector<CompletionOutco
                    {"stop_reason", StopReasonJson(o)}});
   }
   // Every choice answers the one prompt.
-  return {{"id", h.id},       {"object", "chat.completion"}, {"created", h.created},
-          {"model", h.model}, {"choices", out}, {"usage", UsageJson(choices, int(choices.size()))}};
+  json response = {{"id", h.id},       {"object", "chat.completion"},
+                   {"created", h.created}, {"model", h.model},
+                   {"choices", out},   {"usage", UsageJson(choices, int(choices.size()))}};
+  if (prompt_logprobs >= 0 && !choices.empty()) {
+    response["prompt_logprobs"] =
+        PromptLogprobsJson(choices[0].prompt_logprobs, prompt_logprobs, tokenizer);
+  }
+  return response;
 }
 
 json CompletionChunkJson(const ResponseHeader& h, int index, const std::string& text,

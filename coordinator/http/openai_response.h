@@ -85,10 +85,13 @@ nlohmann::json CompletionResponseJson(const ResponseHeader& header,
                                       const PromptEcho* echo = nullptr);
 
 // object "chat.completion", a choice per outcome with message {role:
-// assistant, content}; every choice answers the one prompt.
+// assistant, content}; every choice answers the one prompt. With
+// `prompt_logprobs` >= 0 (vLLM's field) the response has vLLM's top-level
+// prompt_logprobs (PromptLogprobsJson) from the first choice.
 nlohmann::json ChatResponseJson(const ResponseHeader& header,
                                 const std::vector<CompletionOutcome>& choices,
-                                const Tokenizer& tokenizer, bool logprobs);
+                                const Tokenizer& tokenizer, bool logprobs,
+                                int prompt_logprobs = -1);
 
 // A streamed chunk of a completion: object "text_completion", choices
 // [{index, text, logprobs, finish_reason, stop_reason}]. `logprobs` and

@@ -36,7 +36,7 @@ const std::vector<RequestField>& RequestFields() {
       // Completions.
       {"prompt", S::kSupported, true, false},
       {"echo", S::kSupported, true, false},
-      {"prompt_logprobs", S::kSupported, true, false},
+      {"prompt_logprobs", S::kSupported, true, true},
       {"suffix", S::kSupported, true, false},   // "" only
       {"best_of", S::kSupported, true, false},  // 1 only, for now
       // Chat completions.

@@ -96,7 +96,9 @@ TEST(ChatRequestTest, Errors) {
   ExpectBadRequest(with(R"("parallel_tool_calls": 1)"), "parallel_tool_calls", "boolean");
   ExpectBadRequest(with(R"("guided_choice": ["a", "b"])"), "guided_choice", "not supported yet");
   ExpectBadRequest(with(R"("echo": true)"), "echo", "not supported yet");
-  ExpectBadRequest(with(R"("prompt_logprobs": 1)"), "prompt_logprobs", "not supported yet");
+  EXPECT_EQ(Ok(with(R"("prompt_logprobs": 1)")).params.sampling.prompt_logprobs, 1);
+  ExpectBadRequest(with(R"("prompt_logprobs": 1, "stream": true)"), "prompt_logprobs",
+                   "prompt_logprobs with stream: true is not supported yet");
   ExpectBadRequest(with(R"("prompt": "x")"), "prompt", "not supported yet");
   ExpectBadRequest(with(R"("max_token": 5)"), "max_token",
                    "Unrecognized request argument supplied: max_token");

@@ -135,7 +135,7 @@ TEST(CompletionRequestTest, UnsupportedOptions) {
 TEST(CompletionRequestTest, EchoAndPromptLogprobs) {
   CompletionRequest r = Ok(R"({"prompt": "a"})");
   EXPECT_FALSE(r.echo);
-  EXPECT_EQ(r.prompt_logprobs_field, -1);
+  EXPECT_EQ(r.params.prompt_logprobs, -1);
   EXPECT_EQ(r.params.sampling.prompt_logprobs, -1);
   r = Ok(R"({"prompt": "a", "echo": true})");
   EXPECT_TRUE(r.echo);
@@ -144,7 +144,7 @@ TEST(CompletionRequestTest, EchoAndPromptLogprobs) {
   EXPECT_EQ(r.params.sampling.prompt_logprobs, 3);
   r = Ok(R"({"prompt": "a", "prompt_logprobs": 0})");
   EXPECT_FALSE(r.echo);
-  EXPECT_EQ(r.prompt_logprobs_field, 0);
+  EXPECT_EQ(r.params.prompt_logprobs, 0);
   EXPECT_EQ(r.params.sampling.prompt_logprobs, 0);
   r = Ok(R"({"prompt": "a", "echo": true, "logprobs": 2, "prompt_logprobs": 5})");
   EXPECT_EQ(r.params.sampling.prompt_logprobs, 5);

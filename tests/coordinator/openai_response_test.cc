@@ -75,5 +75,18 @@ TEST(OpenAiResponseTest, EveryChoiceEchoesItsPrompt) {
   EXPECT_FALSE(plain["choices"][0].contains("prompt_logprobs"));
 }
 
+// Chat has one prompt: vLLM puts its prompt logprobs at the top level.
+TEST(OpenAiResponseTest, ChatPromptLogprobsAreTopLevel) {
+  std::unique_ptr<Tokenizer> t = Tiny();
+  CompletionOutcome o;
+  o.text = "x";
+  o.prompt_logprobs = {Token(257, -1.0f, {{258, -0.5f}}, 2)};
+  const json j = ChatResponseJson({"chatcmpl-1", 0, "m"}, {o}, *t, false, 1);
+  ASSERT_TRUE(j.contains("prompt_logprobs"));
+  EXPECT_EQ(j["prompt_logprobs"].size(), 2u);
+  EXPECT_EQ(j["prompt_logprobs"][1]["258"]["rank"], 1);
+  EXPECT_FALSE(ChatResponseJson({"chatcmpl-1", 0, "m"}, {o}, *t, false).contains("prompt_logprobs"));
+}
+
 }  // namespace
 }  // namespace headway

@@ -245,6 +245,13 @@ def run_checks(openai, base_url):
     content = chat.choices[0].message.content
     checks.expect(chat.choices[0].message.role == "assistant" and content,
                   "chat answer %r" % content)
+    scored = client.chat.completions.create(model=SERVED_NAME, messages=messages, max_tokens=16,
+                                            temperature=0, extra_body={"prompt_logprobs": 0})
+    chat_lp = (scored.model_extra or {}).get("prompt_logprobs")
+    checks.expect(chat_lp is not None and len(chat_lp) == scored.usage.prompt_tokens
+                  and chat_lp[0] is None and all(len(p) == 1 for p in chat_lp[1:])
+                  and scored.choices[0].message.content == content,
+                  "chat prompt_logprobs: one per templated prompt token, the answer unchanged")
     stream = client.chat.completions.create(model=SERVED_NAME, messages=messages, max_tokens=16,
                                             temperature=0, stream=True,
                                             stream_options={"include_usage": True})
