@@ -312,8 +312,8 @@ Status Engine::Impl::TakePromptLogprobs(const ScheduledSeq& s, Sequence& seq,
                               std::to_string(first_position + i));
     }
   }
-  requests.OnPromptLogprobs(s.seq_id, *it->second);
   seq.AdvancePromptLogprobs(first_position + rows.count);
+  requests.OnPromptLogprobs(s.seq_id, *it->second, !seq.NeedsPromptLogprobs());
   return Status::Ok();
 }
 

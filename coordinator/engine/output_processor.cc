@@ -135,8 +135,11 @@ CompletionOutcome OutputProcessor::Outcome(const Sequence& seq) {
   return out;
 }
 
-void OutputProcessor::OnPromptLogprobs(std::vector<GeneratedToken> positions) {
+void OutputProcessor::OnPromptLogprobs(std::vector<GeneratedToken> positions, bool complete) {
   for (GeneratedToken& t : positions) prompt_logprobs_.push_back(std::move(t));
+  // Only whole: a request that moves to another instance before its first
+  // token computes them again, and its client must see them once.
+  if (complete && stream_) stream_->PushPromptLogprobs(prompt_logprobs_);
 }
 
 std::string OutputProcessor::Unstreamed() const {

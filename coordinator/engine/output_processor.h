@@ -95,8 +95,9 @@ class OutputProcessor {
   bool OnToken(const Sequence& seq, GeneratedToken token);
 
   // Appends the logprobs of the next prompt tokens (positions after those
-  // already appended; SamplingOptions::prompt_logprobs), for the outcome.
-  void OnPromptLogprobs(std::vector<GeneratedToken> positions);
+  // already appended; SamplingOptions::prompt_logprobs), for the outcome;
+  // `complete`: they were the last, and a stream gets them all now.
+  void OnPromptLogprobs(std::vector<GeneratedToken> positions, bool complete);
   bool has_prompt_logprobs() const { return !prompt_logprobs_.empty(); }
 
   // The finished request's outcome: text, finish and stop reasons, counts

@@ -28,6 +28,15 @@ void OutputStream::Push(std::string_view text, GeneratedToken token) {
   cv_.notify_one();
 }
 
+void OutputStream::PushPromptLogprobs(std::vector<GeneratedToken> prompt_logprobs) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    pending_.prompt_logprobs = std::move(prompt_logprobs);
+  }
+  cv_.notify_one();
+}
+
 void OutputStream::Close(std::string_view final_text, CompletionOutcome outcome) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -42,7 +51,8 @@ void OutputStream::Close(std::string_view final_text, CompletionOutcome outcome)
 OutputStream::Update OutputStream::Take(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] {
-    return !pending_.text.empty() || !pending_.tokens.empty() || pending_.final.has_value();
+    return !pending_.text.empty() || !pending_.tokens.empty() || !pending_.prompt_logprobs.empty() ||
+           pending_.final.has_value();
   });
   Update out = std::move(pending_);
   pending_ = Update{};

@@ -64,11 +64,16 @@ class OutputStream {
   struct Update {
     std::string text;                     // whole UTF-8 characters, safe from stop strings
     std::vector<GeneratedToken> tokens;   // tokens sampled since the last Update
+    // The prompt's logprobs (CompletionOutcome::prompt_logprobs), once, when
+    // all are computed: before the first token.
+    std::vector<GeneratedToken> prompt_logprobs;
     std::optional<CompletionOutcome> final;  // set once: the request ended
   };
 
   // Engine thread: appends new text and the token that produced it.
   void Push(std::string_view text, GeneratedToken token);
+  // Engine thread: the prompt's logprobs, all of them.
+  void PushPromptLogprobs(std::vector<GeneratedToken> prompt_logprobs);
 
   // Engine thread: the request ended (finished or failed). `final_text` is
   // the text not yet pushed (the rest of the answer after a stop-string cut

@@ -102,10 +102,11 @@ bool RequestTable::OnSampled(int instance_id, Sequence& seq, const proto::Sample
   return rs.output->OnToken(seq, TokenOf(sampled, rs.output->logprobs()));
 }
 
-void RequestTable::OnPromptLogprobs(uint64_t id, const proto::PromptLogprobs& logprobs) {
+void RequestTable::OnPromptLogprobs(uint64_t id, const proto::PromptLogprobs& logprobs,
+                                    bool complete) {
   std::vector<GeneratedToken> positions;
   for (const proto::SampledToken& t : logprobs.positions()) positions.push_back(TokenOf(t, true));
-  requests_.at(id).output->OnPromptLogprobs(std::move(positions));
+  requests_.at(id).output->OnPromptLogprobs(std::move(positions), complete);
 }
 
 void RequestTable::MovedTo(uint64_t id, int instance_id) {

@@ -106,9 +106,9 @@ class RequestTable {
   bool OnSampled(int instance_id, Sequence& seq, const proto::SampledToken& sampled);
 
   // Request `id`'s sequence computed the prompt logprobs `logprobs` (the
-  // positions after those it had): passed to its OutputProcessor.
-  // REQUIRES: Contains(id).
-  void OnPromptLogprobs(uint64_t id, const proto::PromptLogprobs& logprobs);
+  // positions after those it had; `complete`: the last ones): passed to its
+  // OutputProcessor. REQUIRES: Contains(id).
+  void OnPromptLogprobs(uint64_t id, const proto::PromptLogprobs& logprobs, bool complete);
 
   // ---- ending ------------------------------------------------------------
   // Ends request `id`, which was on instance `instance_id`, and queues its

@@ -40,7 +40,7 @@ void Reply(httplib::Response& res, int status, const json& body) {
 std::pair<int, json> Error(const ApiError& e) { return {e.http_status, e.ToJson()}; }
 
 bool IsEmpty(const OutputStream::Update& u) {
-  return u.text.empty() && u.tokens.empty() && !u.final.has_value();
+  return u.text.empty() && u.tokens.empty() && u.prompt_logprobs.empty() && !u.final.has_value();
 }
 
 // The bytes of the request's headers as sent ("Name: value\r\n" each),
@@ -489,7 +489,7 @@ void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
   auto state = std::make_shared<StreamState>(StreamState{
       std::move(running),
       StreamRenderer(p.kind, std::move(header), p.include_usage, p.logprobs, *tokenizer_,
-                     int(p.requests.size()), p.n),
+                     int(p.requests.size()), p.n, std::move(p.echo)),
       engine_});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");

@@ -248,9 +248,6 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
                               &prompt_logprobs)) {
     return e;
   }
-  if (prompt_logprobs && out->stream) {
-    return Unsupported("prompt_logprobs", "prompt_logprobs with stream: true");
-  }
   out->prompt_logprobs = prompt_logprobs.value_or(-1);
   out->sampling.prompt_logprobs = out->prompt_logprobs;
   if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
@@ -288,7 +285,6 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
     req.params.sampling.logprobs = true;
     req.params.sampling.num_top_logprobs = *logprobs;
   }
-  if (req.params.stream && req.echo) return Unsupported("echo", "echo with stream: true");
   // echo's logprobs cover the prompt too, with the same number of alternatives.
   const int echo_logprobs = req.echo && logprobs ? *logprobs : -1;
   req.params.sampling.prompt_logprobs = std::max(req.params.prompt_logprobs, echo_logprobs);

@@ -76,7 +76,7 @@ using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 // stop (a string or array of strings), stop_token_ids (ids in the
 // vocabulary), ignore_eos, stream, stream_options ({include_usage: bool},
 // only with stream: true, as vLLM), n (>= 1), prompt_logprobs (vLLM's: an
-// integer in [0, 20], not with stream; into sampling too), and refuses options Headway
+// integer in [0, 20]; into sampling too), and refuses options Headway
 // lacks (best_of > 1). The ranges are vLLM's SamplingParams
 // checks. Returns the first error (400 naming the field), or nullopt.
 std::optional<ApiError> ReadGenerationParams(const nlohmann::json& body,
@@ -90,7 +90,7 @@ std::optional<ApiError> CheckModel(const std::string& model, const CompletionLim
 // Parses and checks everything that does not need the tokenizer: JSON
 // syntax (400), an object body, ReadGenerationParams's fields, logprobs (an
 // integer in [0, 20]: the legacy API's number of top logprobs), echo (a
-// bool; not with stream), suffix ("" only: 400 saying so), the prompt (a string, a list of
+// bool), suffix ("" only: 400 saying so), the prompt (a string, a list of
 // token ids, or a non-empty list of either; an empty or missing one is
 // 400), prompt token ids outside the vocabulary (400), n x prompts over
 // kMaxChoicesPerRequest (400), and the model (CheckModel).

@@ -28,6 +28,35 @@ json StreamRenderer::Chunk(int index, const std::string& text, json logprobs, js
                        std::move(finish_reason), std::move(stop_reason), include_usage_);
 }
 
+std::string StreamRenderer::PromptChunk(int index, Choice& choice,
+                                        const OutputStream::Update& update) {
+  const bool echo = echo_.echo;
+  const bool wants_logprobs = (echo && logprobs_) || echo_.prompt_logprobs >= 0;
+  if (choice.sent_prompt || kind_ != StreamKind::kCompletion || (!echo && !wants_logprobs)) {
+    return "";
+  }
+  const size_t prompt = size_t(index / n_);
+  if (index % n_ == 0) {
+    // Pushed before the first token; a request that fails first has none.
+    if (wants_logprobs && update.prompt_logprobs.empty() && !update.final) return "";
+    prompt_logprobs_[prompt] = update.prompt_logprobs;
+  }
+  choice.sent_prompt = true;
+  const std::vector<GeneratedToken>& prompt_lp = prompt_logprobs_[prompt];
+  json logprobs = nullptr;
+  if (echo && logprobs_) {
+    logprobs = EchoLogprobsJson(echo_.first_token_ids[prompt], prompt_lp, {}, *tokenizer_);
+    choice.text_offset = tokenizer_->TokenBytes(echo_.first_token_ids[prompt]).size() +
+                         TokensByteLength(prompt_lp, *tokenizer_);
+  }
+  json chunk = Chunk(index, echo ? echo_.texts[prompt] : "", std::move(logprobs), nullptr, nullptr);
+  if (echo_.prompt_logprobs >= 0) {
+    chunk["choices"][0]["prompt_logprobs"] =
+        PromptLogprobsJson(prompt_lp, echo_.prompt_logprobs, *tokenizer_);
+  }
+  return SseEvent(chunk);
+}
+
 std::string StreamRenderer::Render(int index, const OutputStream::Update& update) {
   HW_CHECK(index >= 0 && size_t(index) < choices_.size());
   Choice& choice = choices_[size_t(index)];
@@ -39,6 +68,7 @@ std::string StreamRenderer::Render(int index, const OutputStream::Update& update
                                   nullptr, nullptr, include_usage_));
     choice.sent_role = true;
   }
+  if (!failed) out += PromptChunk(index, choice, update);
   json logprobs = Logprobs(choice, update);
   if (!update.final) {
     if (!update.text.empty() || !logprobs.is_null()) {

@@ -124,10 +124,10 @@ TEST(CompletionRequestTest, PromptListsAndN) {
 
 TEST(CompletionRequestTest, UnsupportedOptions) {
   ExpectBadRequest(R"({"prompt": "a", "best_of": 3})", "best_of", "not supported");
-  ExpectBadRequest(R"({"prompt": "a", "echo": true, "stream": true})", "echo",
-                   "echo with stream: true is not supported yet");
-  ExpectBadRequest(R"({"prompt": "a", "prompt_logprobs": 0, "stream": true})",
-                   "prompt_logprobs", "not supported yet");
+  EXPECT_TRUE(Ok(R"({"prompt": "a", "echo": true, "stream": true})").echo);
+  EXPECT_EQ(Ok(R"({"prompt": "a", "prompt_logprobs": 0, "stream": true})")
+                .params.sampling.prompt_logprobs,
+            0);
 }
 
 // echo's logprobs cover the prompt: they ask for prompt logprobs with the

@@ -229,6 +229,38 @@ TEST_F(StreamRendererTest, SeveralChoicesEndTogether) {
   EXPECT_EQ(ev[7], "[DONE]");
 }
 
+// With echo, each choice's first chunk is its prompt: text, logprobs
+// (token 0 null) and prompt_logprobs, those of choice i*n for all its
+// prompt's choices; the generated tokens' offsets follow the prompt's.
+TEST_F(StreamRendererTest, EchoedPromptComesFirst) {
+  int32_t a = tokenizer_->Encode("a", false)[0];
+  int32_t b = tokenizer_->Encode("b", false)[0];
+  PromptEcho echo{true, {"ab"}, {a}, 1};
+  StreamRenderer r(StreamKind::kCompletion, {"cmpl-1", 1, "m"}, false, true, *tokenizer_, 2, 2,
+                   echo);
+  // Nothing can be said before the prompt logprobs arrive.
+  EXPECT_EQ(r.Render(0, Text("")), "");
+  OutputStream::Update first = Text("a", {GeneratedToken{a, -0.5f, {}}});
+  first.prompt_logprobs = {GeneratedToken{b, -3.0f, {{a, -0.1f}}, 7}};
+  std::string sse = r.Render(0, first);
+  sse += r.Render(1, Text("b", {GeneratedToken{b, -0.7f, {}}}));
+  std::vector<json> ev = Events(sse);
+  ASSERT_EQ(ev.size(), 4u) << sse;
+  for (int c : {0, 1}) {
+    const json& prompt = ev[size_t(2 * c)]["choices"][0];
+    EXPECT_EQ(prompt["index"], c);
+    EXPECT_EQ(prompt["text"], "ab");
+    EXPECT_EQ(prompt["logprobs"]["tokens"], json::array({"a", "b"}));
+    EXPECT_TRUE(prompt["logprobs"]["token_logprobs"][0].is_null());
+    EXPECT_FLOAT_EQ(prompt["logprobs"]["token_logprobs"][1].get<float>(), -3.0f);
+    EXPECT_EQ(prompt["prompt_logprobs"][1][std::to_string(b)]["rank"], 7);
+    EXPECT_EQ(prompt["prompt_logprobs"][1].size(), 2u);
+    const json& generated = ev[size_t(2 * c + 1)]["choices"][0];
+    EXPECT_FALSE(generated.contains("prompt_logprobs"));
+    EXPECT_EQ(generated["logprobs"]["text_offset"], json::array({2}));
+  }
+}
+
 TEST_F(StreamRendererTest, ErrorMidStream) {
   StreamRenderer r(StreamKind::kCompletion, {"cmpl-1", 1, "m"}, true, false, *tokenizer_);
   CompletionOutcome o;

@@ -201,6 +201,10 @@ def check_echo(checks, client, base_url):
     checks.expect(all(c.text.startswith(text) and len(c.text) > len(text)
                       for c in plain.choices),
                   "echo prepends the prompt to every choice")
+    streamed = client.completions.create(model=SERVED_NAME, prompt=text, max_tokens=2,
+                                         temperature=0, echo=True, stream=True)
+    pieces = "".join(c.choices[0].text for c in streamed if c.choices)
+    checks.expect(pieces == plain.choices[0].text, "streamed echo equals the plain one")
 
 
 def run_checks(openai, base_url):

@@ -370,7 +370,7 @@ TEST_F(CoordinatorFakeWorkerTest, BadRequestsGetOpenAiErrors) {
   ExpectError(Post(R"({"prompt": "a", "max_tokens": 0})"), 400, "max_tokens");
   ExpectError(Post(R"({"prompt": ""})"), 400, "empty");
   ExpectError(Post(R"({"prompt": "a", "n": 0})"), 400, "n must be in [1, 128]");
-  ExpectError(Post(R"({"prompt": "a", "echo": true, "stream": true})"), 400, "echo");
+  ExpectError(Post(R"({"prompt": "a", "echo": "yes"})"), 400, "echo");
   ExpectError(Post(R"({"prompt": "a", "best_of": 2})"), 400, "not supported yet");
   ExpectError(PostTo("/v1/chat/completions", R"({"messages": []})"), 400, "must not be empty");
   ExpectError(PostTo("/v1/chat/completions", R"({"model": "nope", "messages": [{"role": "user", "content": "x"}]})"),
