@@ -22,6 +22,7 @@
 // line, or a configuration or model error found at startup, 1 for other
 // startup failures.
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <net/if.h>
 #include <netinet/in.h>
 
@@ -229,6 +230,13 @@ int Serve(headway::Engine& engine, headway::ApiServer& api, const headway::Confi
 
 int main(int argc, char** argv) {
   using namespace headway;
+  // Every HTTP connection has a thread, and glibc gives threads arenas of
+  // their own (up to 8 per core): the memory of a large answer (n choices
+  // with prompt logprobs build hundreds of MB of JSON) stayed in its
+  // thread's arena, and RSS grew by that much with each such request
+  // served by another thread. Two arenas bound that at twice the largest
+  // answer; the HTTP threads allocate too little for the lock to matter.
+  mallopt(M_ARENA_MAX, 2);
 
   CLI::App app{"Headway coordinator: OpenAI-compatible API, scheduling and KV allocation"};
   Flags flags;

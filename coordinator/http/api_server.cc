@@ -454,6 +454,15 @@ void ApiServer::Respond(Prepared p, httplib::Response& res) {
   std::vector<Running> running = SubmitChoices(p);
   std::vector<CompletionOutcome> outcomes;
   for (Running& r : running) {
+    // A client that hung up reads no answer: its choices stop computing.
+    while (r.future.wait_for(kStreamPoll) != std::future_status::ready) {
+      if (!HttpListener::PeerClosed()) continue;
+      spdlog::info("client of request {} went away; cancelling it", running.front().request_id);
+      CancelAll(running);
+      HttpListener::CloseAfterResponse();
+      res.status = 499;  // nginx's "client closed request"; nobody reads it
+      return;
+    }
     outcomes.push_back(r.future.get());
     if (!outcomes.back().status.ok()) {
       CancelAll(running);
@@ -476,7 +485,15 @@ void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
   // The first outputs decide the HTTP status: a request refused before it
   // produced anything gets its error as a plain JSON response.
   for (Running& r : running) {
-    while (!r.first || IsEmpty(*r.first)) r.first = r.stream->Take(kStreamPoll);
+    while (!r.first || IsEmpty(*r.first)) {
+      if (HttpListener::PeerClosed()) {  // gone before its first output
+        CancelAll(running);
+        HttpListener::CloseAfterResponse();
+        res.status = 499;
+        return;
+      }
+      r.first = r.stream->Take(kStreamPoll);
+    }
     const OutputStream::Update& first = *r.first;
     if (first.final && !first.final->status.ok() && first.text.empty() && first.tokens.empty()) {
       CancelAll(running);

@@ -26,9 +26,10 @@
 // request's first output (so a request refused at admission still gets its
 // own HTTP status), then sends SSE chunks as the engine pushes text. When a
 // chunk cannot be written (the client went away) the request is cancelled:
-// the engine frees its blocks at its next iteration. A non-streaming
-// client that disconnects is not noticed (httplib gives no signal while the
-// handler waits): its request runs to the end or to request_timeout.
+// the engine frees its blocks at its next iteration. While a handler waits
+// (a non-streaming answer, a stream's first output) it checks every 50 ms
+// whether the client closed its connection (HttpListener::PeerClosed) and
+// then cancels the request the same way.
 #pragma once
 
 #include <atomic>

@@ -31,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 
 // Set by CloseAfterResponse on the connection's own thread.
 thread_local bool close_after_response = false;
+// The socket of the connection whose request this thread handles; -1 outside one.
+thread_local int current_fd = -1;
 
 // Linux caps it at net.core.somaxconn. httplib's own is 5, which 32
 // clients connecting at once overflowed.
@@ -382,6 +384,13 @@ void HttpListener::Stop() {
 
 void HttpListener::CloseAfterResponse() { close_after_response = true; }
 
+bool HttpListener::PeerClosed() {
+  if (current_fd < 0) return false;
+  pollfd p{current_fd, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 void HttpListener::RefuseBusy(int fd) const {
   if (tls_ == nullptr) {
     static const std::string body =
@@ -417,8 +426,10 @@ void HttpListener::ServeConnection(int fd) {
   while (connection.WaitForRequest(wait)) {
     bool connection_closed = false;
     close_after_response = false;
+    current_fd = fd;
     const bool ok = process_request(connection, /*close_connection=*/stopping_.load(),
                                     connection_closed, nullptr);
+    current_fd = -1;
     if (!ok || connection_closed || close_after_response || connection.read_failed() ||
         stopping_) {
       break;

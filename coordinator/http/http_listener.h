@@ -75,6 +75,12 @@ class HttpListener final : public httplib::Server {
   // is written. REQUIRES: called from a handler (the connection's thread).
   static void CloseAfterResponse();
 
+  // True when the client of the request being handled has closed its end
+  // of the connection (or reset it): nobody will read the response. A
+  // client that only shut down its sending side counts as gone, as in
+  // uvicorn. False outside a handler. Never blocks.
+  static bool PeerClosed();
+
   // Connections accepted and not yet closed. Thread-safe.
   int num_open_connections() const { return num_open_.load(); }
 

@@ -179,6 +179,26 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
 
   // Sends a streaming request over a raw socket, reads until the first SSE
   // event has arrived, then resets the connection. True if an event came.
+  // Sends `body` to /v1/completions, waits `wait`, then closes the
+  // connection without reading the answer.
+  void PostAndHangUp(const json& body, milliseconds wait) const {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(http_port_));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      std::string text = body.dump();
+      std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Content-Type: application/json\r\nContent-Length: " +
+                            std::to_string(text.size()) + "\r\n\r\n" + text;
+      (void)send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(wait);
+    }
+    close(fd);
+  }
+
   bool StreamAndHangUp(const json& body) const {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return false;
@@ -655,6 +675,35 @@ TEST_F(CoordinatorFakeWorkerTest, AbortedStreamsFreeTheirBlocks) {
   EXPECT_TRUE(worker_->errors().empty()) << worker_->errors().front();
 
   // The server still serves.
+  Reply r = Post(R"({"prompt": "Hi", "max_tokens": 2})");
+  EXPECT_EQ(r.status, 200) << r.body.dump();
+}
+
+// A client that closes its connection while it waits for a whole answer
+// (no stream), or for a stream's first output, has its request cancelled:
+// blocks come back long before the request could have finished.
+TEST_F(CoordinatorFakeWorkerTest, ClientsThatHangUpBeforeTheAnswerAreCancelled) {
+  constexpr int kStepDelayMs = 20;
+  constexpr int kMaxTokens = 200;
+  StartWorker(-1, kStepDelayMs);
+  ASSERT_TRUE(WaitHealth(200));
+  const int free_at_start = FreeBlocks();
+  const auto start = Clock::now();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&, i] {
+      json body = {{"prompt", "client " + std::to_string(i) + " hangs up"},
+                   {"max_tokens", kMaxTokens}, {"ignore_eos", true}, {"n", 1 + i % 2}};
+      PostAndHangUp(body, milliseconds(200));
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(WaitFreeBlocks(free_at_start, milliseconds(kMaxTokens * kStepDelayMs / 2)))
+      << "free blocks " << FreeBlocks() << " of " << free_at_start;
+  EXPECT_LT(Clock::now() - start, milliseconds(kMaxTokens * kStepDelayMs));
+  Reply health = Get("/health");
+  EXPECT_EQ(health.body["instances"][0]["num_running"], 0);
+  EXPECT_EQ(health.body["instances"][0]["num_waiting"], 0);
   Reply r = Post(R"({"prompt": "Hi", "max_tokens": 2})");
   EXPECT_EQ(r.status, 200) << r.body.dump();
 }
