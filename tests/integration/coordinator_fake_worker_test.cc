@@ -182,49 +182,46 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
   // Sends `body` to /v1/completions, waits `wait`, then closes the
   // connection without reading the answer.
   void PostAndHangUp(const json& body, milliseconds wait) const {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = SendCompletion(body);
     if (fd < 0) return;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(uint16_t(http_port_));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      std::string text = body.dump();
-      std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                            "Content-Type: application/json\r\nContent-Length: " +
-                            std::to_string(text.size()) + "\r\n\r\n" + text;
-      (void)send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-      std::this_thread::sleep_for(wait);
-    }
+    std::this_thread::sleep_for(wait);
     close(fd);
   }
 
-  bool StreamAndHangUp(const json& body) const {
+  // Connects to the API and sends `body` to /v1/completions: the socket, or
+  // -1 when it could not connect or send (nothing to close then).
+  int SendCompletion(const json& body) const {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return false;
+    if (fd < 0) return -1;
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(uint16_t(http_port_));
     inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    bool got_event = false;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      std::string text = body.dump();
-      std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                            "Content-Type: application/json\r\nContent-Length: " +
-                            std::to_string(text.size()) + "\r\n\r\n" + text;
-      if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
-        std::string received;
-        char buf[4096];
-        timeval tv{10, 0};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        while (received.find("data: ") == std::string::npos) {
-          ssize_t n = recv(fd, buf, sizeof(buf), 0);
-          if (n <= 0) break;
-          received.append(buf, size_t(n));
-        }
-        got_event = received.find("data: ") != std::string::npos;
-      }
+    const std::string text = body.dump();
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " +
+                                std::to_string(text.size()) + "\r\n\r\n" + text;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+      close(fd);
+      return -1;
     }
+    return fd;
+  }
+
+  bool StreamAndHangUp(const json& body) const {
+    const int fd = SendCompletion(body);
+    if (fd < 0) return false;
+    std::string received;
+    char buf[4096];
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (received.find("data: ") == std::string::npos) {
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      received.append(buf, size_t(n));
+    }
+    const bool got_event = received.find("data: ") != std::string::npos;
     linger hard{1, 0};  // close with RST: the server's next write fails at once
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
     close(fd);
