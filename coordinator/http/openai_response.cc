@@ -1,5 +1,7 @@
 #include "coordinator/http/openai_response.h"
 
+#include <algorithm>
+
 namespace headway {
 
 using nlohmann::json;
@@ -46,9 +48,15 @@ json StopReasonJson(const CompletionOutcome& o) {
   return nullptr;
 }
 
-size_t TokensByteLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer) {
+size_t TextLength(std::string_view bytes) {
+  // A character per byte that does not continue one (UTF-8: 10xxxxxx).
+  return size_t(std::count_if(bytes.begin(), bytes.end(),
+                              [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+size_t TokensTextLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer) {
   size_t n = 0;
-  for (const GeneratedToken& t : tokens) n += tokenizer.TokenBytes(t.token_id).size();
+  for (const GeneratedToken& t : tokens) n += TextLength(tokenizer.TokenBytes(t.token_id));
   return n;
 }
 
@@ -62,9 +70,11 @@ json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens, const Tok
     logprobs.push_back(t.logprob);
     json top = json::object();
     for (const auto& [id, lp] : t.top_logprobs) top[TokenString(tokenizer, id)] = lp;
+    // OpenAI's legacy shape always holds the chosen token (up to k + 1 entries).
+    if (!top.contains(text)) top[text] = t.logprob;
     tops.push_back(std::move(top));
     offsets.push_back(offset);
-    offset += text.size();
+    offset += TextLength(text);
   }
   return {{"tokens", texts}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
@@ -88,7 +98,7 @@ json EchoLogprobsJson(int32_t first_token_id, const std::vector<GeneratedToken>&
   std::vector<GeneratedToken> all = prompt;
   all.insert(all.end(), tokens.begin(), tokens.end());
   const std::string first = TokenString(tokenizer, first_token_id);
-  json rest = CompletionLogprobsJson(all, tokenizer, first.size());
+  json rest = CompletionLogprobsJson(all, tokenizer, TextLength(first));
   json texts = json::array({first}), logprobs = json::array({nullptr});
   json tops = json::array({nullptr}), offsets = json::array({0});
   for (json& v : rest["tokens"]) texts.push_back(std::move(v));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,9 +37,13 @@ nlohmann::json UsageJson(const std::vector<CompletionOutcome>& choices, int n);
 nlohmann::json StopReasonJson(const CompletionOutcome& outcome);
 
 // Legacy completions logprobs of `tokens`: {"tokens", "token_logprobs",
-// "top_logprobs": [{token text: logprob}], "text_offset"}. Offsets are byte
-// offsets into the completion text, starting at `first_offset`; token texts
-// are the tokens' bytes (invalid UTF-8 is replaced when serialised).
+// "top_logprobs": [{token text: logprob}], "text_offset"}; each top_logprobs
+// entry holds the token's top alternatives and the token itself, as
+// OpenAI's (up to k + 1 entries). Offsets count characters (Unicode code
+// points, as OpenAI's and vLLM's) from `first_offset`, over the tokens'
+// texts: a byte-level token that holds part of a character counts it when
+// it holds its first byte. Token texts are the tokens' bytes (invalid UTF-8
+// is replaced when serialised).
 nlohmann::json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens,
                                       const Tokenizer& tokenizer, size_t first_offset);
 
@@ -47,8 +52,11 @@ nlohmann::json CompletionLogprobsJson(const std::vector<GeneratedToken>& tokens,
 nlohmann::json ChatLogprobsJson(const std::vector<GeneratedToken>& tokens,
                                 const Tokenizer& tokenizer);
 
-// Total byte length of the tokens' texts (advances text_offset).
-size_t TokensByteLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
+// Characters of `bytes` as text_offset counts them: the bytes that do not
+// continue a UTF-8 character.
+size_t TextLength(std::string_view bytes);
+// TextLength of the tokens' texts together (advances text_offset).
+size_t TokensTextLength(const std::vector<GeneratedToken>& tokens, const Tokenizer& tokenizer);
 
 // What a completions response repeats of its prompts (echo) and the
 // prompt logprobs it returns. The prompt logprobs of prompt i are those of

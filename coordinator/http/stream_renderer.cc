@@ -12,7 +12,7 @@ json StreamRenderer::Logprobs(Choice& choice, const OutputStream::Update& update
   if (!logprobs_ || update.tokens.empty()) return nullptr;
   if (kind_ == StreamKind::kChat) return ChatLogprobsJson(update.tokens, *tokenizer_);
   json out = CompletionLogprobsJson(update.tokens, *tokenizer_, choice.text_offset);
-  choice.text_offset += TokensByteLength(update.tokens, *tokenizer_);
+  choice.text_offset += TokensTextLength(update.tokens, *tokenizer_);
   return out;
 }
 
@@ -46,8 +46,8 @@ std::string StreamRenderer::PromptChunk(int index, Choice& choice,
   json logprobs = nullptr;
   if (echo && logprobs_) {
     logprobs = EchoLogprobsJson(echo_.first_token_ids[prompt], prompt_lp, {}, *tokenizer_);
-    choice.text_offset = tokenizer_->TokenBytes(echo_.first_token_ids[prompt]).size() +
-                         TokensByteLength(prompt_lp, *tokenizer_);
+    choice.text_offset = TextLength(tokenizer_->TokenBytes(echo_.first_token_ids[prompt])) +
+                         TokensTextLength(prompt_lp, *tokenizer_);
   }
   json chunk = Chunk(index, echo ? echo_.texts[prompt] : "", std::move(logprobs), nullptr, nullptr);
   if (echo_.prompt_logprobs >= 0) {

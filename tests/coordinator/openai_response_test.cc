@@ -31,8 +31,22 @@ TEST(OpenAiResponseTest, EchoLogprobsStartWithTheNullFirstToken) {
   EXPECT_EQ(j["tokens"], json({"ab", "bc", "x"}));
   EXPECT_EQ(j["token_logprobs"], json({nullptr, -1.5, -0.25}));
   EXPECT_EQ(j["top_logprobs"][0], json(nullptr));
-  EXPECT_EQ(j["top_logprobs"][1], json({{"abc", -0.5}}));
+  EXPECT_EQ(j["top_logprobs"][1], json({{"abc", -0.5}, {"bc", -1.5}}));  // and the token itself
+  EXPECT_EQ(j["top_logprobs"][2], json({{"x", -0.25}}));
   EXPECT_EQ(j["text_offset"], json({0, 2, 4}));
+}
+
+// text_offset counts characters, as OpenAI's: "é" (2 bytes) and "🙂" (4)
+// advance it by one; a token holding a character's last bytes adds none.
+TEST(OpenAiResponseTest, TextOffsetsCountCharacters) {
+  std::unique_ptr<Tokenizer> t = Tiny();
+  EXPECT_EQ(TextLength("caf\xc3\xa9"), 4u);
+  EXPECT_EQ(TextLength("\xf0\x9f\x99\x82!"), 2u);
+  EXPECT_EQ(TextLength("\x99\x82"), 0u);
+  // Byte tokens 0xC3 0xA9 ("é" split in two), then "a".
+  const json j = CompletionLogprobsJson(
+      {Token(0xC3, -1.0f, {}), Token(0xA9, -1.0f, {}), Token('a', -1.0f, {})}, *t, 3);
+  EXPECT_EQ(j["text_offset"], json({3, 4, 4}));
 }
 
 // vLLM's shape: null, then per token a map from token id to logprob, rank
