@@ -471,6 +471,12 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
       Sample(plan, *staged, &result);
       FillPromptLogprobs(plan, *staged, &result);
     }
+    // Up to kMaxPromptLogprobRowsPerStep more rows than a step samples
+    // (64 MiB for Gemma 3): not kept for the steps after.
+    if (!staged->prompt_seqs.empty()) {
+      logits_.clear();
+      logits_.shrink_to_fit();
+    }
   }
   // Commit.
   for (SequenceState& s : staged->states) {

@@ -79,8 +79,8 @@ class StepExecutor {
   std::optional<uint64_t> last_step_id() const { return last_step_id_; }
 
   // Logits of the last successful step's sampled rows, in plan order of the
-  // sequences with sample = true, then of its prompt logprob rows:
-  // [num_sampled + num_prompt_rows, vocab_size] f32; rows the
+  // sequences with sample = true: [num_sampled, vocab_size] f32 (empty after
+  // a step with prompt logprob rows, whose logits are not kept); rows the
   // model picked on its device (ForwardModel::device_picks) may be unfilled.
   // For tests.
   const std::vector<float>& TEST_last_logits() const { return logits_; }
