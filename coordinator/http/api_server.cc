@@ -413,8 +413,18 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::PrepareChat(const std::st
   // vLLM's chat default: whatever max_model_len leaves.
   std::vector<std::vector<int32_t>> prompts;
   prompts.push_back(std::move(std::get<std::vector<int32_t>>(ids)));
-  return Finish(StreamKind::kChat, std::move(prompts), req.params,
-                std::numeric_limits<int>::max());
+  std::variant<Prepared, ApiError> p = Finish(StreamKind::kChat, std::move(prompts), req.params,
+                                              std::numeric_limits<int>::max());
+  auto* prepared = std::get_if<Prepared>(&p);
+  if (prepared != nullptr && req.echo) {
+    // vLLM's rule: the answer's role is the assistant's after a generation
+    // prompt, else the last message's (the answer continues it).
+    const ChatMessage& last = req.messages.back();
+    const std::string role = req.add_generation_prompt ? "assistant" : last.role;
+    prepared->echo.echo = true;
+    prepared->echo.texts = {last.role == role ? last.content : std::string()};
+  }
+  return p;
 }
 
 std::vector<ApiServer::Running> ApiServer::SubmitChoices(Prepared& p) {
@@ -474,7 +484,8 @@ void ApiServer::Respond(Prepared p, httplib::Response& res) {
                         options_.served_model_name};
   json body = p.kind == StreamKind::kChat
                   ? ChatResponseJson(header, outcomes, *tokenizer_, p.logprobs,
-                                     p.echo.prompt_logprobs)
+                                     p.echo.prompt_logprobs,
+                                     p.echo.echo ? p.echo.texts.front() : std::string())
                   : CompletionResponseJson(header, outcomes, p.n, *tokenizer_, p.logprobs,
                                            &p.echo);
   Reply(res, 200, body);

@@ -73,6 +73,7 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
   ChatRequest req;
   bool parallel_tool_calls = true;  // checked, no effect without tools
   if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
+  if (auto e = ReadBool(body, "echo", &req.echo)) return *e;
   if (req.params.stream && req.params.prompt_logprobs >= 0) {
     return Unsupported("prompt_logprobs", "prompt_logprobs with stream: true");
   }

@@ -17,6 +17,10 @@ struct ChatRequest {
   GenerationParams params;
   std::vector<ChatMessage> messages;  // non-empty
   bool add_generation_prompt = true;  // vLLM extension; OpenAI always true
+  // vLLM extension: each answer starts with the last message's content when
+  // that message has the answer's role (assistant with
+  // add_generation_prompt, else the last message's own).
+  bool echo = false;
 };
 
 using ParsedChat = std::variant<ChatRequest, ApiError>;

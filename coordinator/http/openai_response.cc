@@ -162,12 +162,13 @@ json CompletionResponseJson(const ResponseHeader& h, const std::vector<Completio
 }
 
 json ChatResponseJson(const ResponseHeader& h, const std::vector<CompletionOutcome>& choices,
-                      const Tokenizer& tokenizer, bool logprobs, int prompt_logprobs) {
+                      const Tokenizer& tokenizer, bool logprobs, int prompt_logprobs,
+                      const std::string& echo_text) {
   json out = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const CompletionOutcome& o = choices[i];
     out.push_back({{"index", i},
-                   {"message", {{"role", "assistant"}, {"content", o.text}}},
+                   {"message", {{"role", "assistant"}, {"content", echo_text + o.text}}},
                    {"logprobs", logprobs ? ChatLogprobsJson(o.tokens, tokenizer) : json(nullptr)},
                    {"finish_reason", FinishReasonJson(o.finish_reason)},
                    {"stop_reason", StopReasonJson(o)}});

@@ -96,10 +96,12 @@ nlohmann::json CompletionResponseJson(const ResponseHeader& header,
 // assistant, content}; every choice answers the one prompt. With
 // `prompt_logprobs` >= 0 (vLLM's field) the response has vLLM's top-level
 // prompt_logprobs (PromptLogprobsJson) from the first choice.
+// `echo_text` (vLLM's chat echo) starts every choice's content; its
+// logprobs cover the generated tokens only.
 nlohmann::json ChatResponseJson(const ResponseHeader& header,
                                 const std::vector<CompletionOutcome>& choices,
                                 const Tokenizer& tokenizer, bool logprobs,
-                                int prompt_logprobs = -1);
+                                int prompt_logprobs = -1, const std::string& echo_text = "");
 
 // A streamed chunk of a completion: object "text_completion", choices
 // [{index, text, logprobs, finish_reason, stop_reason}]. `logprobs` and

@@ -35,7 +35,7 @@ const std::vector<RequestField>& RequestFields() {
       {"user", S::kNoEffect, true, true},
       // Completions.
       {"prompt", S::kSupported, true, false},
-      {"echo", S::kSupported, true, false},
+      {"echo", S::kSupported, true, true},
       {"prompt_logprobs", S::kSupported, true, true},
       {"suffix", S::kSupported, true, false},   // "" only
       {"best_of", S::kSupported, true, false},  // 1 only, for now

@@ -31,10 +31,14 @@ json StreamRenderer::Chunk(int index, const std::string& text, json logprobs, js
 std::string StreamRenderer::PromptChunk(int index, Choice& choice,
                                         const OutputStream::Update& update) {
   const bool echo = echo_.echo;
-  const bool wants_logprobs = (echo && logprobs_) || echo_.prompt_logprobs >= 0;
-  if (choice.sent_prompt || kind_ != StreamKind::kCompletion || (!echo && !wants_logprobs)) {
-    return "";
+  if (choice.sent_prompt) return "";
+  if (kind_ == StreamKind::kChat) {  // vLLM's chat echo: the text alone
+    choice.sent_prompt = true;
+    if (!echo || echo_.texts.front().empty()) return "";
+    return SseEvent(Chunk(index, echo_.texts.front(), nullptr, nullptr, nullptr));
   }
+  const bool wants_logprobs = (echo && logprobs_) || echo_.prompt_logprobs >= 0;
+  if (!echo && !wants_logprobs) return "";
   const size_t prompt = size_t(index / n_);
   if (index % n_ == 0) {
     // Pushed before the first token; a request that fails first has none.

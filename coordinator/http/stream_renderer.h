@@ -5,7 +5,8 @@
 //         echo or prompt_logprobs (PromptEcho) a choice's first chunk holds
 //         its prompt text, the prompt's logprobs and vLLM's prompt_logprobs;
 //   chat: a first chat.completion.chunk with delta {role: "assistant",
-//         content: ""}, then delta {content} chunks;
+//         content: ""}, then (vLLM's echo) the echoed last message, then
+//         delta {content} chunks;
 // then per choice a chunk with finish_reason (and stop_reason); once all
 // have finished, with stream_options.include_usage one more chunk with
 // empty choices and the usage of them all, and `data: [DONE]`. A request that fails mid-stream sends

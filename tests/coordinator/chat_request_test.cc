@@ -95,7 +95,9 @@ TEST(ChatRequestTest, Errors) {
   ExpectBadRequest(with(R"("tool_choice": "required")"), "tool_choice", "not supported yet");
   ExpectBadRequest(with(R"("parallel_tool_calls": 1)"), "parallel_tool_calls", "boolean");
   ExpectBadRequest(with(R"("guided_choice": ["a", "b"])"), "guided_choice", "not supported yet");
-  ExpectBadRequest(with(R"("echo": true)"), "echo", "not supported yet");
+  EXPECT_TRUE(Ok(with(R"("echo": true)")).echo);
+  EXPECT_FALSE(Ok(with(R"("echo": false)")).echo);
+  ExpectBadRequest(with(R"("echo": "yes")"), "echo", "boolean");
   EXPECT_EQ(Ok(with(R"("prompt_logprobs": 1)")).params.sampling.prompt_logprobs, 1);
   ExpectBadRequest(with(R"("prompt_logprobs": 1, "stream": true)"), "prompt_logprobs",
                    "prompt_logprobs with stream: true is not supported yet");

@@ -102,5 +102,15 @@ TEST(OpenAiResponseTest, ChatPromptLogprobsAreTopLevel) {
   EXPECT_FALSE(ChatResponseJson({"chatcmpl-1", 0, "m"}, {o}, *t, false).contains("prompt_logprobs"));
 }
 
+// vLLM's chat echo: the content starts with the echoed message.
+TEST(OpenAiResponseTest, ChatEchoStartsTheContent) {
+  std::unique_ptr<Tokenizer> t = Tiny();
+  CompletionOutcome o;
+  o.text = " world";
+  const json j = ChatResponseJson({"chatcmpl-1", 0, "m"}, {o, o}, *t, false, -1, "Hello");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_EQ(j["choices"][1]["message"]["content"], "Hello world");
+}
+
 }  // namespace
 }  // namespace headway

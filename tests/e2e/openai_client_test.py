@@ -258,6 +258,24 @@ def run_checks(openai, base_url):
                   and chat_lp[0] is None and all(len(p) == 1 for p in chat_lp[1:])
                   and scored.choices[0].message.content == content,
                   "chat prompt_logprobs: one per templated prompt token, the answer unchanged")
+    # vLLM's chat echo: an answer after an assistant message (no generation
+    # prompt) starts with it; the template closes that message, so what
+    # follows may well be nothing.
+    partial = messages + [{"role": "assistant", "content": "The primary colours are"}]
+    echo_extra = {"echo": True, "add_generation_prompt": False}
+    echoed_chat = client.chat.completions.create(model=SERVED_NAME, messages=partial,
+                                                 max_tokens=4, temperature=0,
+                                                 extra_body=echo_extra)
+    echoed_content = echoed_chat.choices[0].message.content
+    streamed_chat = client.chat.completions.create(model=SERVED_NAME, messages=partial,
+                                                   max_tokens=4, temperature=0, stream=True,
+                                                   extra_body=echo_extra)
+    streamed_content = "".join(c.choices[0].delta.content or "" for c in streamed_chat
+                               if c.choices)
+    checks.expect(echoed_content.startswith("The primary colours are")
+                  and streamed_content == echoed_content,
+                  "chat echo starts with the last message, streamed too (%r)"
+                  % echoed_content)
     stream = client.chat.completions.create(model=SERVED_NAME, messages=messages, max_tokens=16,
                                             temperature=0, stream=True,
                                             stream_options={"include_usage": True})
