@@ -321,10 +321,11 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
                                       std::to_string(params.min_tokens) + ".",
                                   "min_tokens");
     }
+    p.score_only = std::get<int>(max_tokens) == 0;
     for (int j = 0; j < params.n; ++j) {
       EngineRequest er;
       er.prompt_ids = ids;
-      er.max_tokens = std::get<int>(max_tokens);
+      er.max_tokens = std::max(1, std::get<int>(max_tokens));
       er.sampling = params.sampling;
       if (er.sampling.seed) *er.sampling.seed += uint64_t(j);
       // The first choice computes the prompt logprobs; the others find its
@@ -478,6 +479,17 @@ void ApiServer::Respond(Prepared p, httplib::Response& res) {
       CancelAll(running);
       const ApiError error = ApiErrorFromStatus(outcomes.back().status);
       return Reply(res, error.http_status, error.ToJson());
+    }
+  }
+  if (p.score_only) {
+    for (CompletionOutcome& o : outcomes) {
+      o.text.clear();
+      o.tokens.clear();
+      o.output_ids.clear();
+      o.num_output_tokens = 0;
+      o.finish_reason = FinishReason::kLength;
+      o.stop_reason.clear();
+      o.stop_token_id = -1;
     }
   }
   ResponseHeader header{NewId(p.kind == StreamKind::kChat ? "chatcmpl" : "cmpl"), UnixSeconds(),

@@ -153,7 +153,11 @@ class ApiServer {
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
-    PromptEcho echo;  // completions only
+    PromptEcho echo;
+    // max_tokens 0 with echo: the prompt alone. Each choice runs with
+    // max_tokens 1 (its prefill gives the prompt logprobs) and the answer
+    // drops what it generated (ScoreOnly).
+    bool score_only = false;
   };
 
   // A submitted choice.

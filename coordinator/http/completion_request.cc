@@ -236,7 +236,9 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
   if (const json* user = Field(body, "user"); user && !user->is_string()) {
     return WrongType("user", "a string");
   }
-  if (auto e = ReadIntInRange(body, "max_tokens", 1, std::numeric_limits<int64_t>::max(),
+  // 0 is read here and refused after, unless a completions echo asks for
+  // the prompt alone (ParseCompletionRequest).
+  if (auto e = ReadIntInRange(body, "max_tokens", 0, std::numeric_limits<int64_t>::max(),
                               "must be at least 1", &out->max_tokens)) {
     return e;
   }
@@ -284,6 +286,10 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
   if (logprobs) {
     req.params.sampling.logprobs = true;
     req.params.sampling.num_top_logprobs = *logprobs;
+  }
+  if (req.params.max_tokens == 0 && (!req.echo || req.params.stream)) {
+    if (req.echo) return Unsupported("max_tokens", "max_tokens: 0 with stream: true");
+    return ApiError::BadRequest("max_tokens must be at least 1, got 0.", "max_tokens");
   }
   // echo's logprobs cover the prompt too, with the same number of alternatives.
   const int echo_logprobs = req.echo && logprobs ? *logprobs : -1;

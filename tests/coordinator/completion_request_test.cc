@@ -151,6 +151,13 @@ TEST(CompletionRequestTest, EchoAndPromptLogprobs) {
   ExpectBadRequest(R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs", "[0, 20]");
   ExpectBadRequest(R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs", "[0, 20]");
   ExpectBadRequest(R"({"prompt": "a", "echo": 1})", "echo", "boolean");
+  // max_tokens 0: the prompt alone, with echo only (vLLM's scoring form).
+  EXPECT_EQ(Ok(R"({"prompt": "a", "echo": true, "max_tokens": 0})").params.max_tokens, 0);
+  ExpectBadRequest(R"({"prompt": "a", "max_tokens": 0})", "max_tokens",
+                   "max_tokens must be at least 1, got 0.");
+  ExpectBadRequest(R"({"prompt": "a", "echo": true, "max_tokens": 0, "stream": true})",
+                   "max_tokens", "max_tokens: 0 with stream: true is not supported yet");
+  ExpectBadRequest(R"({"prompt": "a", "max_tokens": -1})", "max_tokens", "at least 1");
 }
 
 TEST(CompletionRequestTest, LogitProcessors) {

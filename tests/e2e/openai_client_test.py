@@ -192,6 +192,12 @@ def check_echo(checks, client, base_url):
         if prompt_lp is not None:
             worst = max(worst, abs(prompt_lp[i][str(ids[i])]["logprob"] - want))
     checks.expect(worst <= 1e-4, "echo logprobs equal the prefixes' own (worst diff %g)" % worst)
+    scored = client.completions.create(model=SERVED_NAME, prompt=ids, max_tokens=0,
+                                       temperature=0, echo=True, logprobs=1)
+    checks.expect(scored.choices[0].logprobs.token_logprobs == lp.token_logprobs[:len(ids)]
+                  and scored.usage.completion_tokens == 0
+                  and scored.choices[0].finish_reason == "length",
+                  "max_tokens 0 with echo scores the prompt alone")
     again = client.completions.create(model=SERVED_NAME, prompt=ids, max_tokens=1,
                                       temperature=0, echo=True, logprobs=1)
     checks.expect(again.choices[0].logprobs.token_logprobs == lp.token_logprobs,
