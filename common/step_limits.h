@@ -2,12 +2,22 @@
 // workers must agree on.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 namespace headway {
 
-// Most prompt rows of one step whose logprobs are computed (prompt_logprobs,
-// completions' echo), over all its sequences. Their logits exist at once on
-// TP rank 0: 64 rows of Gemma 3's 262,144-token vocabulary are 64 MiB of f32.
-// A longer prompt takes more steps.
-inline constexpr int kMaxPromptLogprobRowsPerStep = 64;
+// Bytes of f32 logits that the prompt logprob rows of one step (prompt_logprobs,
+// completions' echo) may take at once on TP rank 0, over all its sequences.
+inline constexpr int64_t kPromptLogprobLogitBytesPerStep = int64_t{64} << 20;
+
+// Most prompt logprob rows of one step for a vocabulary of `vocab_size`
+// tokens: as many as fit kPromptLogprobLogitBytesPerStep, and at least 16
+// (Gemma 3's 262,144 tokens: 64 rows; SmolLM2's 49,152: 341). A longer
+// prompt takes more steps.
+inline int MaxPromptLogprobRowsPerStep(int vocab_size) {
+  const int64_t row_bytes = 4 * int64_t(std::max(1, vocab_size));
+  return int(std::clamp<int64_t>(kPromptLogprobLogitBytesPerStep / row_bytes, 16, 1 << 20));
+}
 
 }  // namespace headway

@@ -283,11 +283,12 @@ Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan
     }
     staged.prompt_seqs.push_back(i);
   }
-  if (num_prompt_rows > kMaxPromptLogprobRowsPerStep) {
+  const int max_prompt_rows = MaxPromptLogprobRowsPerStep(model_->vocab_size());
+  if (num_prompt_rows > max_prompt_rows) {
     return Status::InvalidArgument("step " + std::to_string(plan.step_id()) + " has " +
                                    std::to_string(num_prompt_rows) +
                                    " prompt logprob rows, more than " +
-                                   std::to_string(kMaxPromptLogprobRowsPerStep));
+                                   std::to_string(max_prompt_rows));
   }
   if (int64_t(staged.logit_rows.size()) > model_->max_logit_rows()) {
     return Status::InvalidArgument(
@@ -471,8 +472,8 @@ proto::StepResult StepExecutor::Execute(const proto::StepPlan& plan) {
       Sample(plan, *staged, &result);
       FillPromptLogprobs(plan, *staged, &result);
     }
-    // Up to kMaxPromptLogprobRowsPerStep more rows than a step samples
-    // (64 MiB for Gemma 3): not kept for the steps after.
+    // Up to kPromptLogprobLogitBytesPerStep more than a step samples: not
+    // kept for the steps after.
     if (!staged->prompt_seqs.empty()) {
       logits_.clear();
       logits_.shrink_to_fit();

@@ -63,7 +63,7 @@ class StepExecutor {
   //   ApplySlotDelta); a position written or attended without a block (see
   //   CheckBlocksCover); bad sampling parameters; prompt logprob rows outside
   //   the sequence's tokens, with a token id out of range or more than
-  //   kMaxPromptLogprobRowsPerStep in the step (common/step_limits.h), or
+  //   MaxPromptLogprobRowsPerStep(vocab_size) in the step (common/step_limits.h), or
   //   more logit rows than the model computes at once
   //   (ForwardModel::max_logit_rows).
   // Sequences in released_seq_ids are forgotten after the step (unknown ids

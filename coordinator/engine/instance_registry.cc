@@ -1,5 +1,7 @@
 #include "coordinator/engine/instance_registry.h"
 
+#include "common/step_limits.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -96,6 +98,7 @@ bool InstanceRegistry::Register(Instance& inst, const std::string& peer,
   auto kv = std::make_unique<KvCacheManager>(spec_, inst.tp_size, config_.block_size, num_blocks,
                                              kv_options, counters);
   SchedulerConfig sc{config_.max_num_seqs, config_.max_num_batched_tokens};
+  sc.max_prompt_logprob_rows = MaxPromptLogprobRowsPerStep(spec_.vocab_size);
   sc.admission = config_.admission_policy == "max_utilization"
                      ? SchedulerConfig::Admission::kMaxUtilization
                      : SchedulerConfig::Admission::kGuaranteedNoEvict;

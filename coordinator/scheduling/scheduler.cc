@@ -6,7 +6,6 @@
 #include <limits>
 #include <string>
 
-#include "common/step_limits.h"
 
 namespace headway {
 namespace {
@@ -145,7 +144,7 @@ ScheduledSeq Scheduler::Plan(Sequence& seq, int num_tokens,
 ScheduledBatch Scheduler::Schedule() {
   ScheduledBatch batch;
   int budget = config_.max_num_batched_tokens;
-  int prompt_rows = kMaxPromptLogprobRowsPerStep;
+  int prompt_rows = config_.max_prompt_logprob_rows;
   RecycleBlocks();
   // Running sequences first; then waiting ones, unless this step had to
   // preempt (the pool is short; a preempted sequence must not restart in

@@ -61,6 +61,9 @@ struct SchedulerConfig {
   // Config key scheduler.admission_policy (class comment).
   enum class Admission { kGuaranteedNoEvict, kMaxUtilization };
   Admission admission = Admission::kGuaranteedNoEvict;
+  // Prompt logprob rows per step, over all sequences: the workers'
+  // MaxPromptLogprobRowsPerStep(vocab_size) (common/step_limits.h).
+  int max_prompt_logprob_rows = 64;
 };
 
 // Prefix cache counters since the scheduler started (vLLM's
@@ -194,8 +197,8 @@ class Scheduler {
   // partial prefills. One that finds no blocks preempts the newest running
   // sequences (itself, if it is the newest: then nothing after it runs).
   // Returns true if anything was preempted. `prompt_rows`: the prompt
-  // logprob rows this step may still compute (kMaxPromptLogprobRowsPerStep
-  // in all, common/step_limits.h); both budgets shrink by what is planned.
+  // logprob rows this step may still compute (max_prompt_logprob_rows in
+  // all); both budgets shrink by what is planned.
   bool ScheduleRunning(ScheduledBatch* batch, int* budget, int* prompt_rows);
   // Waiting sequences, FCFS, each from its longest cached prefix, while
   // fewer than max_num_seqs run; stops at the first that finds no blocks

@@ -6,7 +6,6 @@
 #include <random>
 #include <set>
 
-#include "common/step_limits.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {
@@ -355,9 +354,11 @@ TEST(SchedulerTest, PrefixHitSkipsTheCachedPrefill) {
 }
 
 // A sequence that wants prompt logprobs computes its prompt from position 0
-// (a cached position has no logits), at most kMaxPromptLogprobRowsPerStep
+// (a cached position has no logits), at most max_prompt_logprob_rows
 // rows a step over all such sequences; others share the step's budget.
 TEST(SchedulerTest, PromptLogprobsBypassTheCacheAndCapTheRowsPerStep) {
+  const int kMaxPromptLogprobRowsPerStep = SchedulerConfig{}.max_prompt_logprob_rows;
+  ASSERT_EQ(kMaxPromptLogprobRowsPerStep, 64);
   auto s = MakeScheduler(8, 200, 200);
   std::vector<int32_t> prompt(100);
   for (int i = 0; i < 100; ++i) prompt[i] = 300 + i;

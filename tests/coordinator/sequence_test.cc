@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/step_limits.h"
+
 namespace headway {
 namespace {
 
@@ -34,6 +36,13 @@ TEST(SequenceTest, APrefillOnlySequenceIsDoneWhenItsPromptIsComputed) {
   s.AdvanceComputed(1);
   EXPECT_TRUE(s.IsPrefillDone());
   EXPECT_FALSE(Make(StopConditions{}).IsPrefillDone());
+}
+
+// As many rows as 64 MiB of f32 logits hold, at least 16.
+TEST(SequenceTest, PromptLogprobRowsPerStepFollowTheVocabulary) {
+  EXPECT_EQ(MaxPromptLogprobRowsPerStep(262144), 64);   // Gemma 3
+  EXPECT_EQ(MaxPromptLogprobRowsPerStep(49152), 341);   // SmolLM2
+  EXPECT_EQ(MaxPromptLogprobRowsPerStep(1 << 24), 16);
 }
 
 // Row q of a chunk scores prompt token q + 1: the rows of a prompt of L
