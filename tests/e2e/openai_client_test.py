@@ -215,6 +215,53 @@ def check_echo(checks, client, base_url):
     checks.expect(pieces == plain.choices[0].text, "streamed echo equals the plain one")
 
 
+def check_sampling_fields(checks, client, base_url):
+    """Sampling and stop fields through the client, each checked against what
+    greedy decoding of the same prompt gives. (The penalties' formulas are
+    checked on logits by the C++ tests: the logprobs returned are the raw
+    ones.)"""
+    prompt = "The capital of France is Paris. The capital of Italy is"
+    def complete(**kw):
+        args = dict(model=SERVED_NAME, prompt=prompt, max_tokens=6, temperature=0)
+        args.update(kw)
+        return client.completions.create(**args).choices[0]
+    greedy = complete(logprobs=1)
+    first_text = greedy.logprobs.tokens[0]
+    req = urllib.request.Request(base_url + "/tokenize",
+                                 json.dumps({"prompt": prompt + first_text}).encode(),
+                                 {"Content-Type": "application/json"})
+    first_id = json.load(urllib.request.urlopen(req, timeout=60))["tokens"][-1]
+
+    checks.expect(complete(temperature=1.0, seed=3, extra_body={"top_k": 1}).text == greedy.text,
+                  "top_k 1 samples the greedy text")
+    checks.expect(complete(temperature=1.0, seed=3, extra_body={"min_p": 1.0}).text
+                  == greedy.text, "min_p 1 keeps only the most likely token")
+    checks.expect(complete(temperature=1.0, seed=3, top_p=1e-6).text == greedy.text,
+                  "a tiny top_p keeps only the most likely token")
+    biased = complete(logit_bias={str(first_id): -100}, logprobs=1)
+    checks.expect(biased.logprobs.tokens[0] != first_text, "logit_bias -100 bans the first token")
+    stopped = complete(extra_body={"stop_token_ids": [first_id]})
+    checks.expect(stopped.text == "" and stopped.finish_reason == "stop",
+                  "stop_token_ids ends at that token (%r)" % stopped.text)
+    late = complete(extra_body={"stop_token_ids": [first_id], "min_tokens": 2})
+    checks.expect(late.finish_reason in ("stop", "length") and late.text != "",
+                  "min_tokens holds the stop token back (%r)" % late.text)
+    cut = complete(stop=[greedy.text[2:4]]) if len(greedy.text) >= 4 else None
+    checks.expect(cut is None or (cut.finish_reason == "stop" and greedy.text.startswith(cut.text)
+                                  and len(cut.text) <= 2),
+                  "stop cuts the text before the stop string")
+    bad = complete(extra_body={"bad_words": [first_text.strip()]}, logprobs=1)
+    checks.expect(bad.logprobs.tokens[0] != first_text, "bad_words bans the first word")
+    long = complete(max_tokens=12, extra_body={"ignore_eos": True})
+    checks.expect(long.finish_reason == "length", "ignore_eos runs to max_tokens")
+    chat = client.chat.completions.create(
+        model=SERVED_NAME, messages=[{"role": "user", "content": "Count to five."}],
+        max_completion_tokens=5, temperature=0, logprobs=True, top_logprobs=3, user="u1")
+    checks.expect(chat.usage.completion_tokens == 5
+                  and all(len(c.top_logprobs) == 3 for c in chat.choices[0].logprobs.content),
+                  "chat: max_completion_tokens, logprobs and top_logprobs")
+
+
 def run_checks(openai, base_url):
     checks = Checks()
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="not-needed", max_retries=0,
@@ -251,6 +298,7 @@ def run_checks(openai, base_url):
                   "the same seed gives the same choices")
 
     check_echo(checks, client, base_url)
+    check_sampling_fields(checks, client, base_url)
 
     messages = [{"role": "system", "content": "You are a helpful assistant."},
                 {"role": "user", "content": "Name a primary colour."}]
