@@ -36,7 +36,8 @@ using ParsedChat = std::variant<ChatRequest, ApiError>;
 // tools / functions (not supported: 400) and tool_choice ("none" or
 // "auto" only); parallel_tool_calls (a boolean, no effect without tools);
 // response_format ({"type": "text"} only: other types are 400, not yet
-// supported); add_generation_prompt (a boolean); and the model (404,
+// supported); add_generation_prompt and echo (booleans); prompt_logprobs
+// not with stream (400, not yet); max_tokens 0 (400); and the model (404,
 // CheckModel). Fields outside CheckFieldNames's policy are refused first.
 ParsedChat ParseChatRequest(std::string_view body, const CompletionLimits& limits);
 

@@ -32,7 +32,9 @@ inline constexpr int kMaxLogprobs = 20;
 // Generation fields common to completions and chat completions.
 struct GenerationParams {
   std::string model;                  // as sent; "" when absent
-  std::optional<int> max_tokens;      // >= 1 when given; default applied by ResolveMaxTokens
+  // >= 1 when given (0 only for a completions echo: the prompt alone);
+  // default applied by ResolveMaxTokens.
+  std::optional<int> max_tokens;
   SamplingOptions sampling;           // logprobs and num_top_logprobs from the logprobs fields
   std::vector<std::string> stop;      // non-empty strings
   std::vector<int32_t> stop_token_ids;  // in [0, vocab_size)
@@ -67,7 +69,8 @@ struct CompletionRequest {
 using ParsedCompletion = std::variant<CompletionRequest, ApiError>;
 
 // Reads into *out the fields both endpoints share: model (a string),
-// max_tokens (>= 1), temperature (>= 0), top_p (0, 1], top_k (>= -1),
+// max_tokens (>= 0; the endpoints refuse 0 but for a completions echo),
+// temperature (>= 0), top_p (0, 1], top_k (>= -1),
 // min_p [0, 1], seed, presence_penalty and frequency_penalty [-2, 2],
 // repetition_penalty (> 0), logit_bias (an object of token id -> number
 // in [-100, 100], ids in the vocabulary, as OpenAI's), min_tokens (>= 0),
@@ -90,7 +93,8 @@ std::optional<ApiError> CheckModel(const std::string& model, const CompletionLim
 // Parses and checks everything that does not need the tokenizer: JSON
 // syntax (400), an object body, ReadGenerationParams's fields, logprobs (an
 // integer in [0, 20]: the legacy API's number of top logprobs), echo (a
-// bool), suffix ("" only: 400 saying so), the prompt (a string, a list of
+// bool), max_tokens 0 (only with echo and not streamed: the prompt alone),
+// suffix ("" only: 400 saying so), the prompt (a string, a list of
 // token ids, or a non-empty list of either; an empty or missing one is
 // 400), prompt token ids outside the vocabulary (400), n x prompts over
 // kMaxChoicesPerRequest (400), and the model (CheckModel).
