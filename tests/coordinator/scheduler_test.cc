@@ -357,8 +357,8 @@ TEST(SchedulerTest, PrefixHitSkipsTheCachedPrefill) {
 // (a cached position has no logits), at most max_prompt_logprob_rows
 // rows a step over all such sequences; others share the step's budget.
 TEST(SchedulerTest, PromptLogprobsBypassTheCacheAndCapTheRowsPerStep) {
-  const int kMaxPromptLogprobRowsPerStep = SchedulerConfig{}.max_prompt_logprob_rows;
-  ASSERT_EQ(kMaxPromptLogprobRowsPerStep, 64);
+  const int kRowBudget = SchedulerConfig{}.max_prompt_logprob_rows;
+  ASSERT_EQ(kRowBudget, 64);
   auto s = MakeScheduler(8, 200, 200);
   std::vector<int32_t> prompt(100);
   for (int i = 0; i < 100; ++i) prompt[i] = 300 + i;
@@ -376,20 +376,20 @@ TEST(SchedulerTest, PromptLogprobsBypassTheCacheAndCapTheRowsPerStep) {
   ASSERT_EQ(b.seqs.size(), 2u);
   EXPECT_EQ(b.seqs[1].seq_id, 2u);
   EXPECT_EQ(b.seqs[1].start_pos, 0);
-  EXPECT_EQ(b.seqs[1].num_tokens, kMaxPromptLogprobRowsPerStep);
+  EXPECT_EQ(b.seqs[1].num_tokens, kRowBudget);
   EXPECT_EQ(s->Find(2)->num_cached_tokens(), 0);
   EXPECT_EQ(s->Find(3)->status(), SequenceStatus::kWaiting);
-  s->Find(2)->AdvancePromptLogprobs(kMaxPromptLogprobRowsPerStep + 1);  // the engine's part
+  s->Find(2)->AdvancePromptLogprobs(kRowBudget + 1);  // the engine's part
   RunStep(*s, b);
   b = s->Schedule();
   // seq 1 is done; seq 2's last 36 tokens (35 rows: the last token scores
   // nothing); seq 3 starts with the rows left.
   ASSERT_EQ(b.seqs.size(), 2u);
   EXPECT_EQ(b.seqs[0].seq_id, 2u);
-  EXPECT_EQ(b.seqs[0].num_tokens, 100 - kMaxPromptLogprobRowsPerStep);
+  EXPECT_EQ(b.seqs[0].num_tokens, 100 - kRowBudget);
   EXPECT_EQ(b.seqs[1].seq_id, 3u);
   EXPECT_EQ(b.seqs[1].start_pos, 0);
-  EXPECT_EQ(b.seqs[1].num_tokens, kMaxPromptLogprobRowsPerStep - 35);
+  EXPECT_EQ(b.seqs[1].num_tokens, kRowBudget - 35);
   RunStep(*s, b);
   ExpectBlockInvariant(*s, {2, 3});
 }
