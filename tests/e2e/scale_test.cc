@@ -215,9 +215,11 @@ TEST_F(KillTest, AKilledWorkersRequestsFinishElsewhereAndItServesAgain) {
   ASSERT_GE(WaitFor([&] { return Metric("headway:generation_tokens_total", 1) > 0; },
                     std::chrono::seconds(30)),
             0);
-  // The worker of instance 1, a child of the node agent.
+  // The worker of instance 1, a child of the node agent. The bracketed 1
+  // keeps the pattern from matching the shell that runs pgrep, which pgrep
+  // would list first once pids wrap around.
   const std::string pgrep = "pgrep -f -- '" + BinaryPath("headway-worker") + " --config " +
-                            config_ + " .*--instance-id 1 '";
+                            config_ + " .*--instance-id [1] '";
   FILE* p = popen(pgrep.c_str(), "r");
   ASSERT_NE(p, nullptr);
   int pid = 0;
