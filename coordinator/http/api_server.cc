@@ -460,6 +460,15 @@ void ApiServer::CancelAll(const std::vector<Running>& running) {
   for (const Running& r : running) engine_->Cancel(r.request_id);
 }
 
+bool ApiServer::ClientLeft(const std::vector<Running>& running, httplib::Response& res) {
+  if (!HttpListener::PeerClosed()) return false;
+  spdlog::info("client of request {} went away; cancelling it", running.front().request_id);
+  CancelAll(running);
+  HttpListener::CloseAfterResponse();
+  res.status = 499;  // nginx's "client closed request"
+  return true;
+}
+
 void ApiServer::Respond(Prepared p, httplib::Response& res) {
   if (p.stream) return RespondStream(std::move(p), res);
   std::vector<Running> running = SubmitChoices(p);
@@ -467,12 +476,7 @@ void ApiServer::Respond(Prepared p, httplib::Response& res) {
   for (Running& r : running) {
     // A client that hung up reads no answer: its choices stop computing.
     while (r.future.wait_for(kStreamPoll) != std::future_status::ready) {
-      if (!HttpListener::PeerClosed()) continue;
-      spdlog::info("client of request {} went away; cancelling it", running.front().request_id);
-      CancelAll(running);
-      HttpListener::CloseAfterResponse();
-      res.status = 499;  // nginx's "client closed request"; nobody reads it
-      return;
+      if (ClientLeft(running, res)) return;
     }
     outcomes.push_back(r.future.get());
     if (!outcomes.back().status.ok()) {
@@ -509,12 +513,7 @@ void ApiServer::RespondStream(Prepared p, httplib::Response& res) {
   // produced anything gets its error as a plain JSON response.
   for (Running& r : running) {
     while (!r.first || IsEmpty(*r.first)) {
-      if (HttpListener::PeerClosed()) {  // gone before its first output
-        CancelAll(running);
-        HttpListener::CloseAfterResponse();
-        res.status = 499;
-        return;
-      }
+      if (ClientLeft(running, res)) return;  // gone before its first output
       r.first = r.stream->Take(kStreamPoll);
     }
     const OutputStream::Update& first = *r.first;

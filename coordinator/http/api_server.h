@@ -185,6 +185,10 @@ class ApiServer {
   // attached to the choices of a streaming request.
   std::vector<Running> SubmitChoices(Prepared& p);
   void CancelAll(const std::vector<Running>& running);
+  // True when the client of the request being handled has closed its
+  // connection (HttpListener::PeerClosed): its choices are then cancelled,
+  // and `res` gets 499 and closes the connection, for nobody to read.
+  bool ClientLeft(const std::vector<Running>& running, httplib::Response& res);
   std::optional<ApiError> CheckSomethingCanBeSampled(const GenerationParams& params) const;
   struct StreamState;
   // Common tail of Prepare*: length checks and the EngineRequest fields of

@@ -86,9 +86,7 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
     return *e;
   }
   if (max_completion_tokens) req.params.max_tokens = max_completion_tokens;
-  if (req.params.max_tokens == 0) {
-    return ApiError::BadRequest("max_tokens must be at least 1, got 0.", "max_tokens");
-  }
+  if (req.params.max_tokens == 0) return ZeroMaxTokens();
 
   if (auto e = ReadBool(body, "logprobs", &req.params.sampling.logprobs)) return *e;
   std::optional<int> top_logprobs;

@@ -260,6 +260,10 @@ std::optional<ApiError> ReadGenerationParams(const json& body, const CompletionL
   return std::nullopt;
 }
 
+ApiError ZeroMaxTokens() {
+  return ApiError::BadRequest("max_tokens must be at least 1, got 0.", "max_tokens");
+}
+
 std::optional<ApiError> CheckModel(const std::string& model, const CompletionLimits& limits) {
   if (!model.empty() && model != limits.served_model_name) {
     return ApiError::NotFound("The model `" + model + "` does not exist.");
@@ -289,7 +293,7 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
   }
   if (req.params.max_tokens == 0 && (!req.echo || req.params.stream)) {
     if (req.echo) return Unsupported("max_tokens", "max_tokens: 0 with stream: true");
-    return ApiError::BadRequest("max_tokens must be at least 1, got 0.", "max_tokens");
+    return ZeroMaxTokens();
   }
   // echo's logprobs cover the prompt too, with the same number of alternatives.
   const int echo_logprobs = req.echo && logprobs ? *logprobs : -1;

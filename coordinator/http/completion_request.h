@@ -86,6 +86,11 @@ std::optional<ApiError> ReadGenerationParams(const nlohmann::json& body,
                                              const CompletionLimits& limits,
                                              GenerationParams* out);
 
+// 400 for a max_tokens of 0 where the prompt alone is not asked for (all
+// but a non-streamed completions echo): vLLM's "max_tokens must be at
+// least 1, got 0.".
+ApiError ZeroMaxTokens();
+
 // 404 ("The model `x` does not exist.") unless `model` is "" or the served
 // name; checked last, as vLLM does, so a malformed request is a 400 first.
 std::optional<ApiError> CheckModel(const std::string& model, const CompletionLimits& limits);
