@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -23,6 +24,9 @@ struct LogitProcessors {
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
   std::vector<int32_t> allowed;  // when not empty, every other token id is set to -inf
   std::vector<int32_t> banned;   // token ids set to -inf (stop tokens before min_tokens, bad words)
+  // Structured output's token mask: when not empty, token t keeps its logit
+  // only if bit (t % 8) of byte t / 8 is set (ids past its end: -inf).
+  std::string_view allowed_bitmask;
   float repetition_penalty = 1.0f;  // > 0; 1: off
   float frequency_penalty = 0.0f;   // in [-2, 2]; 0: off
   float presence_penalty = 0.0f;    // in [-2, 2]; 0: off
@@ -31,7 +35,8 @@ struct LogitProcessors {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
   bool Active() const {
-    return !allowed.empty() || !logit_bias.empty() || !banned.empty() || Penalizes();
+    return !allowed.empty() || !allowed_bitmask.empty() || !logit_bias.empty() ||
+           !banned.empty() || Penalizes();
   }
 };
 
@@ -61,7 +66,9 @@ namespace cpu {
 // Applies `processors` to `logits` ([vocab_size] f32) in place, in the order
 // of vLLM's v1 sampler (vllm/v1/sample/sampler.py and
 // vllm/model_executor/layers/utils.py apply_penalties), before temperature:
-//   0. allowed:     l[t] = -inf for every t not listed (when the list is set)
+//   0. allowed:     l[t] = -inf for every t not listed (when the list is
+//                   set) and every t outside allowed_bitmask (when set;
+//                   vLLM applies its grammar bitmask before the sampler too)
 //   1. logit bias:  l[t] += bias[t]  (ids outside the vocabulary are skipped)
 //   2. banned:      l[t] = -inf
 //   3. repetition:  for t in the prompt or the output (CTRL, Keskar et al.

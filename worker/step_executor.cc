@@ -35,6 +35,7 @@ SamplingConfig ToSamplingConfig(const proto::SamplingParams& p) {
 LogitProcessors ToLogitProcessors(const proto::SamplingParams& p) {
   LogitProcessors l;
   l.banned.assign(p.banned_token_ids().begin(), p.banned_token_ids().end());
+  l.allowed_bitmask = p.allowed_token_bitmask();
   // proto3 leaves an unset repetition penalty at 0: read it as 1 (off).
   l.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
   l.frequency_penalty = p.frequency_penalty();
@@ -53,6 +54,23 @@ Status CheckTokenIds(const std::string& name, const char* what,
     }
   }
   return Status::Ok();
+}
+
+// InvalidArgument when a structured-output mask is longer than the
+// vocabulary needs or allows no token of it (sampling needs one).
+Status CheckBitmask(const std::string& name, const std::string& mask, int vocab) {
+  if (mask.empty()) return Status::Ok();
+  if (mask.size() > (size_t(vocab) + 7) / 8) {
+    return Status::InvalidArgument(name + " allowed_token_bitmask of " +
+                                   std::to_string(mask.size()) + " bytes for a vocabulary of " +
+                                   std::to_string(vocab));
+  }
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const unsigned bits = static_cast<unsigned char>(mask[i]);
+    const size_t valid = std::min<size_t>(8, size_t(vocab) - i * 8);
+    if (bits & ((1u << valid) - 1)) return Status::Ok();
+  }
+  return Status::InvalidArgument(name + " allowed_token_bitmask allows no token");
 }
 
 // The processors of one sampled row: `p`'s per-step ones and what the
@@ -204,6 +222,7 @@ Status StepExecutor::CheckSampling(const std::string& name,
   }
   HW_RETURN_IF_ERROR(
       CheckTokenIds(name, "banned token id", p.banned_token_ids(), model_->vocab_size()));
+  HW_RETURN_IF_ERROR(CheckBitmask(name, p.allowed_token_bitmask(), model_->vocab_size()));
   if (p.num_logprobs() < 0 || p.num_logprobs() > options_.max_num_logprobs) {
     return Status::InvalidArgument(name + " num_logprobs " + std::to_string(p.num_logprobs()) +
                                    " out of [0, " + std::to_string(options_.max_num_logprobs) +

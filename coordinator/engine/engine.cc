@@ -289,6 +289,12 @@ void Engine::Impl::OnStepDone(Instance& inst) {
                                   " for sequence " + std::to_string(s.seq_id)));
       continue;
     }
+    if (Status advanced = seq->AdvanceGrammar(token_id); !advanced.ok()) {
+      EndRequest(inst, s.seq_id,
+                 advanced.WithContext("instance " + std::to_string(inst.id) + " step " +
+                                      std::to_string(step.step_id())));
+      continue;
+    }
     if (requests.OnSampled(inst.id, *seq, *it->second)) EndRequest(inst, s.seq_id, Status::Ok());
   }
 }

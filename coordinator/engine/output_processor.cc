@@ -71,6 +71,11 @@ bool StopChecker::FindStopString(size_t from) {
   return true;
 }
 
+void StopChecker::FinishComplete() {
+  HW_CHECK(!done());
+  finish_reason_ = FinishReason::kStop;
+}
+
 void StopChecker::AppendFinal(std::string_view text) {
   HW_CHECK(done());
   text_.append(text);
@@ -103,7 +108,11 @@ bool OutputProcessor::OnToken(const Sequence& seq, GeneratedToken token) {
     piece = decoder_.Push(token_id);
   }
   if (logprobs_) tokens_.push_back(token);
-  const bool done = checker_.Append(token_id, piece, seq.num_output_tokens(), seq.num_tokens());
+  bool done = checker_.Append(token_id, piece, seq.num_output_tokens(), seq.num_tokens());
+  if (!done && seq.GrammarComplete()) {
+    checker_.FinishComplete();
+    done = true;
+  }
   if (stream_) {
     // Stream what no stop string can cut; the rest goes out at the end.
     const size_t safe = done ? num_streamed_ : std::max(checker_.StreamableLength(), num_streamed_);

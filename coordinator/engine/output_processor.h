@@ -5,7 +5,8 @@
 // Stops are checked in vLLM's order: EOS (unless ignore_eos), then
 // stop_token_ids, then stop strings (the earliest match in the text wins,
 // and the text is cut before it: vLLM does not return the stop string), then
-// max_tokens and max_model_len. A stopping token and special tokens (EOS,
+// max_tokens and max_model_len; then a structured output that is complete
+// (nothing but a stop token could follow) stops with "stop". A stopping token and special tokens (EOS,
 // <|im_end|>, ...) are not part of the text, as with vLLM's default
 // skip_special_tokens. Each token's new text is searched for stop strings
 // only where a match could end in it, so a request costs time linear in its
@@ -43,6 +44,11 @@ class StopChecker {
   // finish_reason(), stop_string() and stop_token_id() set and text()
   // trimmed at a stop string. REQUIRES: !done().
   bool Append(int32_t token_id, std::string_view text, int num_output_tokens, int num_tokens);
+
+  // Ends the sequence with kStop because its structured output is complete
+  // (Sequence::GrammarComplete): nothing but a stop token could follow.
+  // REQUIRES: !done().
+  void FinishComplete();
 
   // Adds the text a decoder held back at the end (an incomplete character)
   // when the sequence ended without a stop string. REQUIRES: done().

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
+#include <memory>
 #include <string>
 
 namespace headway {
@@ -17,6 +19,13 @@ void FillLogitProcessors(const ScheduledSeq& s, const Sequence& seq, proto::Samp
   sp->set_frequency_penalty(o.frequency_penalty);
   sp->set_presence_penalty(o.presence_penalty);
   if (!s.sample) return;
+  if (const std::shared_ptr<const structured::TokenMask> mask = seq.GrammarMask()) {
+    // Words of 32 token bits, low bit first, are the wire's bytes of 8 on a
+    // little-endian host.
+    static_assert(std::endian::native == std::endian::little);
+    const size_t vocab = size_t(seq.sampling().grammar->vocabulary().size());
+    sp->set_allowed_token_bitmask(reinterpret_cast<const char*>(mask->data()), (vocab + 7) / 8);
+  }
   // min_tokens: the stop tokens cannot be sampled before it is reached.
   const StopConditions& stop = seq.stop();
   if (seq.num_output_tokens() < stop.min_tokens) {

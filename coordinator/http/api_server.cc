@@ -11,6 +11,7 @@
 #include "coordinator/metrics/metrics.h"
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/request_limits.h"
+#include "coordinator/http/structured_output_fields.h"
 #include "coordinator/http/tokenize_request.h"
 
 namespace headway {
@@ -138,6 +139,7 @@ ApiServer::ApiServer(ApiServerOptions options, Engine* engine, const Tokenizer* 
       api_keys_(options_.http.api_keys),
       max_token_bytes_(MaxTokenBytes(*tokenizer)),
       server_(std::make_unique<HttpListener>(ListenerOptions(options_.http))),
+      grammars_(std::make_unique<structured::GrammarCompiler>(GrammarVocabulary(*tokenizer))),
       id_rng_(std::random_device{}()) {
   ConfigureConnections();
   CheckHeadersAndKey();
@@ -311,6 +313,15 @@ std::variant<ApiServer::Prepared, ApiError> ApiServer::Finish(
   p.echo.prompt_logprobs = params.prompt_logprobs;
   params.sampling.bad_words_ids = BadWordsIds(params.bad_words, *tokenizer_);
   if (auto e = CheckSomethingCanBeSampled(params)) return *e;
+  if (params.structured_output) {
+    Result<std::shared_ptr<structured::TokenAutomaton>> grammar =
+        grammars_->Compile(*params.structured_output);
+    if (!grammar.ok()) {
+      const std::string& field = params.structured_output->field;
+      return ApiError::BadRequest("'" + field + "': " + grammar.status().message(), field);
+    }
+    params.sampling.grammar = *grammar;
+  }
   for (std::vector<int32_t>& ids : prompts) {
     std::variant<int, ApiError> max_tokens = ResolveMaxTokens(
         int(ids.size()), params.max_tokens, options_.max_model_len, default_max_tokens);

@@ -210,6 +210,8 @@ class ApiServer {
   const ApiKeys api_keys_;
   const size_t max_token_bytes_;  // MaxTokenBytes(*tokenizer_)
   std::unique_ptr<HttpListener> server_;
+  // Structured output's grammars for this tokenizer, cached.
+  const std::unique_ptr<structured::GrammarCompiler> grammars_;
 
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;  // guarded by id_mu_

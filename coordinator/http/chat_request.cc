@@ -5,6 +5,7 @@
 
 #include "coordinator/http/request_field_policy.h"
 #include "coordinator/http/request_fields.h"
+#include "coordinator/http/structured_output_fields.h"
 
 namespace headway {
 
@@ -113,15 +114,8 @@ ParsedChat ParseChatRequest(std::string_view body_text, const CompletionLimits& 
     }
   }
   if (auto e = ReadBool(body, "parallel_tool_calls", &parallel_tool_calls)) return *e;
-  if (const json* format = Field(body, "response_format")) {
-    const json* type = format->is_object() ? Field(*format, "type") : nullptr;
-    if (!type || !type->is_string()) {
-      return WrongType("response_format", "an object with a string 'type'");
-    }
-    if (*type != "text") {
-      return Unsupported("response_format",
-                         "response_format type '" + type->get<std::string>() + "'");
-    }
+  if (auto e = ReadStructuredOutput(body, body_text, req.params, &req.params.structured_output)) {
+    return *e;
   }
   if (auto e = ReadBool(body, "add_generation_prompt", &req.add_generation_prompt)) return *e;
   const json* messages = Field(body, "messages");

@@ -6,6 +6,7 @@
 
 #include "coordinator/http/request_field_policy.h"
 #include "coordinator/http/request_fields.h"
+#include "coordinator/http/structured_output_fields.h"
 
 namespace headway {
 namespace {
@@ -277,6 +278,9 @@ ParsedCompletion ParseCompletionRequest(std::string_view body_text, const Comple
   if (auto e = CheckFieldNames(body, ApiEndpoint::kCompletions)) return *e;
   CompletionRequest req;
   if (auto e = ReadGenerationParams(body, limits, &req.params)) return *e;
+  if (auto e = ReadStructuredOutput(body, body_text, req.params, &req.params.structured_output)) {
+    return *e;
+  }
 
   if (auto e = ReadBool(body, "echo", &req.echo)) return *e;
   if (const json* s = Field(body, "suffix")) {

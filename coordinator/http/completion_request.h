@@ -15,6 +15,7 @@
 
 #include "coordinator/http/api_error.h"
 #include "coordinator/scheduling/sequence.h"
+#include "coordinator/structured/grammar_compiler.h"
 
 namespace headway {
 
@@ -45,6 +46,9 @@ struct GenerationParams {
   bool include_usage = false;         // stream_options.include_usage (stream only)
   int prompt_logprobs = -1;           // vLLM's prompt_logprobs field, [0, 20]; -1 = absent
   int n = 1;                          // choices per prompt, [1, kMaxChoicesPerRequest]
+  // response_format json_object / json_schema, guided_*, structured_outputs
+  // (structured_output_fields.h); compiled by the server into sampling.grammar.
+  std::optional<structured::StructuredOutputSpec> structured_output;
 };
 
 // Most choices one request may ask for: n x the number of prompts.

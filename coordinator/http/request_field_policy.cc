@@ -44,19 +44,20 @@ const std::vector<RequestField>& RequestFields() {
       {"max_completion_tokens", S::kSupported, false, true},
       {"top_logprobs", S::kSupported, false, true},
       {"add_generation_prompt", S::kSupported, false, true},
-      {"response_format", S::kSupported, false, true},  // {"type": "text"} only, for now
       {"tools", S::kSupported, false, true},            // [] only
       {"functions", S::kSupported, false, true},        // [] only
       {"tool_choice", S::kSupported, false, true},      // "none" or "auto" without tools
       {"parallel_tool_calls", S::kNoEffect, false, true},
+      // Structured output (structured_output_fields.h), both endpoints as vLLM.
+      {"response_format", S::kSupported, true, true},
+      {"structured_outputs", S::kSupported, true, true},
+      {"guided_json", S::kSupported, true, true},
+      {"guided_regex", S::kSupported, true, true},
+      {"guided_choice", S::kSupported, true, true},
+      {"guided_whitespace_pattern", S::kSupported, true, true},
+      {"guided_decoding_backend", S::kNoEffect, true, true},  // one engine
       // OpenAI and vLLM fields Headway does not implement yet.
-      {"structured_outputs", S::kNotYet, false, false},
-      {"guided_json", S::kNotYet, false, false},
-      {"guided_regex", S::kNotYet, false, false},
-      {"guided_choice", S::kNotYet, false, false},
       {"guided_grammar", S::kNotYet, false, false},
-      {"guided_decoding_backend", S::kNotYet, false, false},
-      {"guided_whitespace_pattern", S::kNotYet, false, false},
       {"use_beam_search", S::kNotYet, false, false},
       {"length_penalty", S::kNotYet, false, false},
       {"include_stop_str_in_output", S::kNotYet, false, false},

@@ -1,5 +1,8 @@
 #include "coordinator/scheduling/sequence.h"
 
+#include <algorithm>
+#include <string>
+
 #include "common/status.h"
 
 namespace headway {
@@ -23,6 +26,51 @@ Sequence::Sequence(uint64_t seq_id, std::vector<int32_t> prompt_ids, SamplingOpt
       arrival_(arrival),
       kind_(kind) {
   HW_CHECK(!prompt_ids_.empty());
+  if (sampling_.grammar) {
+    // The start mask was computed when the grammar was compiled, so this
+    // creates no automaton state and cannot fail.
+    HW_CHECK(SetGrammarState(sampling_.grammar->start()).ok());
+  }
+}
+
+Status Sequence::SetGrammarState(int32_t state) {
+  structured::TokenAutomaton& g = *sampling_.grammar;
+  HW_ASSIGN_OR_RETURN(std::shared_ptr<const structured::TokenMask> mask, g.Mask(state));
+  HW_ASSIGN_OR_RETURN(grammar_complete_, g.IsTerminal(state));
+  grammar_state_ = state;
+  if (!g.IsAccepting(state)) {
+    // A pattern that reaches a character class no token can spell (or an
+    // empty one) leaves a state with nothing to sample.
+    if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; })) {
+      return Status::FailedPrecondition("sequence " + std::to_string(seq_id_) +
+                                        ": no token of the vocabulary continues its grammar");
+    }
+    grammar_mask_ = std::move(mask);
+    return Status::Ok();
+  }
+  // A whole valid output may end here: the stop tokens join the mask.
+  auto with_stops = std::make_shared<structured::TokenMask>(*mask);
+  auto allow = [&](int32_t id) {
+    if (id >= 0 && size_t(id) / 32 < with_stops->size()) (*with_stops)[size_t(id) / 32] |= 1u << (id % 32);
+  };
+  if (!stop_.ignore_eos) allow(stop_.eos_id);
+  for (int32_t id : stop_.stop_token_ids) allow(id);
+  grammar_mask_ = std::move(with_stops);
+  return Status::Ok();
+}
+
+Status Sequence::AdvanceGrammar(int32_t token_id) {
+  if (!sampling_.grammar) return Status::Ok();
+  const bool stops = (!stop_.ignore_eos && token_id == stop_.eos_id) ||
+                     std::find(stop_.stop_token_ids.begin(), stop_.stop_token_ids.end(),
+                               token_id) != stop_.stop_token_ids.end();
+  if (stops) return Status::Ok();
+  HW_ASSIGN_OR_RETURN(const int32_t next, sampling_.grammar->Advance(grammar_state_, token_id));
+  if (next == structured::TokenAutomaton::kDead) {
+    return Status::Internal("sequence " + std::to_string(seq_id_) + " sampled token " +
+                            std::to_string(token_id) + ", which its grammar does not allow");
+  }
+  return SetGrammarState(next);
 }
 
 int32_t Sequence::TokenAt(int pos) const {

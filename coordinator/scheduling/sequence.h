@@ -12,10 +12,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/status.h"
+#include "coordinator/structured/token_automaton.h"
 
 namespace headway {
 
@@ -43,6 +47,9 @@ struct SamplingOptions {
   // Token sequences that must not be generated: the last token of each is
   // banned whenever the output ends with the ones before it (vLLM's bad_words).
   std::vector<std::vector<int32_t>> bad_words_ids;
+  // Structured output: every output is a prefix of one the automaton
+  // accepts (a per-step token mask); null = unconstrained.
+  std::shared_ptr<structured::TokenAutomaton> grammar;
 
   // True when sampling reads the tokens seen so far (the worker needs them).
   bool Penalizes() const {
@@ -163,6 +170,21 @@ class Sequence {
   // Appends a sampled token; records the first token's time.
   void AppendToken(int32_t token_id, Clock::time_point now);
 
+  // ---- structured output (SamplingOptions::grammar) ----------------------
+  // Moves the grammar past `token_id`, the token about to be appended, and
+  // computes the next mask. A stop token (EOS unless ignore_eos, one of
+  // stop_token_ids) leaves the grammar where it is: it ends the output.
+  // Errors: Internal when the grammar does not allow the token (its mask
+  // was not applied); ResourceExhausted when the grammar outgrows its
+  // automaton (TokenAutomaton::kMaxStates). OK without a grammar.
+  Status AdvanceGrammar(int32_t token_id);
+  // The tokens that may be sampled next, or null without a grammar: the
+  // grammar's mask, plus the stop tokens once the output is a whole valid
+  // one. Bit (id % 32) of word id / 32 is token id.
+  std::shared_ptr<const structured::TokenMask> GrammarMask() const { return grammar_mask_; }
+  // True when the output is complete under the grammar: nothing can follow.
+  bool GrammarComplete() const { return grammar_complete_; }
+
   SequenceKind kind() const { return kind_; }
   // A prefill-only sequence whose prompt is computed: its KV is complete.
   bool IsPrefillDone() const { return kind_ == SequenceKind::kPrefillOnly && num_uncomputed() == 0; }
@@ -188,6 +210,13 @@ class Sequence {
   bool on_worker_ = false;
   SequenceStatus status_ = SequenceStatus::kWaiting;
   std::optional<Clock::time_point> first_token_;
+  // Structured output: the automaton state after the output so far, its
+  // mask with the stop tokens where they may end it, and whether it is
+  // complete.
+  Status SetGrammarState(int32_t state);
+  int32_t grammar_state_ = 0;
+  std::shared_ptr<const structured::TokenMask> grammar_mask_;
+  bool grammar_complete_ = false;
 };
 
 }  // namespace headway

@@ -78,6 +78,15 @@ void ApplyLogitProcessors(float* logits, int vocab_size, const LogitProcessors& 
       if (id >= 0 && id < vocab_size) logits[id] = kept[i];
     }
   }
+  if (!processors.allowed_bitmask.empty()) {
+    const std::string_view mask = processors.allowed_bitmask;
+    for (int t = 0; t < vocab_size; ++t) {
+      const size_t byte = size_t(t) / 8;
+      if (byte >= mask.size() || !((static_cast<unsigned char>(mask[byte]) >> (t % 8)) & 1)) {
+        logits[t] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
   for (const auto& [id, bias] : processors.logit_bias) {
     if (id >= 0 && id < vocab_size) logits[id] += bias;
   }

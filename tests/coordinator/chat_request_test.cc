@@ -28,6 +28,58 @@ void ExpectBadRequest(const std::string& body, const std::string& param, const s
   EXPECT_NE(e->message.find(fragment), std::string::npos) << body << " -> " << e->message;
 }
 
+using Kind = structured::StructuredOutputSpec::Kind;
+
+TEST(ChatRequestTest, StructuredOutputFields) {
+  const char* ok_messages = R"("messages": [{"role": "user", "content": "x"}])";
+  auto with = [&](const std::string& fields) { return std::string("{") + ok_messages + ", " + fields + "}"; };
+  // The schema keeps the client's property order (the body's parse sorts keys).
+  ChatRequest r = Ok(with(R"("response_format": {"type": "json_schema", "json_schema": {
+      "name": "p", "strict": true, "schema": {"type": "object",
+      "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}})"));
+  ASSERT_TRUE(r.params.structured_output);
+  EXPECT_EQ(r.params.structured_output->kind, Kind::kJsonSchema);
+  EXPECT_EQ(r.params.structured_output->field, "response_format");
+  EXPECT_LT(r.params.structured_output->source.find("\"z\""),
+            r.params.structured_output->source.find("\"a\""));
+  r = Ok(with(R"("response_format": {"type": "json_object"}, "guided_whitespace_pattern": "[ ]*")"));
+  EXPECT_EQ(r.params.structured_output->kind, Kind::kJsonObject);
+  EXPECT_EQ(r.params.structured_output->whitespace_pattern, "[ ]*");
+  r = Ok(with(R"("guided_json": "{\"type\": \"integer\"}", "guided_decoding_backend": "xgrammar")"));
+  EXPECT_EQ(r.params.structured_output->source, R"({"type":"integer"})");
+  r = Ok(with(R"("guided_choice": ["a", "b"])"));
+  EXPECT_EQ(r.params.structured_output->kind, Kind::kChoice);
+  r = Ok(with(R"("structured_outputs": {"regex": "[ab]+"})"));
+  EXPECT_EQ(r.params.structured_output->kind, Kind::kRegex);
+  EXPECT_EQ(r.params.structured_output->field, "structured_outputs.regex");
+  EXPECT_FALSE(Ok(with(R"("response_format": {"type": "text"})")).params.structured_output);
+
+  ExpectBadRequest(with(R"("response_format": {"type": "json_schema"})"),
+                   "response_format.json_schema", "'schema'");
+  ExpectBadRequest(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"),
+                   "response_format", "is required");
+  ExpectBadRequest(with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "extra": 1}})"),
+                   "response_format.json_schema", "'response_format.json_schema.extra'");
+  ExpectBadRequest(with(R"("guided_regex": "a", "guided_choice": ["a"])"), "guided_choice",
+                   "only one kind of structured output");
+  ExpectBadRequest(with(R"("guided_choice": [])"), "guided_choice", "non-empty array");
+  ExpectBadRequest(with(R"("guided_choice": ["a", 1])"), "guided_choice", "strings");
+  ExpectBadRequest(with(R"("guided_regex": 5)"), "guided_regex", "string");
+  ExpectBadRequest(with(R"("guided_json": "{nope")"), "guided_json", "JSON schema");
+  ExpectBadRequest(with(R"("structured_outputs": {"grammar": "x"})"), "structured_outputs",
+                   "grammar");
+  ExpectBadRequest(with(R"("structured_outputs": {"json": {}, "choice": ["a"]})"),
+                   "structured_outputs.choice", "only one kind");
+  ExpectBadRequest(with(R"("guided_regex": "a", "guided_whitespace_pattern": " ")"),
+                   "guided_whitespace_pattern", "JSON output only");
+  ExpectBadRequest(with(R"("guided_regex": "a", "min_tokens": 1)"), "min_tokens",
+                   "cannot be combined");
+  ExpectBadRequest(with(R"("guided_regex": "a", "bad_words": ["x"])"), "bad_words",
+                   "cannot be combined");
+  ExpectBadRequest(with(R"("guided_regex": "a", "allowed_token_ids": [1])"), "allowed_token_ids",
+                   "cannot be combined");
+}
+
 TEST(ChatRequestTest, Messages) {
   ChatRequest r = Ok(R"({"model": "smollm2", "messages": [
       {"role": "system", "content": "Be brief."},
@@ -89,12 +141,13 @@ TEST(ChatRequestTest, Errors) {
   EXPECT_EQ(Ok(with(R"("n": 3)")).params.n, 3);
   ExpectBadRequest(with(R"("stream_options": {"include_usage": true})"), "stream_options", "stream=True");
   ExpectBadRequest(with(R"("add_generation_prompt": "yes")"), "add_generation_prompt", "boolean");
-  ExpectBadRequest(with(R"("response_format": {"type": "json_object"})"), "response_format",
-                   "response_format type 'json_object' is not supported yet");
+  ExpectBadRequest(with(R"("response_format": {"type": "xml"})"), "response_format",
+                   "response_format type 'xml' is not supported yet");
   ExpectBadRequest(with(R"("response_format": "json")"), "response_format", "'type'");
   ExpectBadRequest(with(R"("tool_choice": "required")"), "tool_choice", "not supported yet");
   ExpectBadRequest(with(R"("parallel_tool_calls": 1)"), "parallel_tool_calls", "boolean");
-  ExpectBadRequest(with(R"("guided_choice": ["a", "b"])"), "guided_choice", "not supported yet");
+  ExpectBadRequest(with(R"("guided_grammar": "root ::= \"a\"")"), "guided_grammar",
+                   "not supported yet");
   EXPECT_TRUE(Ok(with(R"("echo": true)")).echo);
   EXPECT_FALSE(Ok(with(R"("echo": false)")).echo);
   ExpectBadRequest(with(R"("echo": "yes")"), "echo", "boolean");

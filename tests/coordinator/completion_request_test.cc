@@ -203,7 +203,7 @@ TEST(CompletionRequestTest, LogitProcessors) {
 TEST(CompletionRequestTest, FieldsHeadwayDoesNotActOnAreRefused) {
   // Known OpenAI / vLLM fields that are not implemented yet, or belong to
   // the other endpoint.
-  for (const char* field : {"guided_json", "response_format", "messages",
+  for (const char* field : {"guided_grammar", "messages",
                             "use_beam_search", "skip_special_tokens", "top_logprobs"}) {
     ExpectBadRequest(std::string(R"({"prompt": "a", ")") + field + R"(": 1})", field,
                      "is not supported yet");
@@ -211,7 +211,9 @@ TEST(CompletionRequestTest, FieldsHeadwayDoesNotActOnAreRefused) {
   ExpectBadRequest(R"({"prompt": "a", "temprature": 0.5})", "temprature",
                    "Unrecognized request argument supplied: temprature");
   // null counts as absent; `user` is accepted and has no effect.
-  Ok(R"({"prompt": "a", "guided_json": null, "user": "u1"})");
+  Ok(R"({"prompt": "a", "guided_grammar": null, "user": "u1"})");
+  // Structured output is read on this endpoint too, as vLLM does.
+  EXPECT_TRUE(Ok(R"({"prompt": "a", "guided_regex": "[ab]+"})").params.structured_output);
   ExpectBadRequest(R"({"prompt": "a", "user": 5})", "user", "string");
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "coordinator/structured/grammar_compiler.h"
 #include "tests/coordinator/fake_model_spec.h"
 
 namespace headway {
@@ -26,6 +27,59 @@ std::unique_ptr<Sequence> MakeSeq(uint64_t id, std::vector<int32_t> prompt) {
   StopConditions stop;
   stop.max_tokens = 4;
   return std::make_unique<Sequence>(id, std::move(prompt), sampling, stop, Clock::now());
+}
+
+// guided_choice ["ab", "b"] over ids 0 "<eos>" (special), 1 "a", 2 "b",
+// 3 "ab", 4..9 "x".
+std::shared_ptr<structured::TokenAutomaton> ChoiceGrammar() {
+  std::vector<std::string> tokens = {"<eos>", "a", "b", "ab", "x", "x", "x", "x", "x", "x"};
+  auto vocabulary =
+      std::make_shared<const structured::TokenVocabulary>(tokens, std::vector<int32_t>{0});
+  structured::GrammarCompiler compiler(vocabulary);
+  auto grammar = compiler.Compile(
+      {structured::StructuredOutputSpec::Kind::kChoice, R"(["ab", "b"])", "", "guided_choice"});
+  EXPECT_TRUE(grammar.ok()) << grammar.status().ToString();
+  return *grammar;
+}
+
+std::vector<int32_t> Allowed(const std::string& bitmask) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < int32_t(bitmask.size()) * 8; ++id) {
+    if ((static_cast<unsigned char>(bitmask[size_t(id) / 8]) >> (id % 8)) & 1) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST(StepPlanTest, StructuredOutputSendsEachStepsMaskWithStopTokensOnceComplete) {
+  std::unique_ptr<Scheduler> s = MakeScheduler(1);
+  SamplingOptions sampling;
+  sampling.grammar = ChoiceGrammar();
+  StopConditions stop;
+  stop.max_tokens = 4;
+  stop.eos_id = 0;
+  auto owned = std::make_unique<Sequence>(7, std::vector<int32_t>{10, 11}, sampling, stop,
+                                          Clock::now());
+  Sequence* seq = owned.get();
+  ASSERT_TRUE(s->Add(std::move(owned)).ok());
+  ScheduledBatch batch = s->Schedule();
+  std::vector<proto::StepPlan> plans = BuildStepPlans(1, batch, *s, 1);
+  const std::string& mask = plans[0].seqs(0).sampling().allowed_token_bitmask();
+  EXPECT_EQ(mask.size(), 2u);  // 10 tokens
+  EXPECT_EQ(Allowed(mask), (std::vector<int32_t>{1, 2, 3}));
+  // "a": only "b" may follow; "ab" is whole, so the answer is complete.
+  ASSERT_TRUE(seq->AdvanceGrammar(1).ok());
+  EXPECT_FALSE(seq->GrammarComplete());
+  std::vector<int32_t> words;
+  for (int32_t id = 0; id < 10; ++id) {
+    if (((*seq->GrammarMask())[0] >> id) & 1) words.push_back(id);
+  }
+  EXPECT_EQ(words, std::vector<int32_t>{2});
+  ASSERT_TRUE(seq->AdvanceGrammar(2).ok());
+  EXPECT_TRUE(seq->GrammarComplete());
+  EXPECT_EQ((*seq->GrammarMask())[0], 1u);  // EOS alone
+  // A token the grammar does not allow is an internal error, not a crash.
+  Status bad = seq->AdvanceGrammar(4);
+  EXPECT_EQ(bad.code(), StatusCode::kInternal);
 }
 
 TEST(StepPlanTest, EveryRankGetsTheBatchWithItsOwnDeltas) {

@@ -348,9 +348,20 @@ TEST_F(ApiTest, APromptListGetsItsChoicesInOrder) {
 TEST_F(ApiTest, FieldsHeadwayDoesNotActOnAre400) {
   HttpReply r = deployment_->PostJson(
       "/v1/chat/completions",
-      {{"messages", Messages("Give me JSON.")}, {"response_format", {{"type", "json_object"}}}});
+      {{"messages", Messages("Give me JSON.")}, {"guided_grammar", "root ::= \"a\""}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json["error"]["param"], "guided_grammar");
+  // A schema keyword outside the subset is named, as is the field.
+  r = deployment_->PostJson(
+      "/v1/chat/completions",
+      {{"messages", Messages("Give me JSON.")},
+       {"response_format",
+        {{"type", "json_schema"},
+         {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}, {"minProperties", 1}}}}}}}});
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(r.json["error"]["param"], "response_format");
+  EXPECT_NE(r.json["error"]["message"].get<std::string>().find("minProperties"), std::string::npos)
+      << r.body;
   r = deployment_->PostJson("/v1/completions", {{"prompt", "a"}, {"temprature", 0.5}});
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(r.json["error"]["message"], "Unrecognized request argument supplied: temprature");

@@ -19,131 +19,13 @@ deploy/setup.sh installs the package into the virtual environment given by
 import argparse
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
 import urllib.request
 
-SKIP = 77
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SERVED_NAME = "smollm2-135m-instruct"
-
-
-def reexec_in_venv(venv):
-    python = os.path.join(venv, "bin", "python3")
-    if venv and os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        os.execv(python, [python] + sys.argv)
-
-
-def missing(what):
-    """Skips (77), or fails where the environment requires the model."""
-    if os.environ.get("HEADWAY_REQUIRE_MODEL") == "1":
-        print("FAIL: HEADWAY_REQUIRE_MODEL=1 but %s" % what)
-        return 1
-    print("SKIP: %s" % what)
-    return SKIP
-
-
-def free_ports(count):
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-CONFIG = """\
-model:
-  path: {model}
-  served_name: {served}
-coordinator:
-  http_host: 127.0.0.1
-  http_port: {http_port}
-  control_address: tcp://127.0.0.1:{control_port}
-cache:
-  block_size: 16
-  kv_memory_mb: 64
-scheduler:
-  max_num_seqs: 8
-  max_num_batched_tokens: 512
-  max_model_len: 2048
-pools:
-  - name: main
-    role: mixed
-    instances:
-      - tp_size: 1
-        device: cpu
-        hosts: [127.0.0.1]
-"""
-
-
-class Deployment:
-    """`headway-launch CONFIG` in its own session; stop() on every path."""
-
-    def __init__(self, launch, bin_dir, model_dir, work_dir):
-        http_port, control_port = free_ports(2)
-        self.base_url = "http://127.0.0.1:%d" % http_port
-        config = os.path.join(work_dir, "openai_client.yaml")
-        with open(config, "w") as f:
-            f.write(CONFIG.format(model=MODEL_FILE, served=SERVED_NAME, http_port=http_port,
-                                  control_port=control_port))
-        self.log_path = os.path.join(work_dir, "launch.log")
-        self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
-            [launch, config, "--bin-dir", bin_dir, "--model-dir", model_dir,
-             "--ready-timeout-s", "120"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-
-    def wait_ready(self, timeout_s=180):
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError("headway-launch exited with %d:\n%s"
-                                   % (self.process.returncode, self.tail()))
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        raise RuntimeError("not ready after %d s:\n%s" % (timeout_s, self.tail()))
-
-    def tail(self, lines=20):
-        self.log.flush()
-        with open(self.log_path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # the launcher stops its processes
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self.log.close()
-
-
-class Checks:
-    def __init__(self):
-        self.failures = []
-
-    def expect(self, condition, what):
-        print(("ok    " if condition else "FAIL  ") + what)
-        if not condition:
-            self.failures.append(what)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deployment import (MODEL_FILE, SERVED_NAME, Checks, Deployment,  # noqa: E402
+                        missing, reexec_in_venv)
 
 def expect_error(checks, openai, error_type, status, words, call):
     try:
@@ -357,10 +239,10 @@ def run_checks(openai, base_url):
                  ["Unrecognized request argument supplied: temprature"],
                  lambda: client.completions.create(model=SERVED_NAME, prompt="x", max_tokens=1,
                                                    extra_body={"temprature": 0.5}))
-    expect_error(checks, openai, openai.BadRequestError, 400, ["response_format"],
+    expect_error(checks, openai, openai.BadRequestError, 400, ["guided_grammar"],
                  lambda: client.chat.completions.create(
                      model=SERVED_NAME, messages=messages, max_tokens=1,
-                     response_format={"type": "json_object"}))
+                     extra_body={"guided_grammar": "root ::= \"a\""}))
     expect_error(checks, openai, openai.BadRequestError, 400, ["max_tokens"],
                  lambda: client.completions.create(model=SERVED_NAME, prompt="x",
                                                    max_tokens=-1))

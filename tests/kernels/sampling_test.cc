@@ -240,6 +240,11 @@ std::vector<float> ProcessNaively(std::vector<float> logits, const LogitProcesso
   for (int t = 0; t < int(logits.size()); ++t) {
     float& l = logits[t];
     if (!allowed.empty() && !allowed.count(t)) l = -std::numeric_limits<float>::infinity();
+    const size_t byte = size_t(t) / 8;
+    if (!p.allowed_bitmask.empty() &&
+        (byte >= p.allowed_bitmask.size() || !(p.allowed_bitmask[byte] & (1 << (t % 8))))) {
+      l = -std::numeric_limits<float>::infinity();
+    }
     for (const auto& [id, bias] : p.logit_bias) l += id == t ? bias : 0.0f;
     for (int32_t id : p.banned) {
       if (id == t) l = -std::numeric_limits<float>::infinity();
@@ -263,8 +268,12 @@ TEST(LogitProcessorsTest, FollowTheFormulaTokenByToken) {
   LogitProcessors p;
   p.logit_bias = {{5, 2.5f}, {12, -100.0f}, {600, 1.0f}};
   p.banned = {9, 40};
+  // A structured-output mask over the first 480 ids (the rest: -inf).
+  std::string bitmask(60, '\0');
+  for (int t = 0; t < 480; t += 3) bitmask[size_t(t) / 8] |= char(1 << (t % 8));
   for (float r : {1.0f, 1.3f, 0.8f}) {
     p.allowed = r == 0.8f ? std::vector<int32_t>{7, 12, 3, 499, 9} : std::vector<int32_t>{};
+    p.allowed_bitmask = r == 1.3f ? std::string_view(bitmask) : std::string_view();
     for (float freq : {0.0f, 0.5f, -1.0f}) {
       for (float pres : {0.0f, 1.5f}) {
         p.repetition_penalty = r;

@@ -591,6 +591,24 @@ TEST(StepExecutorTest, BannedTokensAndLogitBias) {
   EXPECT_NE(first_token({}, {plain, -100.0f}), plain);
 }
 
+TEST(StepExecutorTest, StructuredOutputMaskLeavesOnlyItsTokens) {
+  for (float temperature : {0.0f, 1.0f}) {
+    for (int32_t only : {3, 17, 49}) {
+      Harness h;
+      proto::StepPlan plan;
+      plan.set_step_id(1);
+      proto::SamplingParams* p = h.Add(&plan, 4, {1, 2, 3}, 0, true)->mutable_sampling();
+      p->set_temperature(temperature);
+      std::string mask(7, '\0');  // 50 tokens
+      mask[size_t(only) / 8] = char(1 << (only % 8));
+      p->set_allowed_token_bitmask(mask);
+      proto::StepResult r = h.Run(plan);
+      ASSERT_EQ(r.error(), "");
+      EXPECT_EQ(r.tokens(0).token_id(), only);
+    }
+  }
+}
+
 TEST_F(ExecutorValidationTest, BadLogitProcessors) {
   auto plan_with = [&](const std::function<void(proto::SamplingParams*)>& edit) {
     proto::StepPlan plan;
@@ -619,6 +637,14 @@ TEST_F(ExecutorValidationTest, BadLogitProcessors) {
   plan.set_step_id(2);
   h_.Add(&plan, 2, {1}, 0, true)->mutable_processors()->add_allowed_token_ids(-3);
   ExpectRejected(plan, "allowed token id -3");
+  ExpectRejected(plan_with([](proto::SamplingParams* p) {
+                   p->set_allowed_token_bitmask(std::string(1000, '\xff'));
+                 }),
+                 "allowed_token_bitmask of 1000 bytes");
+  ExpectRejected(plan_with([](proto::SamplingParams* p) {
+                   p->set_allowed_token_bitmask(std::string(2, '\0'));
+                 }),
+                 "allows no token");
 }
 
 TEST(KvPoolTest, SizesFromMemoryAndRejectsTooLittle) {
