@@ -54,9 +54,14 @@ int main(int argc, char** argv) {
   std::string model_path;
   int answers = 5;
   int max_tokens = 400;
+  size_t max_token_bytes = 0;
   app.add_option("--model", model_path, "GGUF file whose vocabulary to use")->required();
   app.add_option("--answers", answers, "answers to write");
   app.add_option("--max-tokens", max_tokens, "longest answer");
+  app.add_option("--max-token-bytes", max_token_bytes,
+                 "pick only allowed tokens of at most this many bytes where there are any (0: "
+                 "any); a model writes names and words in short tokens, which visits more "
+                 "states than random long ones");
   CLI11_PARSE(app, argc, argv);
 
   using namespace headway;
@@ -104,6 +109,13 @@ int main(int argc, char** argv) {
         if (((**mask)[size_t(id) / 32] >> (id % 32)) & 1) allowed.push_back(id);
       }
       if (allowed.empty()) break;
+      if (max_token_bytes > 0) {
+        std::vector<int32_t> short_ones;
+        for (int32_t id : allowed) {
+          if (vocabulary->bytes(id).size() <= max_token_bytes) short_ones.push_back(id);
+        }
+        if (!short_ones.empty()) allowed = std::move(short_ones);
+      }
       const int32_t token = allowed[rng() % allowed.size()];
       t0 = Clock::now();
       auto next = a.Advance(state, token);
