@@ -18,6 +18,11 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes,
   }
   std::sort(sorted_.begin(), sorted_.end(),
             [&](int32_t a, int32_t b) { return bytes_[size_t(a)] < bytes_[size_t(b)]; });
+  sorted_begin_.push_back(0);
+  for (int32_t id : sorted_) {
+    sorted_buffer_ += bytes_[size_t(id)];
+    sorted_begin_.push_back(sorted_buffer_.size());
+  }
   shared_prefix_.assign(sorted_.size(), 0);
   for (size_t k = 1; k < sorted_.size(); ++k) {
     const std::string& a = bytes_[size_t(sorted_[k - 1])];
@@ -158,7 +163,7 @@ Result<TokenMask> TokenAutomaton::ComputeMask(int32_t state) {
   std::vector<int32_t> path = {state};
   size_t live = 0;
   for (size_t k = 0; k < order.size(); ++k) {
-    const std::string_view bytes = v.bytes(order[k]);
+    const std::string_view bytes = v.sorted_bytes(k);
     size_t d = std::min<size_t>(shared[k], live);
     path.resize(std::max(path.size(), bytes.size() + 1));
     for (; d < bytes.size(); ++d) {

@@ -46,12 +46,21 @@ class TokenVocabulary {
   // the prefix it shares with the one before (0 for the first).
   const std::vector<int32_t>& sorted() const { return sorted_; }
   const std::vector<uint16_t>& shared_prefix() const { return shared_prefix_; }
+  // The bytes of sorted()[k], from one buffer in sorted order: a mask's walk
+  // reads the vocabulary front to back instead of chasing each token's
+  // string (which made the walk memory-bound).
+  std::string_view sorted_bytes(size_t k) const {
+    return std::string_view(sorted_buffer_).substr(sorted_begin_[k],
+                                                   sorted_begin_[k + 1] - sorted_begin_[k]);
+  }
 
  private:
   std::vector<std::string> bytes_;
   std::vector<char> never_;
   std::vector<int32_t> sorted_;
   std::vector<uint16_t> shared_prefix_;
+  std::string sorted_buffer_;
+  std::vector<size_t> sorted_begin_;  // [sorted_.size() + 1]
 };
 
 // Words of a token mask: bit (id % 32) of word id / 32 is set when token
