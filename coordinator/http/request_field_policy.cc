@@ -38,7 +38,7 @@ const std::vector<RequestField>& RequestFields() {
       {"echo", S::kSupported, true, true},
       {"prompt_logprobs", S::kSupported, true, true},
       {"suffix", S::kSupported, true, false},   // "" only
-      {"best_of", S::kSupported, true, false},  // 1 only, for now
+      {"best_of", S::kSupported, true, false},  // 1 only, as vLLM V1
       // Chat completions.
       {"messages", S::kSupported, false, true},
       {"max_completion_tokens", S::kSupported, false, true},
