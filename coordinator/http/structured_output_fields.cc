@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "coordinator/http/request_fields.h"
+#include "coordinator/http/request_limits.h"
+#include "coordinator/structured/regex_parser.h"
 
 namespace headway {
 namespace {
@@ -22,6 +24,9 @@ Spec Of(Spec::Kind kind, std::string source) {
   return spec;
 }
 
+// How deeply a schema given as text may nest (the body's default limit).
+constexpr int kMaxSchemaDepth = 64;
+
 // The schema at `path` in the body, as JSON text in the client's key order;
 // a JSON string value is taken as the schema's text (vLLM's guided_json
 // takes both).
@@ -34,6 +39,10 @@ std::optional<ApiError> SchemaText(std::string_view body_text, const std::vector
     at = &(*at)[key];
   }
   if (at->is_string()) {
+    // The body's nesting limit did not see inside the string.
+    if (auto e = CheckJsonDepth(at->get<std::string>(), kMaxSchemaDepth)) {
+      return ApiError::BadRequest("'" + name + "': " + e->message, name);
+    }
     const ordered_json parsed = ordered_json::parse(at->get<std::string>(), nullptr, false);
     if (parsed.is_discarded()) return WrongType(name, "a JSON schema (an object, or its text)");
     *out = parsed.dump();
@@ -112,11 +121,15 @@ std::optional<ApiError> ReadResponseFormat(const json& body, std::string_view bo
                         {"name", "description", "schema", "strict"})) {
     return e;
   }
+  const json* name = Field(*schema, "name");
+  if (!name || !name->is_string()) {
+    return WrongType("response_format.json_schema.name", "a string (the schema's name)");
+  }
   const json* strict = Field(*schema, "strict");
   if (strict && !strict->is_boolean()) return WrongType("response_format.json_schema.strict", "a boolean");
   if (!Field(*schema, "schema")) {
     return ApiError::BadRequest("'response_format.json_schema.schema' is required",
-                                "response_format");
+                                "response_format.json_schema");
   }
   Spec spec = Of(Spec::Kind::kJsonSchema, "");
   if (auto e = SchemaText(body_text, {"response_format", "json_schema", "schema"},
@@ -153,8 +166,14 @@ std::optional<ApiError> ReadGuided(const json& body, std::string_view body_text,
   return std::nullopt;
 }
 
+// A whitespace pattern and the field it came from.
+struct Whitespace {
+  std::string pattern;
+  std::string field;
+};
+
 std::optional<ApiError> ReadStructuredOutputs(const json& body, std::string_view body_text,
-                                              Found* found, std::string* whitespace) {
+                                              Found* found, Whitespace* whitespace) {
   const json* so = Field(body, "structured_outputs");
   if (!so) return std::nullopt;
   const std::string name = "structured_outputs";
@@ -191,7 +210,7 @@ std::optional<ApiError> ReadStructuredOutputs(const json& body, std::string_view
   }
   if (const json* ws = Field(*so, "whitespace_pattern")) {
     if (!ws->is_string()) return WrongType(name + ".whitespace_pattern", "a string");
-    *whitespace = ws->get<std::string>();
+    *whitespace = {ws->get<std::string>(), name + ".whitespace_pattern"};
   }
   return std::nullopt;
 }
@@ -212,22 +231,33 @@ std::optional<ApiError> ReadStructuredOutput(const json& body, std::string_view 
                                              const GenerationParams& params,
                                              std::optional<Spec>* out) {
   Found found;
-  std::string whitespace;
+  Whitespace whitespace;
   if (auto e = ReadResponseFormat(body, body_text, &found)) return e;
   if (auto e = ReadGuided(body, body_text, &found)) return e;
   if (auto e = ReadStructuredOutputs(body, body_text, &found, &whitespace)) return e;
   if (const json* ws = Field(body, "guided_whitespace_pattern")) {
     if (!ws->is_string()) return WrongType("guided_whitespace_pattern", "a string");
-    whitespace = ws->get<std::string>();
+    whitespace = {ws->get<std::string>(), "guided_whitespace_pattern"};
   }
   const bool json_output = found.spec && (found.spec->kind == Spec::Kind::kJsonSchema ||
                                           found.spec->kind == Spec::Kind::kJsonObject);
-  if (!whitespace.empty() && !json_output) {
-    return ApiError::BadRequest("a whitespace pattern applies to JSON output only",
-                                "guided_whitespace_pattern");
+  if (!whitespace.pattern.empty()) {
+    if (!json_output) {
+      return ApiError::BadRequest("a whitespace pattern applies to JSON output only",
+                                  whitespace.field);
+    }
+    // Checked here so that its error names its own field.
+    structured::RegexOptions options;
+    options.json_whitespace = true;
+    const Result<structured::Pattern> parsed =
+        structured::ParseRegex(whitespace.pattern, options);
+    if (!parsed.ok()) {
+      return ApiError::BadRequest("'" + whitespace.field + "': " + parsed.status().message(),
+                                  whitespace.field);
+    }
   }
   if (!found.spec) return std::nullopt;
-  found.spec->whitespace_pattern = whitespace;
+  found.spec->whitespace_pattern = whitespace.pattern;
   // Their bans could leave a structured output no token to continue with.
   if (params.min_tokens > 0) {
     return ApiError::BadRequest("min_tokens cannot be combined with structured output ('" +

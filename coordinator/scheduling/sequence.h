@@ -175,7 +175,7 @@ class Sequence {
   // computes the next mask. A stop token (EOS unless ignore_eos, one of
   // stop_token_ids) leaves the grammar where it is: it ends the output.
   // Errors: Internal when the grammar does not allow the token (its mask
-  // was not applied); ResourceExhausted when the grammar outgrows its
+  // was not applied); InvalidArgument when the grammar outgrows its
   // automaton (TokenAutomaton::kMaxStates). OK without a grammar.
   Status AdvanceGrammar(int32_t token_id);
   // The tokens that may be sampled next, or null without a grammar: the

@@ -32,7 +32,9 @@ Result<Pattern> ChoicePattern(const std::string& source) {
 Result<Pattern> SpecPattern(const StructuredOutputSpec& spec) {
   JsonGrammarOptions options = DefaultJsonGrammarOptions();
   if (!spec.whitespace_pattern.empty()) {
-    Result<Pattern> ws = ParseRegex(spec.whitespace_pattern);
+    RegexOptions whitespace;
+    whitespace.json_whitespace = true;
+    Result<Pattern> ws = ParseRegex(spec.whitespace_pattern, whitespace);
     if (!ws.ok()) return ws.status().WithContext("the whitespace pattern");
     options.whitespace = *ws;
   }
@@ -78,15 +80,29 @@ Result<std::shared_ptr<TokenAutomaton>> GrammarCompiler::Compile(
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = index_.find(key); it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
+      if (!it->second->second->Full()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return it->second->second;
+      }
+      // A full automaton fails every answer that needs a new state; the
+      // requests that hold it keep it, new ones start from a fresh one.
+      lru_.erase(it->second);
+      index_.erase(it);
     }
   }
   // Compiled unlocked: two requests with one new grammar may both compile
-  // it, and the second keeps the first's.
-  HW_ASSIGN_OR_RETURN(std::shared_ptr<TokenAutomaton> automaton, CompileUncached(spec));
+  // it, and the second keeps the first's. At most kMaxConcurrentCompiles at
+  // once: each may build an NFA of kMaxNfaStates.
+  compile_slots_.acquire();
+  Result<std::shared_ptr<TokenAutomaton>> compiled = CompileUncached(spec);
+  compile_slots_.release();
+  HW_ASSIGN_OR_RETURN(std::shared_ptr<TokenAutomaton> automaton, std::move(compiled));
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+  if (auto it = index_.find(key); it != index_.end()) {
+    if (!it->second->second->Full()) return it->second->second;
+    lru_.erase(it->second);
+    index_.erase(it);
+  }
   lru_.emplace_front(key, automaton);
   index_[key] = lru_.begin();
   // Automata grow as requests meet new states; the bound is checked as

@@ -6,6 +6,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <semaphore>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -26,7 +27,8 @@ struct StructuredOutputSpec {
   Kind kind = Kind::kJsonObject;
   std::string source;
   // For JSON: a regex for the whitespace allowed after ',' and ':' (vLLM's
-  // guided_whitespace_pattern); "" = at most one space.
+  // guided_whitespace_pattern; only ' ', '\t', '\n', '\r' are kept:
+  // RegexOptions::json_whitespace); "" = at most one space.
   std::string whitespace_pattern;
   // The request field it came from ("response_format", "guided_regex",
   // ...), for errors; not part of the grammar.
@@ -57,6 +59,8 @@ class GrammarCompiler {
   const std::shared_ptr<const TokenVocabulary> vocabulary_;
   const size_t capacity_;
   const size_t max_bytes_;
+  static constexpr std::ptrdiff_t kMaxConcurrentCompiles = 2;
+  std::counting_semaphore<kMaxConcurrentCompiles> compile_slots_{kMaxConcurrentCompiles};
   std::mutex mu_;
   using Entry = std::pair<std::string, std::shared_ptr<TokenAutomaton>>;
   std::list<Entry> lru_;  // most recent first

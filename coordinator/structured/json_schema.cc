@@ -134,12 +134,20 @@ Pattern JsonChar() {
               Seq({Char('\\'), Chars(CharSet::Of("\"\\/bfnrt"))}), Seq({Literal("\\u"), unicode})});
 }
 
+// RFC 3339 full-date: each month with its own days; February stops at 28,
+// since the 29th is valid only in leap years (a subset, never an invalid date).
 Pattern Date() {
+  const Pattern to28 = Alt({Seq({Char('0'), Range('1', '9')}), Seq({Char('1'), Range('0', '9')}),
+                            Seq({Char('2'), Range('0', '8')})});
+  const Pattern to30 = Alt({to28, Literal("29"), Literal("30")});
+  const Pattern to31 = Alt({to30, Literal("31")});
   return Seq({Digits(4), Char('-'),
-              Alt({Seq({Char('0'), Range('1', '9')}), Seq({Char('1'), Range('0', '2')})}),
-              Char('-'),
-              Alt({Seq({Char('0'), Range('1', '9')}), Seq({Range('1', '2'), Range('0', '9')}),
-                   Seq({Char('3'), Range('0', '1')})})});
+              Alt({Seq({Literal("02-"), to28}),
+                   Seq({Alt({Literal("04"), Literal("06"), Literal("09"), Literal("11")}),
+                        Char('-'), to30}),
+                   Seq({Alt({Literal("01"), Literal("03"), Literal("05"), Literal("07"),
+                             Literal("08"), Literal("10"), Literal("12")}),
+                        Char('-'), to31})})});
 }
 
 Pattern Hour() {
@@ -147,10 +155,11 @@ Pattern Hour() {
 }
 Pattern Minute() { return Seq({Range('0', '5'), Range('0', '9')}); }
 
+// RFC 3339 full-time: the offset (Z or +hh:mm) is required.
 Pattern Time() {
   return Seq(
       {Hour(), Char(':'), Minute(), Char(':'), Minute(), Optional(Fraction()),
-       Optional(Alt({Char('Z'), Seq({Chars(CharSet::Of("+-")), Hour(), Char(':'), Minute()})}))});
+       Alt({Char('Z'), Seq({Chars(CharSet::Of("+-")), Hour(), Char(':'), Minute()})})});
 }
 
 Pattern Uuid() {
@@ -238,22 +247,24 @@ Pattern AnyNumber() {
 // up to hi - 1 and only zeros at hi; -x.f lies in (-x - 1, -x], the mirror.
 // REQUIRES: lo <= hi.
 Pattern BoundedNumber(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+  // Read through value_or: GCC 12 warns that *hi and *lo may be unset.
+  const int64_t l = lo.value_or(0), h = hi.value_or(0);
   const Pattern zeros = Seq({Char('.'), Repeat(Char('0'), 1, -1)});
   std::vector<Pattern> alternatives = {IntegerRange(lo, hi)};
   const int64_t from = std::max<int64_t>(lo.value_or(0), 0);
-  if (!hi || *hi - 1 >= from) {
+  if (!hi || h - 1 >= from) {
     alternatives.push_back(
-        Seq({NaturalRange(from, hi ? std::optional(*hi - 1) : std::nullopt), Fraction()}));
+        Seq({NaturalRange(from, hi ? std::optional(h - 1) : std::nullopt), Fraction()}));
   }
-  if (hi && *hi >= from) alternatives.push_back(Seq({NaturalRange(*hi, *hi), zeros}));
-  if (!lo || *lo < 0) {
-    const int64_t magnitude = hi ? std::max<int64_t>(-*hi, 0) : 0;
-    if (!lo || -*lo - 1 >= magnitude) {
+  if (hi && h >= from) alternatives.push_back(Seq({NaturalRange(h, h), zeros}));
+  if (!lo || l < 0) {
+    const int64_t magnitude = hi ? std::max<int64_t>(-h, 0) : 0;
+    if (!lo || -l - 1 >= magnitude) {
       alternatives.push_back(
-          Seq({Char('-'), NaturalRange(magnitude, lo ? std::optional(-*lo - 1) : std::nullopt),
+          Seq({Char('-'), NaturalRange(magnitude, lo ? std::optional(-l - 1) : std::nullopt),
                Fraction()}));
     }
-    if (lo) alternatives.push_back(Seq({Char('-'), NaturalRange(-*lo, -*lo), zeros}));
+    if (lo) alternatives.push_back(Seq({Char('-'), NaturalRange(-l, -l), zeros}));
   }
   return Alt(std::move(alternatives));
 }
@@ -449,8 +460,9 @@ Result<Pattern> NumberPattern(const Json& schema, const std::string& path) {
   if (!minimum && !maximum) return AnyNumber();
   if (minimum && std::floor(*minimum) != *minimum) return Invalid("minimum", path, kOnlyIntegers);
   if (maximum && std::floor(*maximum) != *maximum) return Invalid("maximum", path, kOnlyIntegers);
-  const std::optional<int64_t> lo = minimum ? std::optional(int64_t(*minimum)) : std::nullopt;
-  const std::optional<int64_t> hi = maximum ? std::optional(int64_t(*maximum)) : std::nullopt;
+  std::optional<int64_t> lo, hi;
+  if (minimum) lo = int64_t(*minimum);
+  if (maximum) hi = int64_t(*maximum);
   HW_RETURN_IF_ERROR(CheckRange(lo, hi, path));
   return BoundedNumber(lo, hi);
 }

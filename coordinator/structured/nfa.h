@@ -29,8 +29,8 @@ struct Nfa {
 };
 
 // The most NFA states a pattern may compile to (a bound on the memory and
-// the DFA work of one grammar; about 64 bytes a state).
-inline constexpr size_t kMaxNfaStates = 1u << 20;
+// the DFA work of one grammar; about 100 bytes a state, so ~25 MiB).
+inline constexpr size_t kMaxNfaStates = 1u << 18;
 
 // Thompson's construction of `pattern`.
 // Errors: ResourceExhausted when it needs more than `max_states` states (a

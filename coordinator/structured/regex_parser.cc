@@ -89,6 +89,11 @@ class Parser {
   bool Braces(int* min, int* max) {
     const size_t start = pos_;
     ++pos_;
+    if (At(',') && pos_ + 1 < re_.size() && re_[pos_ + 1] >= '0' && re_[pos_ + 1] <= '9') {
+      pos_ = start;
+      Fail("'{,n}' (Python reads it as {0,n}, ECMAScript as text; write {0,n})");
+      return false;
+    }
     *min = Number();
     if (*min >= 0) {
       *max = *min;
@@ -119,7 +124,7 @@ class Parser {
     } else if (c == '?') {
       ++pos_;
       max = 1;
-    } else if (c == '{' && Braces(&min, &max)) {
+    } else if (c == '{' && Braces(&min, &max) && error_.ok()) {
       if (max >= 0 && min > max) return Fail("{m,n} with m > n");
       if (min > kMaxRegexRepeat || max > kMaxRegexRepeat) {
         return Fail("a repetition count above " + std::to_string(kMaxRegexRepeat));
@@ -153,19 +158,35 @@ class Parser {
       }
       cp = (cp << 6) | (c & 0x3F);
     }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      Fail("invalid UTF-8");
+      return 0;
+    }
     pos_ += size_t(len);
     return cp;
   }
 
-  // A character (code point) matched literally, under the JSON option.
+  // A character (code point) matched literally, under the JSON options.
   Pattern LiteralChar(uint32_t cp) {
     if (options_.json_string_content && (cp == '"' || cp == '\\' || cp < 0x20)) {
       return Fail("a character JSON must escape ('\"', '\\' or a control character)");
     }
+    if (options_.json_whitespace && !IsJsonWhitespace(cp)) {
+      return Fail("a character other than JSON whitespace (space, \\t, \\n, \\r)");
+    }
     return Literal(Utf8(cp));
   }
 
+  static bool IsJsonWhitespace(uint32_t cp) {
+    return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r';
+  }
+
   Pattern Set(CharSet set) {
+    if (options_.json_whitespace) {
+      CharSet ws = CharSet::Of(" \t\n\r");
+      ws.ascii &= set.ascii;
+      set = ws;
+    }
     if (options_.json_string_content) {
       set.ascii.reset('"');
       set.ascii.reset('\\');
@@ -220,7 +241,10 @@ class Parser {
       case 'v': *cp = '\v'; return false;
       case '0': *cp = 0; return false;
       case 'x': *cp = uint32_t(Hex(2)); return false;
-      case 'u': *cp = uint32_t(Hex(4)); return false;
+      case 'u':
+        *cp = uint32_t(Hex(4));
+        if (*cp >= 0xD800 && *cp <= 0xDFFF) Fail("a surrogate code point (\\uD800-\\uDFFF)");
+        return false;
       default: break;
     }
     if ((c >= '1' && c <= '9') || c == 'k') {
@@ -309,7 +333,9 @@ class Parser {
         if (hi - from >= kMaxNonAsciiRange) {
           return Fail("a non-ASCII range wider than " + std::to_string(kMaxNonAsciiRange));
         }
-        for (uint32_t c = from; c <= hi; ++c) set.non_ascii.push_back(c);
+        for (uint32_t c = from; c <= hi; ++c) {
+          if (c < 0xD800 || c > 0xDFFF) set.non_ascii.push_back(c);  // surrogates are no characters
+        }
       }
     }
     if (!error_.ok()) return Empty();

@@ -13,6 +13,8 @@
 // backreferences, lookaround, \b and other assertions, \p{...}, inline
 // flags, possessive quantifiers, POSIX classes, negated classes listing
 // non-ASCII characters, non-ASCII ranges wider than 4096 code points,
+// surrogate code points (\uD800-\uDFFF), {,n} (Python's {0,n}, ECMAScript's
+// text),
 // repetition counts above kMaxRegexRepeat, nesting deeper than 100 groups.
 #pragma once
 
@@ -30,6 +32,10 @@ struct RegexOptions {
   // "pattern"): '"', '\' and U+0000..U+001F, which JSON must escape, are
   // never generated; a literal one is refused.
   bool json_string_content = false;
+  // The expression describes whitespace between JSON tokens (vLLM's
+  // guided_whitespace_pattern): it may match only ' ', '\t', '\n' and '\r';
+  // classes keep just those, any other literal is refused.
+  bool json_whitespace = false;
 };
 
 // Errors: InvalidArgument "<what> at offset <n> of the regex" for the

@@ -75,8 +75,10 @@ Result<int32_t> TokenAutomaton::Intern(std::vector<int32_t> set) {
   std::string key(reinterpret_cast<const char*>(set.data()), set.size() * sizeof(int32_t));
   if (auto it = ids_.find(key); it != ids_.end()) return it->second;
   if (sets_.size() >= kMaxStates) {
-    return Status::ResourceExhausted("the grammar needs more than " +
-                                     std::to_string(kMaxStates) + " automaton states");
+    // The client's grammar, not the server, is at fault: a regex such as
+    // [ab]*a[ab]{20} needs a state per combination of its last 21 bytes.
+    return Status::InvalidArgument("the grammar needs more than " + std::to_string(kMaxStates) +
+                                   " automaton states for these answers; make it smaller");
   }
   const int32_t id = int32_t(sets_.size());
   accepting_.push_back(std::binary_search(set.begin(), set.end(), nfa_.accept) ? 1 : 0);
@@ -111,6 +113,11 @@ Result<int32_t> TokenAutomaton::Advance(int32_t state, int32_t token_id) {
     if (state == kDead) return kDead;
   }
   return state;
+}
+
+bool TokenAutomaton::Full() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sets_.size() >= kMaxStates;
 }
 
 size_t TokenAutomaton::MemoryBytes() {

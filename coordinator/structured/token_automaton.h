@@ -85,7 +85,7 @@ class TokenAutomaton {
   int32_t start() const { return 0; }
   // The state after `token_id` from `state`, or kDead when the token cannot
   // continue a valid output (a never-allowed token included).
-  // Errors: ResourceExhausted past kMaxStates (the grammar is too large to
+  // Errors: InvalidArgument past kMaxStates (the grammar is too large to
   // run). REQUIRES: state is a live state of this automaton.
   static constexpr int32_t kDead = -1;
   Result<int32_t> Advance(int32_t state, int32_t token_id);
@@ -95,10 +95,12 @@ class TokenAutomaton {
   Result<bool> IsTerminal(int32_t state);
   // The tokens that can follow from `state` ([ceil(vocab / 32)] words). The
   // caller adds its end tokens (EOS) where IsAccepting.
-  // Errors: ResourceExhausted past kMaxStates.
+  // Errors: InvalidArgument past kMaxStates.
   Result<std::shared_ptr<const TokenMask>> Mask(int32_t state);
 
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
+  // True once it has kMaxStates states: new ones can no longer be made.
+  bool Full();
   // Bytes of memory its NFA, DFA states and kept masks take.
   size_t MemoryBytes();
 

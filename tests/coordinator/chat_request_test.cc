@@ -57,7 +57,17 @@ TEST(ChatRequestTest, StructuredOutputFields) {
   ExpectBadRequest(with(R"("response_format": {"type": "json_schema"})"),
                    "response_format.json_schema", "'schema'");
   ExpectBadRequest(with(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"),
-                   "response_format", "is required");
+                   "response_format.json_schema", "is required");
+  ExpectBadRequest(with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}}})"),
+                   "response_format.json_schema.name", "a string");
+  ExpectBadRequest(with(R"("response_format": {"type": "json_object"}, "guided_whitespace_pattern": "x")"),
+                   "guided_whitespace_pattern", "JSON whitespace");
+  ExpectBadRequest(with(R"("structured_outputs": {"whitespace_pattern": " "})"),
+                   "structured_outputs.whitespace_pattern", "JSON output only");
+  std::string deep;
+  for (int i = 0; i < 5000; ++i) deep += "[";
+  for (int i = 0; i < 5000; ++i) deep += "]";
+  ExpectBadRequest(with(R"("guided_json": ")" + deep + "\""), "guided_json", "nest");
   ExpectBadRequest(with(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {}, "extra": 1}})"),
                    "response_format.json_schema", "'response_format.json_schema.extra'");
   ExpectBadRequest(with(R"("guided_regex": "a", "guided_choice": ["a"])"), "guided_choice",

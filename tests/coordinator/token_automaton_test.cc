@@ -46,7 +46,7 @@ TEST(RegexParser, MatchesWholeStrings) {
   EXPECT_TRUE(Matches("[é-ë]x", "êx"));
   EXPECT_FALSE(Matches("[é-ë]x", "ex"));
   EXPECT_TRUE(Matches("\\w\\s\\W", "a !"));
-  EXPECT_TRUE(Matches("a{,2}", "a{,2}"));  // not a quantifier: literal, as in Python
+  EXPECT_TRUE(Matches("a{x}", "a{x}"));  // not a quantifier: literal, as in Python
   EXPECT_TRUE(Matches("\\u00e9\\x41", "éA"));
   EXPECT_TRUE(Matches("(yes|no)?", ""));
 }
@@ -62,6 +62,7 @@ TEST(RegexParser, RefusesWhatItCannotMatchNamingIt) {
       {"a{3,1}", "m > n"},                {"a{1001}", "above 1000"},
       {"a^b", "'^'"},                     {"a$b", "'$'"},
       {"\\q", "unknown escape"},          {"a**", "repeated quantifier"},
+      {"a{,5}", "{,n}"},                  {"\\ud800", "surrogate"},
   };
   for (const auto& [regex, what] : cases) {
     Result<Pattern> p = ParseRegex(regex);
@@ -84,6 +85,20 @@ TEST(RegexParser, JsonStringContentNeverGeneratesWhatJsonEscapes) {
   EXPECT_FALSE(FullMatch(*nfa, "x\\z"));
   EXPECT_FALSE(FullMatch(*nfa, "x\nz"));
   EXPECT_FALSE(ParseRegex("a\"b", json).ok());
+}
+
+TEST(RegexParser, JsonWhitespaceKeepsOnlyJsonWhitespace) {
+  RegexOptions ws;
+  ws.json_whitespace = true;
+  Result<Pattern> p = ParseRegex("[\\s\\S]*", ws);
+  ASSERT_TRUE(p.ok());
+  Result<Nfa> nfa = CompileNfa(*p);
+  ASSERT_TRUE(nfa.ok());
+  EXPECT_TRUE(FullMatch(*nfa, " \t\n\r "));
+  EXPECT_FALSE(FullMatch(*nfa, " x"));
+  EXPECT_FALSE(FullMatch(*nfa, "\f"));
+  EXPECT_FALSE(ParseRegex("x", ws).ok());
+  EXPECT_FALSE(ParseRegex("[a-z]+", ws).ok());  // nothing left of the class
 }
 
 TEST(Nfa, RefusesAGrammarOverTheStateBound) {
