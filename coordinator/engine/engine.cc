@@ -290,9 +290,13 @@ void Engine::Impl::OnStepDone(Instance& inst) {
       continue;
     }
     if (Status advanced = seq->AdvanceGrammar(token_id); !advanced.ok()) {
-      EndRequest(inst, s.seq_id,
-                 advanced.WithContext("instance " + std::to_string(inst.id) + " step " +
-                                      std::to_string(step.step_id())));
+      // A grammar too large to run is the client's to fix (its own words);
+      // anything else is ours, with where it happened.
+      if (advanced.code() != StatusCode::kInvalidArgument) {
+        advanced = advanced.WithContext("instance " + std::to_string(inst.id) + " step " +
+                                        std::to_string(step.step_id()));
+      }
+      EndRequest(inst, s.seq_id, std::move(advanced));
       continue;
     }
     if (requests.OnSampled(inst.id, *seq, *it->second)) EndRequest(inst, s.seq_id, Status::Ok());
