@@ -40,8 +40,10 @@ std::optional<ApiError> SchemaText(std::string_view body_text, const std::vector
   }
   if (at->is_string()) {
     // The body's nesting limit did not see inside the string.
-    if (auto e = CheckJsonDepth(at->get<std::string>(), kMaxSchemaDepth)) {
-      return ApiError::BadRequest("'" + name + "': " + e->message, name);
+    if (CheckJsonDepth(at->get<std::string>(), kMaxSchemaDepth)) {
+      return ApiError::BadRequest("'" + name + "': the schema nests JSON more than " +
+                                      std::to_string(kMaxSchemaDepth) + " levels deep",
+                                  name);
     }
     const ordered_json parsed = ordered_json::parse(at->get<std::string>(), nullptr, false);
     if (parsed.is_discarded()) return WrongType(name, "a JSON schema (an object, or its text)");
@@ -76,8 +78,7 @@ std::optional<ApiError> ChoiceText(const json& choices, const std::string& name,
   return std::nullopt;
 }
 
-// One constraint found so far (`first` names its field), or a 400 when a
-// second one is given.
+// The one constraint found so far and its field; Set refuses a second.
 struct Found {
   std::optional<Spec> spec;
   std::string field;
