@@ -110,8 +110,9 @@ std::optional<ApiError> ReadResponseFormat(const json& body, std::string_view bo
     return found->Set(Of(Spec::Kind::kJsonObject, ""), "response_format");
   }
   if (*type != "json_schema") {
-    return Unsupported("response_format",
-                       "response_format type '" + type->get<std::string>() + "'");
+    return ApiError::BadRequest("response_format type '" + type->get<std::string>() +
+                                    "' is not one of 'text', 'json_object', 'json_schema'",
+                                "response_format");
   }
   if (auto e = OnlyKeys(*format, "response_format", {"type", "json_schema"})) return e;
   const json* schema = Field(*format, "json_schema");

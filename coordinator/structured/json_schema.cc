@@ -47,7 +47,7 @@ constexpr std::pair<std::string_view, std::string_view> kTypeKeywords[] = {
     {"exclusiveMinimum", "number"},
     {"exclusiveMaximum", "number"}};
 
-constexpr std::string_view kOtherKeywords[] = {"type", "enum", "const", "anyOf", "$ref"};
+constexpr std::string_view kOtherKeywords[] = {"type", "enum", "const", "anyOf", "oneOf", "$ref"};
 
 constexpr std::string_view kTypes[] = {"object", "array",   "string", "integer",
                                        "number", "boolean", "null"};
@@ -496,6 +496,7 @@ class SchemaCompiler {
     }
     for (const auto& item : schema.items()) {
       const std::string& keyword = item.key();
+      if (keyword == "discriminator" && schema.contains("oneOf")) continue;  // CompileOneOf
       if (keyword == "uniqueItems" && item.value() != false) {
         return Unsupported(keyword, path, " except as false");
       }
@@ -506,6 +507,7 @@ class SchemaCompiler {
     }
     if (schema.contains("$ref")) return CompileRef(schema, path);
     if (schema.contains("anyOf")) return CompileAnyOf(schema, path);
+    if (schema.contains("oneOf")) return CompileOneOf(schema, path);
     if (schema.contains("enum") || schema.contains("const")) return CompileEnum(schema, path);
     HW_ASSIGN_OR_RETURN(const std::vector<std::string> types, Types(schema, path));
     if (types.empty()) return AnyValue(options_.max_depth, options_);
@@ -581,6 +583,84 @@ class SchemaCompiler {
       alternatives.push_back(std::move(p));
     }
     return Alt(std::move(alternatives));
+  }
+
+  // oneOf whose branches no value can match twice: a discriminated union,
+  // where every branch requires one property with its own const or enum
+  // values (Pydantic's Field(discriminator=...); OpenAPI's "discriminator"
+  // beside it is an annotation). Then it is anyOf. Other oneOfs could lead
+  // to a value two branches match, which the schema rejects.
+  Result<Pattern> CompileOneOf(const Json& schema, const std::string& path) {
+    HW_RETURN_IF_ERROR(CheckAlone(schema, path, "oneOf", "discriminator"));
+    const Json& branches = *Find(schema, "oneOf");
+    if (!branches.is_array() || branches.empty()) {
+      return Invalid("oneOf", path, "must be a non-empty array of schemas");
+    }
+    if (branches.size() > 1 && !Discriminated(branches)) {
+      return Unsupported("oneOf", path,
+                         " unless every branch requires one property with const or enum values "
+                         "of its own (a discriminated union); use anyOf where branches may "
+                         "overlap");
+    }
+    std::vector<Pattern> alternatives;
+    for (size_t i = 0; i < branches.size(); ++i) {
+      HW_ASSIGN_OR_RETURN(Pattern p,
+                          Compile(branches[i], Child(Child(path, "oneOf"), std::to_string(i))));
+      alternatives.push_back(std::move(p));
+    }
+    return Alt(std::move(alternatives));
+  }
+
+  // `s`, or the definition it names when it is a local $ref.
+  const Json& Resolved(const Json& s) const {
+    const Json* ref = s.is_object() ? Find(s, "$ref") : nullptr;
+    if (ref == nullptr || !ref->is_string()) return s;
+    const std::string& target = ref->get_ref<const std::string&>();
+    for (const char* c : {"$defs", "definitions"}) {
+      const std::string prefix = "#/" + std::string(c) + "/";
+      const Json* definitions = root_.is_object() ? Find(root_, c) : nullptr;
+      if (!target.starts_with(prefix) || definitions == nullptr || !definitions->is_object()) {
+        continue;
+      }
+      if (const Json* d = Find(*definitions, Unescape(target.substr(prefix.size())))) return *d;
+    }
+    return s;
+  }
+
+  // True when some property is required by every branch with const or enum
+  // values, and no two branches share a value of it.
+  bool Discriminated(const Json& branches) const {
+    const Json& first = Resolved(branches[0]);
+    const Json* required = first.is_object() ? Find(first, "required") : nullptr;
+    if (required == nullptr || !required->is_array()) return false;
+    for (const Json& name : *required) {
+      if (!name.is_string()) continue;
+      std::set<std::string> seen;  // the values' JSON text
+      bool disjoint = true;
+      for (const Json& branch : branches) {
+        const Json& b = Resolved(branch);
+        const Json* req = b.is_object() ? Find(b, "required") : nullptr;
+        const Json* props = b.is_object() ? Find(b, "properties") : nullptr;
+        const Json* prop = props != nullptr && props->is_object()
+                               ? Find(*props, name.get<std::string>())
+                               : nullptr;
+        if (req == nullptr || !req->is_array() || prop == nullptr || !prop->is_object() ||
+            std::ranges::find(*req, name) == req->end()) {
+          disjoint = false;
+          break;
+        }
+        std::vector<Json> values;
+        if (const Json* c = Find(*prop, "const")) values.push_back(*c);
+        if (const Json* e = Find(*prop, "enum"); e != nullptr && e->is_array()) {
+          values.insert(values.end(), e->begin(), e->end());
+        }
+        if (values.empty()) disjoint = false;
+        for (const Json& v : values) disjoint = disjoint && seen.insert(v.dump()).second;
+        if (!disjoint) break;
+      }
+      if (disjoint) return true;
+    }
+    return false;
   }
 
   // The listed values; a "type" beside them keeps those of that type.

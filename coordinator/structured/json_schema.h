@@ -38,12 +38,17 @@
 //                            integer minimum and maximum (the fraction is
 //                            then free, below an upper bound)
 //   anyOf                    alone (beside annotations)
+//   oneOf                    alone (beside annotations and OpenAPI's
+//                            "discriminator"), when no value can match two
+//                            branches: one branch, or a discriminated union
+//                            (every branch requires one property with const
+//                            or enum values no other branch has)
 //   $ref                     "#/$defs/NAME" or "#/definitions/NAME" of the
 //                            root schema, alone (beside annotations); not
 //                            recursive
 //   title, description, $schema, $id, $comment, default, examples,
 //   deprecated, readOnly, writeOnly, $defs, definitions: ignored.
-// Anything else (oneOf, allOf, not, minProperties, prefixItems,
+// Anything else (other oneOfs, allOf, not, minProperties, prefixItems,
 // nullable, ...) is refused.
 #pragma once
 

@@ -152,7 +152,7 @@ TEST(ChatRequestTest, Errors) {
   ExpectBadRequest(with(R"("stream_options": {"include_usage": true})"), "stream_options", "stream=True");
   ExpectBadRequest(with(R"("add_generation_prompt": "yes")"), "add_generation_prompt", "boolean");
   ExpectBadRequest(with(R"("response_format": {"type": "xml"})"), "response_format",
-                   "response_format type 'xml' is not supported yet");
+                   "response_format type 'xml' is not one of 'text', 'json_object', 'json_schema'");
   ExpectBadRequest(with(R"("response_format": "json")"), "response_format", "'type'");
   ExpectBadRequest(with(R"("tool_choice": "required")"), "tool_choice", "not supported yet");
   ExpectBadRequest(with(R"("parallel_tool_calls": 1)"), "parallel_tool_calls", "boolean");

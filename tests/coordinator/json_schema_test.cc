@@ -277,9 +277,36 @@ TEST(JsonSchema, PatternMatchesTheWholeStringAndNeverWhatJsonEscapes) {
   ExpectLanguage(any, {R"("ab c")", "\"\xC3\xA9\""}, {R"("a"b")", R"("a\b")", "\"a\nb\""});
 }
 
+// Pydantic's discriminated union: oneOf of $refs told apart by a const.
+TEST(JsonSchema, OneOfOfADiscriminatedUnionIsItsBranches) {
+  const Nfa nfa = SchemaNfa(R"({"$defs": {
+      "Cat": {"type": "object", "properties": {"kind": {"const": "cat", "type": "string"},
+              "meows": {"type": "boolean"}}, "required": ["kind", "meows"], "title": "Cat"},
+      "Dog": {"type": "object", "properties": {"kind": {"enum": ["dog", "puppy"]},
+              "barks": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["kind", "barks"]}},
+    "type": "object", "properties": {"pet": {
+      "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+      "discriminator": {"propertyName": "kind",
+                        "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}},
+    "required": ["pet"]})");
+  ExpectLanguage(nfa,
+                 {R"({"pet": {"kind": "cat", "meows": true}})",
+                  R"({"pet": {"kind": "puppy", "barks": 3}})"},
+                 {R"({"pet": {"kind": "cat", "barks": 3}})", R"({"pet": {"meows": true}})"});
+  // One branch cannot match twice.
+  ExpectLanguage(SchemaNfa(R"({"oneOf": [{"type": "integer"}]})"), {"7"}, {"\"7\""});
+  // Branches that share a value of every common property may overlap.
+  EXPECT_EQ(SchemaError(R"({"oneOf": [
+      {"properties": {"k": {"const": "a"}}, "required": ["k"]},
+      {"properties": {"k": {"enum": ["b", "a"]}}, "required": ["k"]}]})").code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(JsonSchema, RefusedKeywordsAreNamed) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"oneOf": [{"type": "string"}]})", "oneOf"},
+      {R"({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 2}]})", "oneOf"},
+      {R"({"type": "object", "discriminator": {"propertyName": "a"}})", "discriminator"},
       {R"({"allOf": [{"type": "string"}]})", "allOf"},
       {R"({"not": {"type": "string"}})", "not"},
       {R"({"if": {"type": "string"}, "then": {}})", "if"},
