@@ -59,6 +59,9 @@ class PickingModel final : public ForwardModel {
   const SlotSpec& slot_spec(int slot) const override { return inner_->slot_spec(slot); }
   double collective_seconds() const override { return 0.0; }
   const std::vector<SampleResult>* device_picks() const override { return &picks_; }
+  // Logit rows per Forward, as a GPU model's buffers bound them.
+  int max_logit_rows() const override { return max_logit_rows_; }
+  void set_max_logit_rows(int n) { max_logit_rows_ = n; }
 
   Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) override {
     HW_RETURN_IF_ERROR(inner_->Forward(batch, pool, logits));
@@ -82,6 +85,7 @@ class PickingModel final : public ForwardModel {
   ForwardModel* const inner_;
   std::vector<SampleResult> picks_;
   std::vector<int32_t> seen_;
+  int max_logit_rows_ = std::numeric_limits<int>::max();
 };
 
 // A model, a pool, an executor, and a trivial allocator that hands every
@@ -117,6 +121,7 @@ class Harness {
   StepExecutor& executor() { return *executor_; }
   DecoderModel& model() { return *model_; }
   const PickingModel* picking() const { return picking_.get(); }
+  PickingModel* picking() { return picking_.get(); }
 
  private:
   std::unique_ptr<DecoderModel> model_;
@@ -348,6 +353,30 @@ TEST_F(ExecutorValidationTest, BadPromptLogprobRows) {
   step->set_prompt_logprob_token_ids(1, 4);
   step->set_num_prompt_top_logprobs(21);
   ExpectRejected(plan, "num_prompt_top_logprobs 21 out of [0, 20]");
+}
+
+// A GPU model computes at most max_logit_rows logits per step (its buffers
+// hold one row per sampled sequence): prompt logprob rows beyond that are
+// refused, naming the limit, and nothing is applied.
+TEST(StepExecutorTest, MoreLogitRowsThanTheModelComputesAreRefused) {
+  Harness h(/*picking=*/true);
+  h.picking()->set_max_logit_rows(2);
+  proto::StepPlan plan;
+  plan.set_step_id(1);
+  proto::SequenceStep* step = h.Add(&plan, 1, {1, 5, 9, 14}, 0, true);
+  step->set_prompt_logprobs_first_row(0);
+  for (int32_t id : {5, 9, 14}) step->add_prompt_logprob_token_ids(id);
+  const proto::StepResult r = h.Run(plan);
+  EXPECT_NE(r.error().find("needs the logits of 4 rows; this worker's model computes at most 2"),
+            std::string::npos)
+      << r.error();
+  EXPECT_EQ(r.tokens_size(), 0);
+  EXPECT_EQ(h.executor().FindSequence(1), nullptr);
+  // Within the limit the same model serves the step.
+  proto::StepPlan fits;
+  fits.set_step_id(2);
+  h.Add(&fits, 2, {1, 5}, 0, true);
+  EXPECT_EQ(h.Run(fits).error(), "");
 }
 
 TEST_F(ExecutorValidationTest, OneBadSeqRejectsTheWholePlan) {
