@@ -43,9 +43,11 @@ esac
 
 # The ThreadSanitizer run: the step loops and the threads around them (the
 # worker's compute thread and step executor, the coordinator's engine behind
-# HTTP with fake workers), the control channel, KV transfer over UCX, and the
-# shm and Gloo all-reduce.
-TSAN_TARGETS=(test_comm test_worker test_integration headway-coordinator headway-worker)
+# HTTP with fake workers), the control channel, KV transfer over UCX, the
+# shm and Gloo all-reduce, and structured output's grammars shared by the
+# HTTP threads and the engine thread.
+TSAN_TARGETS=(test_comm test_worker test_coordinator test_integration headway-coordinator
+              headway-worker)
 # Left out, as ThreadSanitizer cannot see what orders them (they pass under
 # AddressSanitizer): KV transfer over UCX's shared-memory transports (sm, posix,
 # cma), whose FIFOs UCX, not instrumented, synchronizes with plain memory
@@ -53,7 +55,7 @@ TSAN_TARGETS=(test_comm test_worker test_integration headway-coordinator headway
 # a socket that another process's write completed (TSan follows one process).
 TSAN_EXCLUDE='/(sm_self|posix_cma_self)( |$)|^KvTransferCrossProcessTest\.(Tcp|SharedMemory)ReceiverInChildGetsBlocks$|^Transports/KvTransferFaultTest\.'
 # (A parameterized case's name starts with its instantiation, "Transports/".)
-TSAN_TESTS='^([A-Za-z]+/)?(ComputeThreadTest|StepExecutorTest|CoordinatorFakeWorkerTest|ControlChannel|ControlAuthTest|KvTransfer|KvHandoff|CommunicatorTest|ShmCommunicatorTest|ChildProcessSanitizerTest)\.'
+TSAN_TESTS='^([A-Za-z]+/)?(ComputeThreadTest|StepExecutorTest|CoordinatorFakeWorkerTest|ControlChannel|ControlAuthTest|KvTransfer|KvHandoff|CommunicatorTest|ShmCommunicatorTest|ChildProcessSanitizerTest|GrammarCompiler)\.'
 
 bash deploy/setup.sh
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEADWAY_SANITIZE="$SANITIZE"

@@ -3,7 +3,9 @@
 // every token's bytes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -208,6 +210,37 @@ TEST(TokenAutomaton, TokensCrossingBoundariesAndSplitCharacters) {
   Result<bool> terminal = (*a)->IsTerminal(s);
   ASSERT_TRUE(terminal.ok());
   EXPECT_TRUE(*terminal);
+}
+
+// HTTP threads compile grammars and compute start masks while the engine
+// thread advances and masks: one automaton serves them all (run under
+// ThreadSanitizer by deploy/test.sh's tsan mode).
+TEST(GrammarCompiler, ThreadsShareGrammarsAndAutomata) {
+  GrammarCompiler compiler(Vocabulary(), 2);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const std::string regex = "(ab|ba)+c?" + std::string(size_t((i + t) % 3), 'a');
+        auto a = compiler.Compile({StructuredOutputSpec::Kind::kRegex, regex, "", ""});
+        if (!a.ok()) {
+          ++failures;
+          continue;
+        }
+        int32_t state = (*a)->start();
+        for (int step = 0; step < 6 && state != TokenAutomaton::kDead; ++step) {
+          auto mask = (*a)->Mask(state);
+          auto next = (*a)->Advance(state, step % 2 == 0 ? 7 : 21);  // "ab", "ba"
+          if (!mask.ok() || !next.ok()) ++failures;
+          state = next.ok() ? *next : TokenAutomaton::kDead;
+        }
+        (void)(*a)->MemoryBytes();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST(GrammarCompiler, CachesAndRefusesBadSpecs) {
