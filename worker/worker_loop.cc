@@ -284,6 +284,11 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
       last_sent = Clock::now();
     }
   }
+  // Stopped by a signal: say so, so that the coordinator reports an orderly
+  // stop rather than a lost worker. Best effort: the socket may be gone.
+  proto::Envelope leaving;
+  leaving.mutable_leaving()->set_reason("the worker was stopped (SIGINT)");
+  if (Status s = client.Send(leaving); !s.ok()) spdlog::info("could not say goodbye: {}", s.message());
   return Status::Ok();
 }
 

@@ -91,7 +91,9 @@ struct Engine::Impl {
   // falls back to a decode instance; a request whose client has been sent
   // nothing yet moves to another ready instance of the pool's role
   // (Readmit); the rest fail with Unavailable naming the instance and `why`.
-  void MarkDown(Instance& inst, const std::string& why);
+  // `orderly`: a worker said it stops (Leaving), logged as information
+  // rather than an error.
+  void MarkDown(Instance& inst, const std::string& why, bool orderly = false);
   // Adds `seq`'s request, whose instance `from` went down before its client
   // was sent any output, to the least loaded ready instance of `from`'s
   // role as a new sequence with the same id, prompt, sampling (seed
@@ -185,6 +187,10 @@ void Engine::Impl::Handle(const Inbound& in) {
     Apply(disaggregation.OnTransferResult(env.transfer_result()));
   } else if (env.has_drain_request()) {
     Drain(inst, "worker `" + in.peer + "` asked: " + env.drain_request().reason(), Clock::now());
+  } else if (env.has_leaving()) {
+    const std::string why = "worker `" + in.peer + "` left: " + env.leaving().reason();
+    registry.StopRanks(inst, why);
+    MarkDown(inst, why, /*orderly=*/true);
   }
   // Heartbeats only refresh last_heard.
 }
@@ -476,8 +482,12 @@ void Engine::Impl::CheckDrains(Clock::time_point now) {
   }
 }
 
-void Engine::Impl::MarkDown(Instance& inst, const std::string& why) {
-  spdlog::error("instance {} is down: {}", inst.id, why);
+void Engine::Impl::MarkDown(Instance& inst, const std::string& why, bool orderly) {
+  if (orderly) {
+    spdlog::info("instance {} is down: {}", inst.id, why);
+  } else {
+    spdlog::error("instance {} is down: {}", inst.id, why);
+  }
   // Requests still prefilling or transferring from a lost prefill instance
   // fall back to a decode instance, which prefills them itself (the
   // disaggregation coordinator's). The sequences of the others leave the

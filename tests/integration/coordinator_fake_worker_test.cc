@@ -900,6 +900,32 @@ TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesI
   EXPECT_TRUE(second->errors().empty()) << second->errors().front();
 }
 
+// A worker that says it leaves (SIGINT) takes its instance down at once,
+// as a lost one does: a request that has sent its client nothing moves to
+// the other instance and completes there.
+TEST_F(CoordinatorFailoverTest, ALeavingWorkersRequestsMoveAtOnce) {
+  std::unique_ptr<FakeWorker> first = Worker(0, -1, /*step_delay_ms=*/50);
+  std::unique_ptr<FakeWorker> second = Worker(1);
+  ASSERT_TRUE(WaitHealthStatus("ok"));
+  std::future<Reply> slow = std::async(std::launch::async, [this] {
+    return Post(R"({"prompt": "Tell me a story", "max_tokens": 60, "ignore_eos": true})");
+  });
+  WaitUntil([&] { return first->num_plans() >= 2; }, milliseconds(10000));
+  ASSERT_GE(first->num_plans(), 2);
+  first->Leave();
+  EXPECT_TRUE(WaitHealthStatus("degraded"));
+  Reply r = slow.get();
+  EXPECT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 60);
+  EXPECT_EQ(Metric("headway:requests_moved_total"), 1);
+  EXPECT_EQ(Metric("headway:instance_drains_total"), 0);
+  // Reported as the stop it was, not as a lost worker.
+  const std::string log = coordinator_->Log();
+  EXPECT_NE(log.find("[info] instance 0 is down: worker `i0r0` left: test"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("[error] instance 0 is down"), std::string::npos) << log;
+}
+
 // A worker's DrainRequest (SIGTERM) drains its instance; requests still
 // there at drain_timeout_ms move to another instance as if it went down.
 class CoordinatorShortDrainTest : public CoordinatorFailoverTest {

@@ -45,6 +45,7 @@ struct FakeWorker::Impl {
   std::atomic<bool> got_shutdown{false};
   std::atomic<bool> shutdown_fault{false};
   std::atomic<bool> drain{false};
+  std::atomic<bool> leave{false};
   std::atomic<int64_t> num_plans{0};
   std::atomic<int64_t> num_sampled_tokens{0};
   mutable std::mutex mu;
@@ -79,6 +80,12 @@ void FakeWorker::Impl::Run() {
   Clock::time_point last_sent = Clock::now();
   std::optional<Clock::time_point> result_sent;  // the last StepResult's, with record_step_latency
   while (!stop) {
+    if (leave.exchange(false)) {
+      proto::Envelope goodbye;
+      goodbye.mutable_leaving()->set_reason("test");
+      if (!(*client)->Send(goodbye).ok()) Error("cannot send Leaving");
+      break;
+    }
     if (drain.exchange(false)) {
       proto::Envelope request;
       request.mutable_drain_request()->set_reason("test");
@@ -217,6 +224,7 @@ bool FakeWorker::registered() const { return impl_->registered; }
 bool FakeWorker::got_shutdown() const { return impl_->got_shutdown; }
 bool FakeWorker::shutdown_fault() const { return impl_->shutdown_fault; }
 void FakeWorker::RequestDrain() { impl_->drain = true; }
+void FakeWorker::Leave() { impl_->leave = true; }
 bool FakeWorker::silent() const { return impl_->silent; }
 void FakeWorker::GoSilent() { impl_->silent = true; }
 int64_t FakeWorker::num_plans() const { return impl_->num_plans; }

@@ -74,6 +74,9 @@ class FakeWorker {
   bool shutdown_fault() const;
   // Sends a DrainRequest at the next loop iteration, as a worker does on SIGTERM.
   void RequestDrain();
+  // Sends Leaving at the next loop iteration and stops, as a worker does on
+  // SIGINT.
+  void Leave();
   // Silent: sends nothing (no heartbeat, no StepResult) and ignores what comes.
   bool silent() const;
   void GoSilent();
