@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
       }
       std::vector<int32_t> allowed;
       for (int32_t id = 0; id < vocabulary->size(); ++id) {
-        if (((**mask)[size_t(id) / 32] >> (id % 32)) & 1) allowed.push_back(id);
+        if (structured::MaskAllows(**mask, id)) allowed.push_back(id);
       }
       if (allowed.empty()) break;
       if (max_token_bytes > 0) {

@@ -41,7 +41,7 @@ Status Sequence::SetGrammarState(int32_t state) {
   if (!g.IsAccepting(state)) {
     // A pattern that reaches a character class no token can spell (or an
     // empty one) leaves a state with nothing to sample.
-    if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; })) {
+    if (structured::MaskAllowsNone(*mask)) {
       return Status::FailedPrecondition("sequence " + std::to_string(seq_id_) +
                                         ": no token of the vocabulary continues its grammar");
     }
@@ -50,11 +50,8 @@ Status Sequence::SetGrammarState(int32_t state) {
   }
   // A whole valid output may end here: the stop tokens join the mask.
   auto with_stops = std::make_shared<structured::TokenMask>(*mask);
-  auto allow = [&](int32_t id) {
-    if (id >= 0 && size_t(id) / 32 < with_stops->size()) (*with_stops)[size_t(id) / 32] |= 1u << (id % 32);
-  };
-  if (!stop_.ignore_eos) allow(stop_.eos_id);
-  for (int32_t id : stop_.stop_token_ids) allow(id);
+  if (!stop_.ignore_eos) structured::MaskAllow(with_stops.get(), stop_.eos_id);
+  for (int32_t id : stop_.stop_token_ids) structured::MaskAllow(with_stops.get(), id);
   grammar_mask_ = std::move(with_stops);
   return Status::Ok();
 }

@@ -66,8 +66,7 @@ Result<std::shared_ptr<TokenAutomaton>> GrammarCompiler::CompileUncached(
   HW_ASSIGN_OR_RETURN(std::shared_ptr<const TokenMask> mask, automaton->Mask(start));
   HW_ASSIGN_OR_RETURN(const bool empty_only, automaton->IsTerminal(start));
   if (empty_only) return Status::InvalidArgument("the grammar allows only an empty answer");
-  const bool no_token = std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; });
-  if (no_token && !automaton->IsAccepting(start)) {
+  if (MaskAllowsNone(*mask) && !automaton->IsAccepting(start)) {
     return Status::InvalidArgument("no token of the vocabulary can begin an answer");
   }
   return automaton;

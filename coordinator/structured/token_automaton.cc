@@ -185,7 +185,7 @@ Result<TokenMask> TokenAutomaton::ComputeMask(int32_t state) {
     }
     live = d;
     if (d == bytes.size()) {
-      mask[size_t(order[k]) / 32] |= 1u << (order[k] % 32);
+      MaskAllow(&mask, order[k]);
       continue;
     }
     // Every following token that starts with these d + 1 bytes dies too.

@@ -67,6 +67,22 @@ class TokenVocabulary {
 // `id` is allowed.
 using TokenMask = std::vector<uint32_t>;
 
+// True when `mask` allows token `id`; false for an id outside it.
+inline bool MaskAllows(const TokenMask& mask, int32_t id) {
+  return id >= 0 && size_t(id) / 32 < mask.size() && ((mask[size_t(id) / 32] >> (id % 32)) & 1);
+}
+// Lets `mask` allow token `id`; an id outside it is left out.
+inline void MaskAllow(TokenMask* mask, int32_t id) {
+  if (id >= 0 && size_t(id) / 32 < mask->size()) (*mask)[size_t(id) / 32] |= 1u << (id % 32);
+}
+// True when `mask` allows no token at all.
+inline bool MaskAllowsNone(const TokenMask& mask) {
+  for (uint32_t word : mask) {
+    if (word != 0) return false;
+  }
+  return true;
+}
+
 class TokenAutomaton {
  public:
   // The DFA states an automaton may create (each ~1 KiB of transitions):

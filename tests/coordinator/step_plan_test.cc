@@ -71,7 +71,7 @@ TEST(StepPlanTest, StructuredOutputSendsEachStepsMaskWithStopTokensOnceComplete)
   EXPECT_FALSE(seq->GrammarComplete());
   std::vector<int32_t> words;
   for (int32_t id = 0; id < 10; ++id) {
-    if (((*seq->GrammarMask())[0] >> id) & 1) words.push_back(id);
+    if (structured::MaskAllows(*seq->GrammarMask(), id)) words.push_back(id);
   }
   EXPECT_EQ(words, std::vector<int32_t>{2});
   ASSERT_TRUE(seq->AdvanceGrammar(2).ok());

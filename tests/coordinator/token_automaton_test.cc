@@ -118,7 +118,6 @@ std::shared_ptr<const TokenVocabulary> Vocabulary() {
   return std::make_shared<const TokenVocabulary>(tokens, std::vector<int32_t>{0});
 }
 
-bool Allowed(const TokenMask& mask, int32_t id) { return (mask[size_t(id) / 32] >> (id % 32)) & 1; }
 
 // Every token whose bytes keep `prefix` + bytes a prefix of some word of
 // the NFA's language, by brute force over a bounded set of completions.
@@ -152,7 +151,7 @@ TEST(TokenAutomaton, MaskEqualsBruteForceOverEveryToken) {
         ASSERT_TRUE(mask.ok());
         EXPECT_EQ((*a)->IsAccepting(state), FullMatch(*nfa, text)) << regex << " " << text;
         for (int32_t id = 0; id < vocab->size(); ++id) {
-          const bool allowed = Allowed(**mask, id);
+          const bool allowed = MaskAllows(**mask, id);
           if (vocab->never(id)) {
             EXPECT_FALSE(allowed);
             continue;
@@ -191,16 +190,16 @@ TEST(TokenAutomaton, TokensCrossingBoundariesAndSplitCharacters) {
   EXPECT_TRUE(step(9));  // "a
   Result<std::shared_ptr<const TokenMask>> mask = (*a)->Mask(s);
   ASSERT_TRUE(mask.ok());
-  EXPECT_TRUE(Allowed(**mask, 4));   // ":
-  EXPECT_TRUE(Allowed(**mask, 5));   // ":" crosses into the value
-  EXPECT_TRUE(Allowed(**mask, 3));   // " alone leaves a valid prefix too
-  EXPECT_FALSE(Allowed(**mask, 2));  // }
-  EXPECT_FALSE(Allowed(**mask, 0));  // <eos>: never part of the bytes
+  EXPECT_TRUE(MaskAllows(**mask, 4));   // ":
+  EXPECT_TRUE(MaskAllows(**mask, 5));   // ":" crosses into the value
+  EXPECT_TRUE(MaskAllows(**mask, 3));   // " alone leaves a valid prefix too
+  EXPECT_FALSE(MaskAllows(**mask, 2));  // }
+  EXPECT_FALSE(MaskAllows(**mask, 0));  // <eos>: never part of the bytes
   EXPECT_TRUE(step(5));
   mask = (*a)->Mask(s);
-  EXPECT_TRUE(Allowed(**mask, 13));  // the first byte of é
-  EXPECT_TRUE(Allowed(**mask, 15));  // é whole
-  EXPECT_FALSE(Allowed(**mask, 14));  // a continuation byte cannot start it
+  EXPECT_TRUE(MaskAllows(**mask, 13));  // the first byte of é
+  EXPECT_TRUE(MaskAllows(**mask, 15));  // é whole
+  EXPECT_FALSE(MaskAllows(**mask, 14));  // a continuation byte cannot start it
   EXPECT_TRUE(step(13));
   EXPECT_TRUE(step(14));
   EXPECT_TRUE(step(3));

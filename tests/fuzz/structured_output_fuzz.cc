@@ -75,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!mask.ok()) return 0;  // past kMaxStates
     std::vector<int32_t> allowed;
     for (int32_t id = 0; id < vocabulary->size(); ++id) {
-      if (((**mask)[size_t(id) / 32] >> (id % 32)) & 1) allowed.push_back(id);
+      if (MaskAllows(**mask, id)) allowed.push_back(id);
     }
     if (allowed.empty()) break;
     const int32_t token = allowed[data[step % size] % allowed.size()];
