@@ -531,6 +531,24 @@ class SchemaCompiler {
     return Literal("null");
   }
 
+  // The definition that the local $ref `target` names, or nullptr;
+  // *well_formed says whether `target` has the form "#/$defs/NAME" or
+  // "#/definitions/NAME" (NAME with ~0 and ~1 escapes, no '/').
+  const Json* Definition(const std::string& target, bool* well_formed) const {
+    *well_formed = false;
+    for (const char* container : {"$defs", "definitions"}) {
+      const std::string prefix = "#/" + std::string(container) + "/";
+      if (!target.starts_with(prefix)) continue;
+      const std::string name = target.substr(prefix.size());
+      if (name.find('/') != std::string::npos) return nullptr;
+      *well_formed = true;
+      const Json* definitions = root_.is_object() ? Find(root_, container) : nullptr;
+      if (definitions == nullptr || !definitions->is_object()) return nullptr;
+      return Find(*definitions, Unescape(name));
+    }
+    return nullptr;
+  }
+
   // Inlines the definition; each one is compiled once however often it is
   // used.
   Result<Pattern> CompileRef(const Json& schema, const std::string& path) {
@@ -538,23 +556,13 @@ class SchemaCompiler {
     const Json& ref = *Find(schema, "$ref");
     if (!ref.is_string()) return Invalid("$ref", path, "must be a string");
     const std::string& target = ref.get_ref<const std::string&>();
-    std::string container, name;
-    for (const char* c : {"$defs", "definitions"}) {
-      const std::string prefix = "#/" + std::string(c) + "/";
-      if (target.starts_with(prefix)) {
-        container = c;
-        name = target.substr(prefix.size());
-      }
-    }
-    if (container.empty() || name.find('/') != std::string::npos) {
+    bool well_formed = false;
+    const Json* definition = Definition(target, &well_formed);
+    if (!well_formed) {
       return Unsupported(
           "$ref", path,
           " except as \"#/$defs/NAME\" or \"#/definitions/NAME\" (not \"" + target + "\")");
     }
-    const Json* definitions = root_.is_object() ? Find(root_, container) : nullptr;
-    const Json* definition = definitions != nullptr && definitions->is_object()
-                                 ? Find(*definitions, Unescape(name))
-                                 : nullptr;
     if (definition == nullptr) {
       return Invalid("$ref", path, "names \"" + target + "\", which is not defined");
     }
@@ -615,16 +623,9 @@ class SchemaCompiler {
   const Json& Resolved(const Json& s) const {
     const Json* ref = s.is_object() ? Find(s, "$ref") : nullptr;
     if (ref == nullptr || !ref->is_string()) return s;
-    const std::string& target = ref->get_ref<const std::string&>();
-    for (const char* c : {"$defs", "definitions"}) {
-      const std::string prefix = "#/" + std::string(c) + "/";
-      const Json* definitions = root_.is_object() ? Find(root_, c) : nullptr;
-      if (!target.starts_with(prefix) || definitions == nullptr || !definitions->is_object()) {
-        continue;
-      }
-      if (const Json* d = Find(*definitions, Unescape(target.substr(prefix.size())))) return *d;
-    }
-    return s;
+    bool well_formed = false;
+    const Json* definition = Definition(ref->get_ref<const std::string&>(), &well_formed);
+    return definition != nullptr ? *definition : s;
   }
 
   // True when some property is required by every branch with const or enum
