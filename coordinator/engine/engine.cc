@@ -94,6 +94,12 @@ struct Engine::Impl {
   // `orderly`: a worker said it stops (Leaving), logged as information
   // rather than an error.
   void MarkDown(Instance& inst, const std::string& why, bool orderly = false);
+  // A rank is gone: its TP group is broken, so every registered rank is
+  // told to exit (InstanceRegistry::StopRanks) and the instance goes down.
+  void LoseRanks(Instance& inst, const std::string& why, bool orderly = false) {
+    registry.StopRanks(inst, why);
+    MarkDown(inst, why, orderly);
+  }
   // Adds `seq`'s request, whose instance `from` went down before its client
   // was sent any output, to the least loaded ready instance of `from`'s
   // role as a new sequence with the same id, prompt, sampling (seed
@@ -188,9 +194,7 @@ void Engine::Impl::Handle(const Inbound& in) {
   } else if (env.has_drain_request()) {
     Drain(inst, "worker `" + in.peer + "` asked: " + env.drain_request().reason(), Clock::now());
   } else if (env.has_leaving()) {
-    const std::string why = "worker `" + in.peer + "` left: " + env.leaving().reason();
-    registry.StopRanks(inst, why);
-    MarkDown(inst, why, /*orderly=*/true);
+    LoseRanks(inst, "worker `" + in.peer + "` left: " + env.leaving().reason(), /*orderly=*/true);
   }
   // Heartbeats only refresh last_heard.
 }
@@ -198,9 +202,7 @@ void Engine::Impl::Handle(const Inbound& in) {
 void Engine::Impl::OnDisconnected(const std::string& peer) {
   std::optional<InstanceRegistry::Peer> p = registry.FindPeer(peer);
   if (!p || !p->instance->ranks[size_t(p->rank)].registered) return;  // not serving
-  const std::string why = "worker `" + peer + "` disconnected";
-  registry.StopRanks(*p->instance, why);
-  MarkDown(*p->instance, why);
+  LoseRanks(*p->instance, "worker `" + peer + "` disconnected");
 }
 
 void Engine::Impl::OnRegister(const std::string& peer, const proto::RegisterRequest& request) {
@@ -449,10 +451,7 @@ void Engine::Impl::CheckTimers(Clock::time_point now) {
   for (uint64_t id : requests.Expired(now)) {
     Cancel(id, Status::DeadlineExceeded("the request did not finish before its deadline"));
   }
-  for (auto& [inst, why] : registry.FindSilent(now)) {
-    registry.StopRanks(*inst, why);
-    MarkDown(*inst, why);
-  }
+  for (auto& [inst, why] : registry.FindSilent(now)) LoseRanks(*inst, why);
   Apply(disaggregation.CheckDeadlines(now));
   CheckDrains(now);
 }
