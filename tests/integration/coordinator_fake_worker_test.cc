@@ -724,6 +724,27 @@ class CoordinatorFailoverTest : public CoordinatorFakeWorkerTest {
     return std::make_unique<FakeWorker>(WorkerOptions(instance_id, silent_after_plans, step_delay_ms));
   }
 
+  // Instance 0's worker, stepping every `step_delay_ms`; instance 1's; and
+  // a request of `max_tokens` (ignore_eos) that instance 0, the first of two
+  // idle equals, has run two steps of. Fails the test (fatally) when the
+  // instances never get ready or the request never starts there.
+  struct RunningOnFirst {
+    std::unique_ptr<FakeWorker> first;
+    std::unique_ptr<FakeWorker> second;
+    std::future<Reply> reply;
+  };
+  void StartOnFirst(int step_delay_ms, int max_tokens, RunningOnFirst* out) {
+    out->first = Worker(0, -1, step_delay_ms);
+    out->second = Worker(1);
+    ASSERT_TRUE(WaitHealthStatus("ok"));
+    out->reply = std::async(std::launch::async, [this, max_tokens] {
+      return Post(json{{"prompt", "Tell me a story"}, {"max_tokens", max_tokens},
+                       {"ignore_eos", true}}.dump());
+    });
+    WaitUntil([&] { return out->first->num_plans() >= 2; }, milliseconds(10000));
+    ASSERT_GE(out->first->num_plans(), 2);
+  }
+
   bool WaitHealthStatus(const std::string& status, milliseconds timeout = milliseconds(30000)) {
     return WaitUntil([&] {
       const json body = Get("/health").body;
@@ -854,15 +875,9 @@ TEST_F(CoordinatorFailoverTest, WithoutAnotherInstanceUnstartedRequestsFail) {
 // running one finish, then its worker gets an orderly Shutdown and the
 // instance is down until the worker registers again.
 TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesItsWorker) {
-  std::unique_ptr<FakeWorker> first = Worker(0, -1, /*step_delay_ms=*/20);
-  std::unique_ptr<FakeWorker> second = Worker(1);
-  ASSERT_TRUE(WaitHealthStatus("ok"));
-  // Both idle: the first of equals, instance 0, takes it.
-  std::future<Reply> running = std::async(std::launch::async, [this] {
-    return Post(R"({"prompt": "Tell me a story", "max_tokens": 40, "ignore_eos": true})");
-  });
-  WaitUntil([&] { return first->num_plans() >= 2; }, milliseconds(10000));
-  ASSERT_GE(first->num_plans(), 2);
+  RunningOnFirst run;
+  ASSERT_NO_FATAL_FAILURE(StartOnFirst(/*step_delay_ms=*/20, /*max_tokens=*/40, &run));
+  std::unique_ptr<FakeWorker>& first = run.first;
 
   Reply drain = PostTo("/admin/instances/0/drain", "");
   EXPECT_EQ(drain.status, 202) << drain.body.dump();
@@ -880,7 +895,7 @@ TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesI
     Reply r = Post(json{{"prompt", "new " + std::to_string(i)}, {"max_tokens", 2}}.dump());
     EXPECT_EQ(r.status, 200) << r.body.dump();
   }
-  Reply finished = running.get();
+  Reply finished = run.reply.get();
   EXPECT_EQ(finished.status, 200) << finished.body.dump();
   EXPECT_EQ(finished.body["usage"]["completion_tokens"], 40);
   EXPECT_LE(first->num_plans() - plans_before, 40) << "instance 0 took new requests";
@@ -897,24 +912,18 @@ TEST_F(CoordinatorFailoverTest, ADrainedInstanceFinishesItsRequestsThenReleasesI
   std::unique_ptr<FakeWorker> restarted = Worker(0);
   ASSERT_TRUE(WaitHealthStatus("ok"));
   EXPECT_TRUE(first == nullptr && restarted->errors().empty());
-  EXPECT_TRUE(second->errors().empty()) << second->errors().front();
+  EXPECT_TRUE(run.second->errors().empty()) << run.second->errors().front();
 }
 
 // A worker that says it leaves (SIGINT) takes its instance down at once,
 // as a lost one does: a request that has sent its client nothing moves to
 // the other instance and completes there.
 TEST_F(CoordinatorFailoverTest, ALeavingWorkersRequestsMoveAtOnce) {
-  std::unique_ptr<FakeWorker> first = Worker(0, -1, /*step_delay_ms=*/50);
-  std::unique_ptr<FakeWorker> second = Worker(1);
-  ASSERT_TRUE(WaitHealthStatus("ok"));
-  std::future<Reply> slow = std::async(std::launch::async, [this] {
-    return Post(R"({"prompt": "Tell me a story", "max_tokens": 60, "ignore_eos": true})");
-  });
-  WaitUntil([&] { return first->num_plans() >= 2; }, milliseconds(10000));
-  ASSERT_GE(first->num_plans(), 2);
-  first->Leave();
+  RunningOnFirst run;
+  ASSERT_NO_FATAL_FAILURE(StartOnFirst(/*step_delay_ms=*/50, /*max_tokens=*/60, &run));
+  run.first->Leave();
   EXPECT_TRUE(WaitHealthStatus("degraded"));
-  Reply r = slow.get();
+  Reply r = run.reply.get();
   EXPECT_EQ(r.status, 200) << r.body.dump();
   EXPECT_EQ(r.body["usage"]["completion_tokens"], 60);
   EXPECT_EQ(Metric("headway:requests_moved_total"), 1);
@@ -937,27 +946,21 @@ class CoordinatorShortDrainTest : public CoordinatorFailoverTest {
 };
 
 TEST_F(CoordinatorShortDrainTest, RequestsLeftAtTheDrainTimeoutMove) {
-  std::unique_ptr<FakeWorker> first = Worker(0, -1, /*step_delay_ms=*/50);
-  std::unique_ptr<FakeWorker> second = Worker(1);
-  ASSERT_TRUE(WaitHealthStatus("ok"));
-  std::future<Reply> slow = std::async(std::launch::async, [this] {
-    return Post(R"({"prompt": "Tell me a story", "max_tokens": 60, "ignore_eos": true})");
-  });
-  WaitUntil([&] { return first->num_plans() >= 2; }, milliseconds(10000));
-  ASSERT_GE(first->num_plans(), 2);
-  first->RequestDrain();
+  RunningOnFirst run;
+  ASSERT_NO_FATAL_FAILURE(StartOnFirst(/*step_delay_ms=*/50, /*max_tokens=*/60, &run));
+  run.first->RequestDrain();
   EXPECT_TRUE(WaitHealthStatus("degraded"));
   // 60 steps of 50 ms outlast the 500 ms drain: the request starts again on
   // instance 1 (it had sent its client nothing) and completes there.
-  Reply r = slow.get();
+  Reply r = run.reply.get();
   EXPECT_EQ(r.status, 200) << r.body.dump();
   EXPECT_EQ(r.body["usage"]["completion_tokens"], 60);
   EXPECT_EQ(Metric("headway:requests_moved_total"), 1);
   EXPECT_EQ(Metric("headway:instance_drains_total"), 1);
   // The Shutdown reaches the worker's receive thread asynchronously, as in
   // ADrainedInstanceFinishesItsRequestsThenReleasesItsWorker.
-  EXPECT_TRUE(WaitUntil([&] { return first->got_shutdown(); }, milliseconds(5000)));
-  EXPECT_FALSE(first->shutdown_fault());
+  EXPECT_TRUE(WaitUntil([&] { return run.first->got_shutdown(); }, milliseconds(5000)));
+  EXPECT_FALSE(run.first->shutdown_fault());
 }
 
 }  // namespace
