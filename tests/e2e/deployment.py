@@ -1,11 +1,15 @@
 """What the Python end-to-end tests share: a one-worker SmolLM2 deployment
 started by `headway-launch` on ports the OS says are free (stopped on every
-path), the skip rules, and a list of named checks."""
+path), the skip rules, a list of named checks, and the scripts' main."""
+import argparse
+import importlib
+import importlib.metadata
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -125,3 +129,43 @@ class Checks:
         print(("ok    " if condition else "FAIL  ") + what)
         if not condition:
             self.failures.append(what)
+
+
+def main(packages, run, work_prefix):
+    """A test script's main: reads --launch, --bin-dir, --venv and
+    --model-dir, re-executes itself in the virtual environment, skips (or
+    fails, under HEADWAY_REQUIRE_MODEL=1) when one of `packages` or the model
+    is missing, starts a Deployment in a temporary folder named after
+    `work_prefix` and calls run(modules, base_url), `modules` by package
+    name, which returns the failed checks. Returns the exit status: 0 when
+    all passed, 1 on a failure or an error (printed with the launcher's
+    log), 77 when skipped."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--launch", required=True)
+    p.add_argument("--bin-dir", required=True)
+    p.add_argument("--venv", default="")
+    p.add_argument("--model-dir", default=os.environ.get(
+        "HEADWAY_MODEL_DIR", os.path.expanduser("~/.cache/headway/models")))
+    args = p.parse_args()
+    reexec_in_venv(args.venv)
+    try:
+        modules = {name: importlib.import_module(name) for name in packages}
+    except ImportError as e:
+        return missing("the `%s` package is not installed (deploy/setup.sh puts it in %s)"
+                       % (e.name, args.venv or "HEADWAY_VENV"))
+    if not os.path.exists(os.path.join(args.model_dir, MODEL_FILE)):
+        return missing("the model is missing at %s" % os.path.join(args.model_dir, MODEL_FILE))
+
+    with tempfile.TemporaryDirectory(prefix=work_prefix) as work_dir:
+        deployment = Deployment(args.launch, args.bin_dir, args.model_dir, work_dir)
+        try:
+            deployment.wait_ready()
+            failures = run(modules, deployment.base_url)
+        except Exception as e:  # noqa: BLE001: any error fails the test, with the log
+            print("FAIL: %s: %s\n%s" % (type(e).__name__, e, deployment.tail()))
+            return 1
+        finally:
+            deployment.stop()
+    versions = ", ".join("%s %s" % (n, importlib.metadata.version(n)) for n in packages)
+    print("%d failed" % len(failures) if failures else "all passed (%s)" % versions)
+    return 1 if failures else 0

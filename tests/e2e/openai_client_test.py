@@ -16,16 +16,15 @@ HEADWAY_REQUIRE_MODEL=1 a missing model or package fails instead.
 deploy/setup.sh installs the package into the virtual environment given by
 --venv, which this script re-executes itself in.
 """
-import argparse
 import json
 import os
 import sys
-import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deployment import (MODEL_FILE, SERVED_NAME, Checks, Deployment,  # noqa: E402
-                        missing, reexec_in_venv)
+import deployment  # noqa: E402
+from deployment import SERVED_NAME, Checks  # noqa: E402
+
 
 def expect_error(checks, openai, error_type, status, words, call):
     try:
@@ -249,36 +248,6 @@ def run_checks(openai, base_url):
     return checks.failures
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--launch", required=True)
-    p.add_argument("--bin-dir", required=True)
-    p.add_argument("--venv", default="")
-    p.add_argument("--model-dir", default=os.environ.get(
-        "HEADWAY_MODEL_DIR", os.path.expanduser("~/.cache/headway/models")))
-    args = p.parse_args()
-    reexec_in_venv(args.venv)
-    try:
-        import openai
-    except ImportError:
-        return missing("the `openai` package is not installed (deploy/setup.sh puts it in %s)"
-                       % (args.venv or "HEADWAY_VENV"))
-    if not os.path.exists(os.path.join(args.model_dir, MODEL_FILE)):
-        return missing("the model is missing at %s" % os.path.join(args.model_dir, MODEL_FILE))
-
-    with tempfile.TemporaryDirectory(prefix="headway-openai-") as work_dir:
-        deployment = Deployment(args.launch, args.bin_dir, args.model_dir, work_dir)
-        try:
-            deployment.wait_ready()
-            failures = run_checks(openai, deployment.base_url)
-        except Exception as e:  # noqa: BLE001: any error fails the test, with the log
-            print("FAIL: %s: %s\n%s" % (type(e).__name__, e, deployment.tail()))
-            return 1
-        finally:
-            deployment.stop()
-    print("%d failed" % len(failures) if failures else "all passed (openai %s)" % openai.__version__)
-    return 1 if failures else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(deployment.main(["openai"], lambda m, url: run_checks(m["openai"], url),
+                             "headway-openai-"))

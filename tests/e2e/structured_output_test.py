@@ -14,17 +14,15 @@ that Headway does not implement.
 Exit status 0 when every check passes, 1 on a failure, 77 (skipped) when a
 package or the model is missing; HEADWAY_REQUIRE_MODEL=1 fails instead.
 """
-import argparse
 import concurrent.futures
 import json
 import os
 import re
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from deployment import (MODEL_FILE, SERVED_NAME, Checks, Deployment,  # noqa: E402
-                        missing, reexec_in_venv)
+import deployment  # noqa: E402
+from deployment import SERVED_NAME, Checks  # noqa: E402
 
 NAME = {"type": "string", "minLength": 1, "maxLength": 20}
 
@@ -187,42 +185,15 @@ def check_other_forms(checks, client, openai):
     refused(["min_tokens"], extra_body={"guided_choice": ["a"], "min_tokens": 2})
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--launch", required=True)
-    p.add_argument("--bin-dir", required=True)
-    p.add_argument("--venv", default="")
-    p.add_argument("--model-dir", default=os.environ.get(
-        "HEADWAY_MODEL_DIR", os.path.expanduser("~/.cache/headway/models")))
-    args = p.parse_args()
-    reexec_in_venv(args.venv)
-    try:
-        import jsonschema
-        import openai
-    except ImportError:
-        return missing("the `openai` or `jsonschema` package is not installed "
-                       "(deploy/setup.sh puts them in %s)" % (args.venv or "HEADWAY_VENV"))
-    if not os.path.exists(os.path.join(args.model_dir, MODEL_FILE)):
-        return missing("the model is missing at %s" % os.path.join(args.model_dir, MODEL_FILE))
-
+def run(modules, base_url):
     checks = Checks()
-    with tempfile.TemporaryDirectory(prefix="headway-structured-") as work_dir:
-        deployment = Deployment(args.launch, args.bin_dir, args.model_dir, work_dir)
-        try:
-            deployment.wait_ready()
-            client = openai.OpenAI(base_url=deployment.base_url + "/v1", api_key="not-needed",
-                                   max_retries=0, timeout=300)
-            check_schemas(checks, client, jsonschema)
-            check_other_forms(checks, client, openai)
-        except Exception as e:  # noqa: BLE001: any error fails the test, with the log
-            print("FAIL: %s: %s\n%s" % (type(e).__name__, e, deployment.tail()))
-            return 1
-        finally:
-            deployment.stop()
-    failures = checks.failures
-    print("%d failed" % len(failures) if failures else "all passed")
-    return 1 if failures else 0
+    openai = modules["openai"]
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="not-needed", max_retries=0,
+                           timeout=300)
+    check_schemas(checks, client, modules["jsonschema"])
+    check_other_forms(checks, client, openai)
+    return checks.failures
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(deployment.main(["openai", "jsonschema"], run, "headway-structured-"))
