@@ -6,9 +6,9 @@
 // stop_token_ids, then stop strings (the earliest match in the text wins,
 // and the text is cut before it: vLLM does not return the stop string), then
 // max_tokens and max_model_len; then a structured output that is complete
-// (nothing but a stop token could follow) stops with "stop". A stopping token and special tokens (EOS,
-// <|im_end|>, ...) are not part of the text, as with vLLM's default
-// skip_special_tokens. Each token's new text is searched for stop strings
+// (nothing but a stop token could follow) stops with "stop". A stopping
+// token and special tokens (EOS, <|im_end|>, ...) are not part of the text,
+// as with vLLM's default skip_special_tokens. Each token's new text is searched for stop strings
 // only where a match could end in it, so a request costs time linear in its
 // output, not quadratic.
 //

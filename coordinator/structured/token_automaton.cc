@@ -82,6 +82,7 @@ Result<int32_t> TokenAutomaton::Intern(std::vector<int32_t> set) {
   }
   const int32_t id = int32_t(sets_.size());
   accepting_.push_back(std::binary_search(set.begin(), set.end(), nfa_.accept) ? 1 : 0);
+  set_bytes_ += 2 * key.size();  // the set, in sets_ and as the key of ids_
   sets_.push_back(std::move(set));
   next_.resize(next_.size() + 256, kUnknown);
   ids_.emplace(std::move(key), id);
@@ -122,10 +123,7 @@ bool TokenAutomaton::Full() {
 
 size_t TokenAutomaton::MemoryBytes() {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t sets = 0;
-  for (const std::vector<int32_t>& s : sets_) sets += s.size() * sizeof(int32_t);
-  // Each set is stored twice: in sets_ and as the key of ids_.
-  return nfa_bytes_ + next_.size() * sizeof(int32_t) + 2 * sets + mask_bytes_;
+  return nfa_bytes_ + next_.size() * sizeof(int32_t) + set_bytes_ + mask_bytes_;
 }
 
 bool TokenAutomaton::IsAccepting(int32_t state) {

@@ -142,6 +142,7 @@ class TokenAutomaton {
   std::unordered_map<int32_t, std::shared_ptr<const TokenMask>> masks_;
   std::unordered_map<int32_t, bool> terminal_;
   size_t mask_bytes_ = 0;
+  size_t set_bytes_ = 0;  // of sets_ and the keys of ids_
   std::vector<uint32_t> mark_;  // Closure's visited stamps, [NFA states]
   uint32_t stamp_ = 0;
 };
