@@ -143,6 +143,10 @@ Status Register(ControlClient& client, const proto::RegisterRequest& request,
                              std::to_string(options.register_timeout_ms) + " ms");
 }
 
+// How long a worker stopped by a signal waits for the coordinator's answer
+// to its Leaving before it closes its socket.
+constexpr std::chrono::milliseconds kLeavingAnswerWait(1000);
+
 Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& compute,
                   const WorkerLoopOptions& options) {
   // The step running on `compute` writes its result here; it is read once
@@ -285,10 +289,22 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
     }
   }
   // Stopped by a signal: say so, so that the coordinator reports an orderly
-  // stop rather than a lost worker. Best effort: the socket may be gone.
+  // stop rather than a lost worker, and wait (briefly) for the Shutdown that
+  // answers it. The coordinator reads connection ends before messages
+  // (comm/control_channel.h), so a socket closed at once could be seen
+  // closed before the Leaving it carried. Best effort: the coordinator may
+  // be gone.
   proto::Envelope leaving;
   leaving.mutable_leaving()->set_reason("the worker was stopped (SIGINT)");
-  if (Status s = client.Send(leaving); !s.ok()) spdlog::info("could not say goodbye: {}", s.message());
+  if (Status s = client.Send(leaving); !s.ok()) {
+    spdlog::info("could not say goodbye: {}", s.message());
+    return Status::Ok();
+  }
+  const Clock::time_point until = Clock::now() + kLeavingAnswerWait;
+  while (Clock::now() < until) {
+    std::optional<proto::Envelope> in = client.Receive(poll);
+    if (in && in->has_shutdown()) break;
+  }
   return Status::Ok();
 }
 

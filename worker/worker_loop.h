@@ -20,7 +20,8 @@ struct WorkerLoopOptions {
   int register_timeout_ms = 30000;   // wait this long for the RegisterResponse
   int poll_interval_ms = 50;         // how often the stop flag is looked at
   // Set (e.g. by a SIGINT handler) to stop cleanly: ServeSteps sends the
-  // coordinator a Leaving message and returns; may be nullptr.
+  // coordinator a Leaving message, waits up to a second for the Shutdown
+  // that answers it, and returns; may be nullptr.
   const std::atomic<bool>* stop = nullptr;
   // Set (e.g. by a SIGTERM handler) to leave gracefully: ServeSteps sends
   // the coordinator one DrainRequest and serves on until its orderly

@@ -923,6 +923,7 @@ TEST_F(CoordinatorFailoverTest, ALeavingWorkersRequestsMoveAtOnce) {
   ASSERT_NO_FATAL_FAILURE(StartOnFirst(/*step_delay_ms=*/50, /*max_tokens=*/60, &run));
   run.first->Leave();
   EXPECT_TRUE(WaitHealthStatus("degraded"));
+  EXPECT_TRUE(WaitUntil([&] { return run.first->got_shutdown(); }, milliseconds(5000)));
   Reply r = run.reply.get();
   EXPECT_EQ(r.status, 200) << r.body.dump();
   EXPECT_EQ(r.body["usage"]["completion_tokens"], 60);

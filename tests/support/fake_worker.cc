@@ -84,6 +84,16 @@ void FakeWorker::Impl::Run() {
       proto::Envelope goodbye;
       goodbye.mutable_leaving()->set_reason("test");
       if (!(*client)->Send(goodbye).ok()) Error("cannot send Leaving");
+      // As a worker does (worker_loop.cc): wait for the Shutdown answering
+      // it, so that the coordinator reads Leaving before the socket closes.
+      const Clock::time_point until = Clock::now() + milliseconds(5000);
+      while (Clock::now() < until && !got_shutdown) {
+        std::optional<proto::Envelope> in = (*client)->Receive(poll_interval);
+        if (in && in->has_shutdown()) {
+          shutdown_fault = in->shutdown().fault();
+          got_shutdown = true;
+        }
+      }
       break;
     }
     if (drain.exchange(false)) {

@@ -74,8 +74,8 @@ class FakeWorker {
   bool shutdown_fault() const;
   // Sends a DrainRequest at the next loop iteration, as a worker does on SIGTERM.
   void RequestDrain();
-  // Sends Leaving at the next loop iteration and stops, as a worker does on
-  // SIGINT.
+  // Sends Leaving at the next loop iteration, waits for the Shutdown that
+  // answers it and stops, as a worker does on SIGINT.
   void Leave();
   // Silent: sends nothing (no heartbeat, no StepResult) and ignores what comes.
   bool silent() const;
