@@ -302,7 +302,9 @@ Result<StepExecutor::StagedStep> StepExecutor::Stage(const proto::StepPlan& plan
     }
     staged.prompt_seqs.push_back(i);
   }
-  const int max_prompt_rows = MaxPromptLogprobRowsPerStep(model_->vocab_size());
+  const int max_prompt_rows = options_.max_prompt_logprob_rows > 0
+                                  ? options_.max_prompt_logprob_rows
+                                  : MaxPromptLogprobRowsPerStep(model_->vocab_size());
   if (num_prompt_rows > max_prompt_rows) {
     return Status::InvalidArgument("step " + std::to_string(plan.step_id()) + " has " +
                                    std::to_string(num_prompt_rows) +

@@ -28,6 +28,10 @@ struct StepExecutorOptions {
   int tp_rank = 0;                 // rank 0 samples and returns tokens
   int max_tokens_per_step = 8192;  // scheduler.max_num_batched_tokens
   int max_num_logprobs = 20;       // most top logprobs a request may ask for
+  // Most prompt logprob rows per step; 0 = MaxPromptLogprobRowsPerStep of the
+  // model's vocabulary (common/step_limits.h), the bound the coordinator's
+  // scheduler keeps to.
+  int max_prompt_logprob_rows = 0;
   // Base of the per-sequence seeds used when a request has no seed;
   // nullopt = drawn from std::random_device at construction.
   std::optional<uint64_t> seed_base;

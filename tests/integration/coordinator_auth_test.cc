@@ -21,9 +21,8 @@
 
 #include "comm/control_channel.h"
 #include "comm/curve_keys.h"
-#include "common/gguf.h"
 #include "common/model_spec.h"
-#include "coordinator/tokenizer/tokenizer.h"
+#include "tests/integration/smollm2_for_fakes.h"
 #include "tests/support/process.h"
 #include "tests/support/tcp_garbage.h"
 #include "tests/support/test_env.h"
@@ -134,16 +133,10 @@ class CoordinatorAuthTest : public ::testing::Test {
   void SetUp() override {
     model_path_ = testing::SmolLm2Path();
     HW_REQUIRE_MODEL(model_path_);
-    auto gguf = GgufFile::Open(model_path_);
-    ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
-    auto spec = LoadModelSpec(**gguf);
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    spec_ = *spec;
-    auto tokenizer = Tokenizer::FromGguf(**gguf);
-    ASSERT_TRUE(tokenizer.ok());
-    std::vector<int32_t> a = (*tokenizer)->Encode("a", false);
-    ASSERT_EQ(a.size(), 1u);
-    token_a_ = a[0];
+    auto model = testing::LoadSmolLm2ForFakes(model_path_);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    spec_ = model->spec;
+    token_a_ = model->token_a;
 
     dir_ = testing::MakeTempDir("coordinator-auth");
     // Keys as headway-keygen writes them: the coordinator's pair, two

@@ -25,10 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/gguf.h"
 #include "common/model_spec.h"
 #include "coordinator/http/sse.h"
 #include "coordinator/tokenizer/tokenizer.h"
+#include "tests/integration/smollm2_for_fakes.h"
 #include "tests/support/fake_worker.h"
 #include "tests/support/process.h"
 #include "tests/support/prometheus_parser.h"
@@ -58,17 +58,11 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
   void SetUp() override {
     model_path_ = testing::SmolLm2Path();
     HW_REQUIRE_MODEL(model_path_);
-    auto gguf = GgufFile::Open(model_path_);
-    ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
-    auto spec = LoadModelSpec(**gguf);
-    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    spec_ = *spec;
-    auto tokenizer = Tokenizer::FromGguf(**gguf);
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
-    tokenizer_ = std::move(tokenizer).value();
-    std::vector<int32_t> a = tokenizer_->Encode("a", false);
-    ASSERT_EQ(a.size(), 1u);
-    token_a_ = a[0];
+    auto model = testing::LoadSmolLm2ForFakes(model_path_);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    spec_ = model->spec;
+    tokenizer_ = std::move(model->tokenizer);
+    token_a_ = model->token_a;
 
     dir_ = testing::MakeTempDir("coordinator-fake-worker");
     http_port_ = testing::FreePort();

@@ -90,10 +90,11 @@ class PickingModel final : public ForwardModel {
 
 // A model, a pool, an executor, and a trivial allocator that hands every
 // slot fresh blocks as sequences grow. With `picking`, the executor runs the
-// model through a PickingModel.
+// model through a PickingModel; `max_prompt_rows` > 0 lowers the executor's
+// bound on prompt logprob rows per step.
 class Harness {
  public:
-  explicit Harness(bool picking = false) {
+  explicit Harness(bool picking = false, int max_prompt_rows = 0) {
     const ModelSpec spec = TinySpec();
     model_ = std::move(DecoderModel::Create(
                            spec, ModelWeights::TEST_Random(spec, FullShard(spec), 7, 0.2f)))
@@ -104,6 +105,7 @@ class Harness {
     StepExecutorOptions options;
     options.max_tokens_per_step = 64;
     options.seed_base = 1;
+    options.max_prompt_logprob_rows = max_prompt_rows;
     if (picking) picking_ = std::make_unique<PickingModel>(model_.get());
     ForwardModel* runs = picking ? static_cast<ForwardModel*>(picking_.get()) : model_.get();
     executor_ = std::make_unique<StepExecutor>(runs, pool_.get(), options);
@@ -377,6 +379,32 @@ TEST(StepExecutorTest, MoreLogitRowsThanTheModelComputesAreRefused) {
   fits.set_step_id(2);
   h.Add(&fits, 2, {1, 5}, 0, true);
   EXPECT_EQ(h.Run(fits).error(), "");
+}
+
+// More prompt logprob rows than the step protocol's bound (counted over all
+// of a step's sequences) are refused, naming the bound, and nothing is applied.
+TEST(StepExecutorTest, MorePromptRowsThanTheBoundAreRefused) {
+  Harness h(/*picking=*/false, /*max_prompt_rows=*/3);
+  proto::StepPlan plan;
+  plan.set_step_id(1);
+  for (uint64_t seq : {1, 2}) {
+    proto::SequenceStep* step = h.Add(&plan, seq, {1, 5, 9}, 0, true);
+    step->set_prompt_logprobs_first_row(0);
+    step->add_prompt_logprob_token_ids(5);
+    step->add_prompt_logprob_token_ids(9);
+  }
+  const proto::StepResult r = h.Run(plan);
+  EXPECT_NE(r.error().find("step 1 has 4 prompt logprob rows, more than 3"), std::string::npos)
+      << r.error();
+  EXPECT_EQ(r.tokens_size(), 0);
+  EXPECT_EQ(h.executor().FindSequence(1), nullptr);
+  EXPECT_EQ(h.executor().FindSequence(2), nullptr);
+  // At the bound the step is served, with every row's logprobs.
+  plan.mutable_seqs(1)->mutable_prompt_logprob_token_ids()->RemoveLast();
+  const proto::StepResult fits = h.Run(plan);
+  EXPECT_EQ(fits.error(), "");
+  EXPECT_EQ(fits.tokens_size(), 2);
+  EXPECT_EQ(fits.prompt_logprobs_size(), 2);
 }
 
 TEST_F(ExecutorValidationTest, OneBadSeqRejectsTheWholePlan) {
