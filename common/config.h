@@ -96,7 +96,10 @@ struct InstanceConfig {
   // milliseconds and a decode step needs 2 per layer
   // (headway-allreduce-bench).
   std::string collective;
-  int collective_timeout_ms = 30000;    // a collective slower than this fails the step
+  // A collective slower than this fails the step; the coordinator also
+  // takes the instance down when a rank's step result is this late after
+  // its first peer's (InstanceRegistry::FindStragglers).
+  int collective_timeout_ms = 30000;
 
   // The backend in effect: `collective`, or the device's default.
   std::string CollectiveBackend() const;

@@ -78,12 +78,14 @@ case "$SANITIZE" in
     ctest --test-dir "$BUILD_DIR" --output-on-failure -L 'unit|integration' -LE slow -j2 "$@"
     ;;
   thread)
-    cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TSAN_TARGETS[@]}"
-    # Races are reported as found; the process then exits 66. UCX's memory
-    # hooks (libucm patches mmap/madvise, loaded with headway_comm) run in
-    # glibc's thread exit after ThreadSanitizer has let go of the thread, and
-    # crash it: UCX runs without them, as with any allocator it cannot hook.
+    # UCX's memory hooks (libucm patches mmap/madvise, loaded with
+    # headway_comm) run in glibc's thread exit after ThreadSanitizer has let
+    # go of the thread, and crash it: UCX runs without them, as with any
+    # allocator it cannot hook. Set before the build, whose test discovery
+    # runs the test binaries too.
     export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
+    cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TSAN_TARGETS[@]}"
+    # Races are reported as found; the process then exits 66.
     export TSAN_OPTIONS="$(supp tsan)second_deadlock_stack=1:history_size=4${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
     ctest --test-dir "$BUILD_DIR" --output-on-failure -R "$TSAN_TESTS" -E "$TSAN_EXCLUDE" \
       -LE slow -j2 "$@"

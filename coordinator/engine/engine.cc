@@ -452,6 +452,7 @@ void Engine::Impl::CheckTimers(Clock::time_point now) {
     Cancel(id, Status::DeadlineExceeded("the request did not finish before its deadline"));
   }
   for (auto& [inst, why] : registry.FindSilent(now)) LoseRanks(*inst, why);
+  for (auto& [inst, why] : registry.FindStragglers(now)) LoseRanks(*inst, why);
   Apply(disaggregation.CheckDeadlines(now));
   CheckDrains(now);
 }

@@ -39,6 +39,7 @@ InstanceRegistry::InstanceRegistry(const Config& config, const ModelSpec& spec,
     inst.tp_size = configs[i]->tp_size;
     inst.role = config_.RoleOf(int(i));
     inst.standby = config_.IsStandby(int(i));
+    inst.collective_timeout = std::chrono::milliseconds(configs[i]->collective_timeout_ms);
     inst.ranks.resize(size_t(inst.tp_size));
     instances_.push_back(std::move(inst));
     for (int r = 0; r < configs[i]->tp_size; ++r) peers_[PeerName(int(i), r)] = {int(i), r};
@@ -188,6 +189,24 @@ std::vector<std::pair<Instance*, std::string>> InstanceRegistry::FindSilent(
     }
   }
   return silent;
+}
+
+std::vector<std::pair<Instance*, std::string>> InstanceRegistry::FindStragglers(
+    Clock::time_point now) {
+  std::vector<std::pair<Instance*, std::string>> stragglers;
+  for (Instance& inst : instances_) {
+    if (!inst.in_flight || !inst.in_flight->first_answer_at()) continue;
+    const auto waited = now - *inst.in_flight->first_answer_at();
+    const int rank = inst.in_flight->FirstUnanswered();
+    if (rank < 0 || waited <= inst.collective_timeout) continue;
+    const auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+    stragglers.emplace_back(
+        &inst, "worker `" + PeerName(inst.id, rank) + "` has not answered step " +
+                   std::to_string(inst.in_flight->step_id()) + " " + std::to_string(waited_ms) +
+                   " ms after its first peer did (collective_timeout_ms " +
+                   std::to_string(inst.collective_timeout.count()) + ")");
+  }
+  return stragglers;
 }
 
 void InstanceRegistry::Reset(Instance& inst) {

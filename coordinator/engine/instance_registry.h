@@ -41,6 +41,9 @@ struct Instance {
   int tp_size = 1;
   PoolRole role = PoolRole::kMixed;
   bool standby = false;                  // a slot that joins when run (PoolConfig::IsStandby)
+  // Its ranks' collective_timeout_ms: no healthy rank answers a step later
+  // than this after its peers (FindStragglers).
+  std::chrono::milliseconds collective_timeout{30000};
   std::vector<RankState> ranks;          // [tp_size]
   std::unique_ptr<Scheduler> scheduler;  // non-null while ready
   uint64_t generation = 0;               // +1 each time the instance becomes ready
@@ -138,6 +141,15 @@ class InstanceRegistry {
   // Ready or registering instances with a registered rank silent for more
   // than heartbeat_timeout_ms, each with a sentence naming the first such rank.
   std::vector<std::pair<Instance*, std::string>> FindSilent(Clock::time_point now);
+  // Instances whose step in flight has some ranks' results and has waited
+  // more than the instance's collective_timeout for the rest since the
+  // first, each with a sentence naming the first rank missing. The ranks of
+  // a TP group finish a step within one collective of each other (each
+  // step ends with collectives every rank joins), so such a rank is stuck
+  // outside a collective, where its peers' collective timeout cannot see it
+  // (stopped, or hung between its last collective and its result), and its
+  // heartbeats may still come.
+  std::vector<std::pair<Instance*, std::string>> FindStragglers(Clock::time_point now);
   // Forgets the instance's scheduler, step in flight, store and ranks: it is
   // down until all its ranks register again.
   void Reset(Instance& instance);

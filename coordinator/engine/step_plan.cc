@@ -129,7 +129,8 @@ InFlightStep::InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch bat
       batch_(std::move(batch)),
       answered_(size_t(tp_size), false) {}
 
-InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult& result) {
+InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult& result,
+                                              Clock::time_point now) {
   HW_CHECK(rank >= 0 && size_t(rank) < answered_.size());
   if (result.step_id() != step_id_) {
     spdlog::warn("instance {} rank {}: step result for step {} rejected (in flight: {})",
@@ -142,6 +143,7 @@ InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult&
     return Progress::kRejected;
   }
   answered_[size_t(rank)] = true;
+  if (!first_answer_at_) first_answer_at_ = now;
   if (!result.error().empty() && status_.ok()) {
     status_ = Status::Internal("instance " + std::to_string(instance_id_) + " rank " +
                                std::to_string(rank) + " failed step " +
@@ -151,8 +153,12 @@ InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult&
     tokens_.assign(result.tokens().begin(), result.tokens().end());
     prompt_logprobs_.assign(result.prompt_logprobs().begin(), result.prompt_logprobs().end());
   }
-  const bool all = std::all_of(answered_.begin(), answered_.end(), [](bool b) { return b; });
-  return all ? Progress::kDone : Progress::kWaiting;
+  return FirstUnanswered() < 0 ? Progress::kDone : Progress::kWaiting;
+}
+
+int InFlightStep::FirstUnanswered() const {
+  const auto it = std::find(answered_.begin(), answered_.end(), false);
+  return it == answered_.end() ? -1 : int(it - answered_.begin());
 }
 
 }  // namespace headway

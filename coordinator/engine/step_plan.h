@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/status.h"
@@ -32,8 +33,14 @@ class InFlightStep {
     kWaiting,   // accepted; other ranks have yet to answer
     kDone,      // accepted; every rank has answered
   };
-  // Takes rank `rank`'s result. REQUIRES: 0 <= rank < tp_size.
-  Progress OnResult(int rank, const proto::StepResult& result);
+  // Takes rank `rank`'s result, received at `now`. REQUIRES: 0 <= rank < tp_size.
+  Progress OnResult(int rank, const proto::StepResult& result,
+                    Clock::time_point now = Clock::now());
+
+  // When the first rank's result was accepted; nullopt before any.
+  const std::optional<Clock::time_point>& first_answer_at() const { return first_answer_at_; }
+  // The lowest rank that has not answered; -1 once all have.
+  int FirstUnanswered() const;
 
   uint64_t step_id() const { return step_id_; }
   const ScheduledBatch& batch() const { return batch_; }
@@ -49,6 +56,7 @@ class InFlightStep {
   const uint64_t step_id_;
   ScheduledBatch batch_;
   std::vector<bool> answered_;  // [tp_size]
+  std::optional<Clock::time_point> first_answer_at_;
   std::vector<proto::SampledToken> tokens_;
   std::vector<proto::PromptLogprobs> prompt_logprobs_;
   Status status_;

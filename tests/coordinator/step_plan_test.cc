@@ -271,6 +271,26 @@ TEST(InFlightStepTest, DoneOnceEveryRankAnswered) {
   EXPECT_TRUE(step.status().ok());
 }
 
+// What FindStragglers reads: when the first result came (rejected ones do
+// not count) and which rank is still missing.
+TEST(InFlightStepTest, RecordsTheFirstAnswerAndTheFirstRankMissing) {
+  InFlightStep step(0, 7, ScheduledBatch{}, 3);
+  const Clock::time_point t0 = Clock::now();
+  EXPECT_FALSE(step.first_answer_at().has_value());
+  EXPECT_EQ(step.FirstUnanswered(), 0);
+  EXPECT_EQ(step.OnResult(0, Result(6), t0), InFlightStep::Progress::kRejected);
+  EXPECT_FALSE(step.first_answer_at().has_value());
+  EXPECT_EQ(step.OnResult(0, Result(7), t0 + std::chrono::seconds(1)),
+            InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(2, Result(7), t0 + std::chrono::seconds(2)),
+            InFlightStep::Progress::kWaiting);
+  ASSERT_TRUE(step.first_answer_at().has_value());
+  EXPECT_EQ(*step.first_answer_at(), t0 + std::chrono::seconds(1));
+  EXPECT_EQ(step.FirstUnanswered(), 1);
+  EXPECT_EQ(step.OnResult(1, Result(7)), InFlightStep::Progress::kDone);
+  EXPECT_EQ(step.FirstUnanswered(), -1);
+}
+
 TEST(InFlightStepTest, RejectsOtherStepsAndDuplicates) {
   InFlightStep step(0, 7, ScheduledBatch{}, 2);
   EXPECT_EQ(step.OnResult(0, Result(6)), InFlightStep::Progress::kRejected);

@@ -105,9 +105,15 @@ TEST_F(ControlAuthTest, UnknownKeyNoKeyAndWrongServerKeyAreNeverHeard) {
   wrong_server.server_public_key = stranger.public_key;
   auto misdirected = ControlClient::Connect(address_, PeerName(2, 0), wrong_server);
   ASSERT_TRUE(unknown_key.ok() && no_key.ok() && misdirected.ok());
-  ASSERT_TRUE((*unknown_key)->Send(Register(0)).ok());
-  ASSERT_TRUE((*no_key)->Send(Register(1)).ok());
-  ASSERT_TRUE((*misdirected)->Send(Register(2)).ok());
+  // A handshake the server has refused already (a slow machine, a sanitizer
+  // build) leaves the client no connection to queue on, and the send says
+  // it would block; otherwise the message is queued and dropped with the
+  // connection. Either way nothing may be heard.
+  int instance = 0;
+  for (ControlClient* client : {unknown_key->get(), no_key->get(), misdirected->get()}) {
+    const Status sent = client->Send(Register(instance++));
+    EXPECT_TRUE(sent.ok() || sent.code() == StatusCode::kUnavailable) << sent.ToString();
+  }
 
   std::vector<Inbound> got = Drain(kQuietWindow);
   for (const Inbound& in : got) ADD_FAILURE() << "heard from " << in.peer;

@@ -77,9 +77,7 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
                           << "scheduler:\n  max_num_seqs: 8\n  max_num_batched_tokens: 64\n"
                           << "  max_model_len: " << kMaxModelLen << "\n"
                           << "pools:\n  - name: main\n    role: mixed\n    instances:\n";
-    for (int i = 0; i < num_instances_; ++i) {
-      std::ofstream(config, std::ios::app) << "      - tp_size: 1\n        device: cpu\n";
-    }
+    for (int i = 0; i < num_instances_; ++i) std::ofstream(config, std::ios::app) << instance_yaml_;
     std::ofstream(config, std::ios::app) << extra_yaml_;
     coordinator_ = std::make_unique<testing::ChildProcess>(
         Args(config),
@@ -284,6 +282,7 @@ class CoordinatorFakeWorkerTest : public ::testing::Test {
   std::vector<std::string> extra_args_;  // more coordinator flags, set before SetUp
   std::string extra_yaml_;               // more top-level config, set before SetUp
   int num_instances_ = 1;                 // mixed instances of the config, set before SetUp
+  std::string instance_yaml_ = "      - tp_size: 1\n        device: cpu\n";  // each of them
   int heartbeat_timeout_ms_ = kHeartbeatTimeoutMs;  // set before SetUp
   int drain_timeout_ms_ = 25000;                    // set before SetUp
 };
@@ -701,6 +700,47 @@ TEST_F(CoordinatorFakeWorkerTest, ClientsThatHangUpBeforeTheAnswerAreCancelled) 
   EXPECT_LT(Clock::now() - start, milliseconds(kMaxTokens * kStepDelayMs));
   Reply r = Post(R"({"prompt": "Hi", "max_tokens": 2})");
   EXPECT_EQ(r.status, 200) << r.body.dump();
+}
+
+// One instance of TP 3 (SmolLM2's 3 KV heads, one per rank) whose
+// collectives time out after 500 ms, and heartbeats far slower than the test.
+class CoordinatorTpStragglerTest : public CoordinatorFakeWorkerTest {
+ protected:
+  void SetUp() override {
+    heartbeat_timeout_ms_ = 60000;
+    instance_yaml_ =
+        "      - tp_size: 3\n        device: cpu\n        collective_timeout_ms: 500\n";
+    CoordinatorFakeWorkerTest::SetUp();
+  }
+};
+
+// A rank that goes quiet between its last collective and its result (a real
+// worker stopped there; here a fake that stops answering, heartbeats
+// included): no peer's collective waits for it, and its heartbeat timeout
+// is a minute away. The coordinator takes the instance down once the step
+// has waited collective_timeout_ms since the first rank answered.
+TEST_F(CoordinatorTpStragglerTest, ARankThatDoesNotAnswerAStepIsFoundAtTheCollectiveTimeout) {
+  std::vector<std::unique_ptr<FakeWorker>> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    FakeWorkerOptions options = WorkerOptions(0, /*silent_after_plans=*/rank == 2 ? 3 : -1, 0);
+    options.tp_rank = rank;
+    options.tp_size = 3;
+    ranks.push_back(std::make_unique<FakeWorker>(options));
+  }
+  ASSERT_TRUE(WaitHealth(200));
+  const auto start = Clock::now();
+  const Reply r = Post(R"({"prompt": "Tell me a story", "max_tokens": 100, "ignore_eos": true})");
+  const auto elapsed = Clock::now() - start;
+  ExpectError(r, 503, "worker `i0r2` has not answered step 4");
+  EXPECT_NE(r.body["error"]["message"].get<std::string>().find("collective_timeout_ms 500"),
+            std::string::npos)
+      << r.body.dump();
+  EXPECT_LT(elapsed, milliseconds(5000));
+  EXPECT_EQ(Get("/health").body["instances"][0]["ready"], false);
+  for (const auto& rank : ranks) {
+    EXPECT_TRUE(rank->errors().empty()) << rank->errors().front();
+  }
+  EXPECT_TRUE(WaitUntil([&] { return ranks[0]->got_shutdown(); }, milliseconds(5000)));
 }
 
 // Two mixed instances; heartbeats far slower than the test, so that only the

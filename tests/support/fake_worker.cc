@@ -57,17 +57,18 @@ struct FakeWorker::Impl {
 };
 
 void FakeWorker::Impl::Run() {
-  auto client = ControlClient::Connect(options.address, PeerName(options.instance_id, 0));
+  auto client =
+      ControlClient::Connect(options.address, PeerName(options.instance_id, options.tp_rank));
   if (!client.ok()) return Error(client.status().ToString());
   const ModelSpec& spec = options.spec;
   proto::Envelope reg;
   proto::RegisterRequest* r = reg.mutable_register_request();
   r->set_instance_id(uint32_t(options.instance_id));
-  r->set_tp_rank(0);
-  r->set_tp_size(1);
+  r->set_tp_rank(uint32_t(options.tp_rank));
+  r->set_tp_size(uint32_t(options.tp_size));
   r->set_model_name(spec.name);
   r->set_num_layers(spec.num_layers);
-  r->set_num_local_kv_heads(spec.num_kv_heads);
+  r->set_num_local_kv_heads(spec.num_kv_heads / options.tp_size);
   r->set_head_dim(spec.head_dim);
   r->set_block_size(options.block_size);
   r->set_block_bytes(uint64_t(2) * options.block_size * spec.head_dim * 4);  // K and V, f32
@@ -141,7 +142,8 @@ proto::StepResult FakeWorker::Impl::Answer(const proto::StepPlan& plan) {
   if (options.check_plans) Check(plan);
   proto::StepResult result;
   result.set_step_id(plan.step_id());
-  result.set_tp_rank(0);
+  result.set_tp_rank(uint32_t(options.tp_rank));
+  if (options.tp_rank != 0) return result;  // rank 0 samples
   for (const proto::SequenceStep& step : plan.seqs()) {
     if (!step.sample()) continue;
     proto::SampledToken* t = result.add_tokens();
@@ -179,7 +181,7 @@ void FakeWorker::Impl::Check(const proto::StepPlan& plan) {
     seqs.erase(it);
   }
   const int block_size = options.block_size;
-  const int num_slots = options.spec.num_layers * options.spec.num_kv_heads;
+  const int num_slots = options.spec.num_layers * (options.spec.num_kv_heads / options.tp_size);
   for (const proto::SequenceStep& step : plan.seqs()) {
     std::string who = "seq " + std::to_string(step.seq_id()) + ": ";
     bool known = seqs.count(step.seq_id()) > 0;

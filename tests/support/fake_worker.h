@@ -1,6 +1,6 @@
 // A fake Headway worker for tests and benchmarks of the real coordinator:
-// one thread with a ZeroMQ DEALER that registers as rank 0 of a TP 1
-// instance (proto/control.proto), sends heartbeats, and answers every
+// one thread with a ZeroMQ DEALER that registers as one rank of an
+// instance (rank 0 of TP 1 unless told otherwise; proto/control.proto), sends heartbeats, and answers every
 // StepPlan at once (or after a set delay) with one sampled token for each
 // sequence the plan asks to sample. Nothing is computed: the answer is
 // always `token_id`, with logprob -0.25 and top logprobs token_id + k at
@@ -34,6 +34,10 @@ struct FakeWorkerOptions {
   std::string address;            // the coordinator's control address, e.g. tcp://127.0.0.1:5557
   ModelSpec spec;                 // registered as the instance's layers, KV heads, head_dim, vocab
   int instance_id = 0;
+  // Registered as this rank of a TP group of tp_size (num_kv_heads must
+  // divide by it: each rank registers its share). Only rank 0 returns tokens.
+  int tp_rank = 0;
+  int tp_size = 1;
   int32_t token_id = 0;           // answered for every sampled sequence
   int silent_after_plans = -1;    // >= 0: stop all traffic after this many plans
   int step_delay_ms = 0;          // simulated compute time per step
