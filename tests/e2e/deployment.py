@@ -5,6 +5,7 @@ import argparse
 import importlib
 import importlib.metadata
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,16 +36,31 @@ def missing(what):
 
 
 def free_ports(count):
-    sockets = []
+    """`count` distinct TCP ports of 127.0.0.1 that were free a moment ago,
+    drawn from the 12,000 below the kernel's ephemeral range, which the kernel
+    never hands out by itself (tests/support/process.h, FreePort)."""
     try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_first = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_first = 32768
+    first, last = max(1024, ephemeral_first - 12000), ephemeral_first - 1
+    ports = []
+    for _ in range(200 * count):
+        if len(ports) == count:
+            break
+        port = random.randint(first, last)
+        if port in ports:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    if len(ports) != count:
+        raise RuntimeError(f"no {count} free ports in [{first}, {last}]")
+    return ports
 
 
 CONFIG = """\

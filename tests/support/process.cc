@@ -16,7 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <random>
 #include <thread>
+#include <utility>
 
 namespace headway::testing {
 
@@ -112,20 +114,46 @@ std::string ChildProcess::Log() const {
   return ss.str();
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Whether a TCP socket can bind 127.0.0.1:`port` now.
+bool CanBind(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_port = htons(uint16_t(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+// The kernel's ephemeral port range [first, last]
+// (/proc/sys/net/ipv4/ip_local_port_range; Linux's default if unreadable).
+std::pair<int, int> EphemeralRange() {
+  int first = 32768, last = 60999;
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  in >> first >> last;
+  return {first, last};
+}
+
+}  // namespace
+
+int FreePort() {
+  // Below the ephemeral range: the kernel hands those ports to every bind to
+  // port 0 and to the source side of every outgoing connection, so one
+  // picked from there can be taken by any test's client before the process
+  // it is meant for binds it. Ports below it are only ever taken by name.
+  const int first = std::max(1024, EphemeralRange().first - 12000);
+  const int last = EphemeralRange().first - 1;
+  thread_local std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(first, std::max(first, last));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = pick(rng);
+    if (CanBind(port)) return port;
+  }
+  return -1;
 }
 
 ScopedTempDir::~ScopedTempDir() {

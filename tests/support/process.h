@@ -51,9 +51,11 @@ class ChildProcess {
   std::string log_path_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it
-// back, close). Another process could take it before use; tests accept that
-// tiny window, as the ephemeral range is large.
+// A TCP port on 127.0.0.1 that was free a moment ago, drawn at random from
+// the 12,000 ports below the kernel's ephemeral range, which the kernel
+// never hands out by itself (port-0 binds and outgoing connections take
+// theirs from that range): only another test drawing the same port could
+// take it before use. -1 when 200 draws found none free.
 int FreePort();
 
 // A fresh, empty directory under the system temp dir.
