@@ -210,7 +210,10 @@ TEST(ChatContentTokensTest, ControlTokensInTrimmedContentStayText) {
 
 // Gemma 3 instruct's chat template (tests/data/chat_template/gemma3-it.jinja,
 // the `chat_template` of google/gemma-3-270m-it and of ggml-org's Gemma 3
-// GGUFs) with the real Gemma 3 vocabulary: it trims every content.
+// GGUFs) with the real Gemma 3 vocabulary: it trims every content. The file
+// was compared line by line with the template as published in the models'
+// tokenizer_config.json: the same text, its string literals' newlines
+// written as `\n` escapes, which Jinja reads as the same newline.
 class Gemma3ChatTest : public ::testing::Test {
  protected:
   void SetUp() override {
