@@ -109,12 +109,12 @@ constexpr int kMaxStagingBuffers = 8;
 // header travels as raw bytes). 56 bytes:
 //   0  dst_offset   u64  bytes from the receiver's pool start
 //   8  write_id     u64  the sender's WriteBlocks call, echoed in the ack
-//  16  transfer_id  u64  \
+//  16  transfer_id  u64  -+
 //  24  lifetime_ms  u32   | the grant range holding the message's bytes
 //  28  first_block  u32   | (comm/kv_write_auth.h); the tag covers these
 //  32  num_blocks   u32   | four fields
 //  36  reserved     u32   | (0)
-//  40  tag          u8[16]/
+//  40  tag          u8[16]-+
 struct BlocksHeader {
   uint64_t dst_offset;
   uint64_t write_id;

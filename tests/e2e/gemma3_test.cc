@@ -246,7 +246,9 @@ TEST_F(Gemma3ServingTest, ConversationTurnsReuseThePreviousTurn) {
     const Reply r = CompleteGreedy(*d, conversation, kMaxTokens);
     ASSERT_FALSE(IsErrorText(r.text)) << r.text;
     ASSERT_GT(r.prompt_tokens, 512 + kBlock);  // longer than the window
-    if (turn > 0) EXPECT_GE(r.cached_tokens, previous_prompt_tokens / kBlock * kBlock);
+    if (turn > 0) {
+      EXPECT_GE(r.cached_tokens, previous_prompt_tokens / kBlock * kBlock);
+    }
     previous_prompt_tokens = r.prompt_tokens;
     conversation += r.text + "\n\nQuestion: " + text.substr(3000 + 200 * size_t(turn), 150);
   }

@@ -525,7 +525,13 @@ TEST_F(HttpSecurityTest, DribblingAndDroppedClientsDoNotStarveACompletion) {
   EXPECT_LT(worst_s, usual_s + kReadTimeoutS / 2);
   EXPECT_GE(cut_off.load(), 100);
   EXPECT_GE(dropped.load(), 500);
+#ifndef __SANITIZE_ADDRESS__
+  // Under AddressSanitizer freed memory waits in its quarantine and each
+  // connection thread keeps a fake stack (detect_stack_use_after_return),
+  // so RSS measures the tool (it grew 0.9 GB there); LeakSanitizer checks
+  // the coordinator's memory at exit instead.
   EXPECT_LT(rss_after_kb - rss_before_kb, 100 * 1024);
+#endif
 }
 
 TEST_F(HttpSecurityTest, ServesHttpsWithATestCertificate) {
