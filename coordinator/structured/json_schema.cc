@@ -584,13 +584,7 @@ class SchemaCompiler {
     if (!branches.is_array() || branches.empty()) {
       return Invalid("anyOf", path, "must be a non-empty array of schemas");
     }
-    std::vector<Pattern> alternatives;
-    for (size_t i = 0; i < branches.size(); ++i) {
-      HW_ASSIGN_OR_RETURN(Pattern p,
-                          Compile(branches[i], Child(Child(path, "anyOf"), std::to_string(i))));
-      alternatives.push_back(std::move(p));
-    }
-    return Alt(std::move(alternatives));
+    return CompileBranches(branches, path, "anyOf");
   }
 
   // oneOf whose branches no value can match twice: a discriminated union,
@@ -610,10 +604,17 @@ class SchemaCompiler {
                          "of its own (a discriminated union); use anyOf where branches may "
                          "overlap");
     }
+    return CompileBranches(branches, path, "oneOf");
+  }
+
+  // Any one of the schemas of the array `branches`, the value of `keyword`
+  // (anyOf, or a oneOf whose branches cannot overlap).
+  Result<Pattern> CompileBranches(const Json& branches, const std::string& path,
+                                  const char* keyword) {
     std::vector<Pattern> alternatives;
     for (size_t i = 0; i < branches.size(); ++i) {
       HW_ASSIGN_OR_RETURN(Pattern p,
-                          Compile(branches[i], Child(Child(path, "oneOf"), std::to_string(i))));
+                          Compile(branches[i], Child(Child(path, keyword), std::to_string(i))));
       alternatives.push_back(std::move(p));
     }
     return Alt(std::move(alternatives));
