@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include "common/status.h"
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/threads.h"
 
 namespace headway::cpu {
@@ -56,27 +57,6 @@ inline float ExpNonPositive(float x) {
   p = p * r + 5.0000001201e-1f;
   const float mantissa = p * r * r + r + 1.0f;
   return mantissa * std::bit_cast<float>((int32_t(n) + 127) << 23);
-}
-
-// ExpNonPositive on 8 lanes (the same approximation, written with
-// intrinsics so that every lane takes exactly these roundings).
-inline __m256 ExpNonPositive8(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_floor_ps(
-      _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504f), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 mantissa =
-      _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i exponent =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(mantissa, _mm256_castsi256_ps(exponent));
 }
 
 // Lane t of the result is the sum of v_t's 8 lanes, added as
@@ -345,7 +325,7 @@ class TileAttention {
       const __m256 minus_inf = _mm256_set1_ps(kMinusInf);
       for (int j = 0; j < bs_padded_; j += 8) {
         const __m256 x = _mm256_loadu_ps(s + j);
-        const __m256 p = ExpNonPositive8(_mm256_sub_ps(x, m8));
+        const __m256 p = avx2::Exp8(_mm256_sub_ps(x, m8));
         _mm256_storeu_ps(s + j, _mm256_andnot_ps(_mm256_cmp_ps(x, minus_inf, _CMP_EQ_OQ), p));
       }
       float denom = denom_[iq];

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include <immintrin.h>
+
+#include "kernels/cpu/exp_avx2.h"
 #include "kernels/threads.h"
 
 namespace headway::cpu {
@@ -107,11 +110,29 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 }
 
 void GeluTanhGated(const float* gate, const float* up, int64_t n, float* out) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
   ParallelFor(n, kMinTranscendentalsForThreads / 2, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float g = gate[i];
-      out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    // 0.5 g (1 + tanh(u)) = g / (1 + e^(-2u)): one exponential and one
+    // division per value, on 8 lanes. Through libm's scalar tanhf this was
+    // a sixth of a Gemma 3 decode step (perf: expm1f and tanhf).
+    const __m256 c2 = _mm256_set1_ps(-2.0f * 0.7978845608028654f);  // -2 sqrt(2/pi)
+    const __m256 cubic = _mm256_set1_ps(0.044715f);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    auto gelu_up = [&](__m256 g, __m256 u) {
+      const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+      const __m256 minus_2u = _mm256_mul_ps(c2, _mm256_fmadd_ps(cubic, g3, g));
+      return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, avx2::Exp8(minus_2u))), u);
+    };
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8) {
+      _mm256_storeu_ps(out + i, gelu_up(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    }
+    if (i < end) {  // the same lanes, masked, so a value's result never depends on where it is
+      alignas(32) int32_t lanes[8];
+      for (int l = 0; l < 8; ++l) lanes[l] = i + l < end ? -1 : 0;
+      const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+      _mm256_maskstore_ps(out + i, mask,
+                          gelu_up(_mm256_maskload_ps(gate + i, mask),
+                                  _mm256_maskload_ps(up + i, mask)));
     }
   });
 }

@@ -37,6 +37,10 @@ struct Ops {
         _mm512_setzero_pd(), 0xFF, _mm256_castps_pd(_mm256_loadu_ps(p))));
   }
   static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // Keeps a loaded weight vector in its register. Without it GCC folds the
+  // load into every FMA that uses it, R loads where one is enough, and the
+  // tile waits on its load ports instead of its FMA units.
+  static void Pin(V& v) { asm("" : "+v"(v)); }
   // Through memory: once per output per call, and free of the cast and
   // extract intrinsics that trip the warning.
   static void Reduce(V acc, float* lo, float* hi) {
@@ -72,6 +76,8 @@ struct Ops {
   static V Fma(V a, V b, V c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
   }
+  // 16 ymm registers cannot hold this tile anyway: let the compiler choose.
+  static void Pin(V&) {}
   static void Reduce(V acc, float* lo, float* hi) {
     *lo = avx2::ReduceLanesAvx2(acc.lo);
     *hi = avx2::ReduceLanesAvx2(acc.hi);
