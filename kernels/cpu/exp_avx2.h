@@ -1,5 +1,5 @@
 // e^x on 8 f32 lanes, shared by the CPU kernels that need it in bulk
-// (attention's softmax, the GELU of Gemma's feed-forward). Internal to
+// (attention's softmax, the SwiGLU and GELU activations). Internal to
 // kernels/cpu.
 #pragma once
 
