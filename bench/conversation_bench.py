@@ -403,6 +403,12 @@ def write_config(args, out_path, policy=None, oracle=None):
         rb.set_yaml_key(lines, "routing", "policy", policy)
         if args.prefix_weight is not None:
             rb.set_yaml_key(lines, "routing", "prefix_weight", str(args.prefix_weight))
+        if args.balance_abs_threshold is not None:
+            rb.set_yaml_key(lines, "routing", "balance_abs_threshold",
+                            str(args.balance_abs_threshold))
+        if args.balance_rel_threshold is not None:
+            rb.set_yaml_key(lines, "routing", "balance_rel_threshold",
+                            str(args.balance_rel_threshold))
     if oracle is not None:
         for name in ("routing", "kv_transfer", "pools"):
             drop_section(lines, name)
@@ -628,6 +634,12 @@ def main():
     parser.add_argument("--no-oracle", action="store_true", help="leave out the oracle run")
     parser.add_argument("--prefix-weight", type=float, default=None,
                         help="routing.prefix_weight for every policy run (default: the config's)")
+    parser.add_argument("--balance-abs-threshold", type=int, default=None,
+                        help="routing.balance_abs_threshold for every policy run (default: the "
+                        "config's)")
+    parser.add_argument("--balance-rel-threshold", type=float, default=None,
+                        help="routing.balance_rel_threshold for every policy run (default: the "
+                        "config's)")
     parser.add_argument("--kv-memory-mb", type=int, default=None,
                         help="cache.kv_memory_mb per worker (default: the config's)")
     parser.add_argument("--sessions", type=int, default=16)

@@ -216,13 +216,23 @@ Status ParseRouting(const YAML::Node& node, Config& config) {
   const std::string path = "routing";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(CheckKeys(
-      node, path, {"policy", "prefix_weight", "max_local_prefill_tokens", "max_prefill_queue_tokens"}));
+      node, path,
+      {"policy", "prefix_weight", "balance_abs_threshold", "balance_rel_threshold",
+       "max_local_prefill_tokens", "max_prefill_queue_tokens"}));
   if (node["policy"]) {
     HW_RETURN_IF_ERROR(ReadString(node["policy"], "routing.policy", config.routing_policy));
   }
   if (node["prefix_weight"]) {
     HW_RETURN_IF_ERROR(
         ReadDouble(node["prefix_weight"], "routing.prefix_weight", config.routing_prefix_weight));
+  }
+  if (node["balance_abs_threshold"]) {
+    HW_RETURN_IF_ERROR(ReadInt(node["balance_abs_threshold"], "routing.balance_abs_threshold",
+                               config.routing_balance_abs_threshold));
+  }
+  if (node["balance_rel_threshold"]) {
+    HW_RETURN_IF_ERROR(ReadDouble(node["balance_rel_threshold"], "routing.balance_rel_threshold",
+                                  config.routing_balance_rel_threshold));
   }
   if (node["max_local_prefill_tokens"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["max_local_prefill_tokens"], "routing.max_local_prefill_tokens",
@@ -626,6 +636,14 @@ Status ValidateConfig(const Config& config) {
   if (!(config.routing_prefix_weight >= 0.0 && config.routing_prefix_weight <= 1e6)) {
     return BadValue("routing.prefix_weight", std::to_string(config.routing_prefix_weight),
                     "a number in [0, 1e6]");
+  }
+  HW_RETURN_IF_ERROR(CheckRange("routing.balance_abs_threshold",
+                                config.routing_balance_abs_threshold, -1, 1000000,
+                                "(sequences; -1 = no guard)"));
+  if (!(config.routing_balance_rel_threshold >= 1.0 &&
+        config.routing_balance_rel_threshold <= 1e6)) {
+    return BadValue("routing.balance_rel_threshold",
+                    std::to_string(config.routing_balance_rel_threshold), "a number in [1, 1e6]");
   }
   HW_RETURN_IF_ERROR(CheckRange("routing.max_local_prefill_tokens",
                                 config.routing_max_local_prefill_tokens, 0, kMaxTokens, "(tokens)"));

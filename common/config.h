@@ -226,6 +226,14 @@ struct Config {
   // keeps a prefix on its instance under more imbalance; 0 routes by load
   // alone.
   double routing_prefix_weight = 8.0;
+  // prefix_aware's load-balance guard (SGLang's cache-aware router,
+  // balance_abs_threshold / balance_rel_threshold): while the busiest
+  // accepting instance of a pool has more than routing_balance_abs_threshold
+  // sequences (running + waiting) over the least busy one and more than
+  // routing_balance_rel_threshold times as many, requests go to the least
+  // busy one whatever their hits. -1, the default: no guard.
+  int routing_balance_abs_threshold = -1;
+  double routing_balance_rel_threshold = 1.5;
   // Conditional disaggregation (coordinator/engine/disaggregation.h): a
   // request of a prefill/decode deployment is prefilled on its decode
   // instance, with no transfer, when the part of its prompt that instance

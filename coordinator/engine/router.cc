@@ -38,14 +38,28 @@ Instance* LeastLoaded(InstanceRegistry& registry, PoolRole role) {
   return best;
 }
 
-Router::Router(RoutingPolicy policy, double prefix_weight)
-    : policy_(policy), prefix_weight_(prefix_weight) {
+Router::Router(RoutingPolicy policy, double prefix_weight, BalanceGuard guard)
+    : policy_(policy), prefix_weight_(prefix_weight), guard_(guard) {
   HW_CHECK(prefix_weight >= 0.0);
+  HW_CHECK(guard.rel_threshold >= 1.0);
 }
 
 Router::Router(const Config& config)
     : Router(ParseRoutingPolicy(config.routing_policy).value_or(RoutingPolicy::kPrefixAware),
-             config.routing_prefix_weight) {}
+             config.routing_prefix_weight,
+             BalanceGuard{config.routing_balance_abs_threshold,
+                          config.routing_balance_rel_threshold}) {}
+
+bool Router::PoolImbalanced(InstanceRegistry& registry, PoolRole role) const {
+  if (guard_.abs_threshold < 0) return false;
+  size_t least = std::numeric_limits<size_t>::max(), most = 0;
+  for (Instance& inst : registry.instances()) {
+    if (!inst.accepting() || inst.role != role) continue;
+    least = std::min(least, inst.load());
+    most = std::max(most, inst.load());
+  }
+  return most > 0 && guard_.Imbalanced(least, most);
+}
 
 Route Router::Pick(InstanceRegistry& registry, PoolRole role, const TokenIds& prompt,
                    int64_t num_positions) {
@@ -70,6 +84,10 @@ Route Router::Pick(InstanceRegistry& registry, PoolRole role, const TokenIds& pr
       break;
     }
     case RoutingPolicy::kPrefixAware: {
+      if (PoolImbalanced(registry, role)) {
+        route.instance = LeastLoaded(registry, role);
+        break;
+      }
       // (cost, sequences, id): the least wins.
       std::tuple<double, size_t, int> best{std::numeric_limits<double>::infinity(), 0, 0};
       for (Instance& inst : registry.instances()) {

@@ -36,6 +36,14 @@
 //   turn of 500 cached tokens moves only when its instance holds 4,000
 //   more queued and active tokens than another.
 //
+//   Load-balance guard (config keys routing.balance_abs_threshold and
+//   routing.balance_rel_threshold; SGLang's cache-aware router has the same
+//   two thresholds): while the pool is imbalanced, the busiest accepting
+//   instance holding more than `abs` sequences (running + waiting) over the
+//   least busy one and more than `rel` times as many, prefix_aware routes
+//   as least_loaded does, whatever the hits. It keeps a sticky weight from
+//   piling sessions on one instance (bench/README.md, conversation_bench).
+//
 // Ties go to the fewer sequences, then the lower instance id, so a policy
 // decides the same way for the same state.
 //
@@ -76,11 +84,25 @@ struct Route {
   int64_t hit_positions = 0;     // of the n positions asked about
 };
 
+// prefix_aware's load-balance guard (above). The default never triggers.
+struct BalanceGuard {
+  int abs_threshold = -1;     // sequences; < 0: no guard
+  double rel_threshold = 1.0;  // >= 1
+
+  // Whether a pool whose accepting instances hold `least` and `most`
+  // sequences is imbalanced.
+  bool Imbalanced(size_t least, size_t most) const {
+    return abs_threshold >= 0 && double(most) - double(least) > double(abs_threshold) &&
+           double(most) > rel_threshold * double(least);
+  }
+};
+
 class Router {
  public:
   // `prefix_weight` is w above, >= 0.
-  Router(RoutingPolicy policy, double prefix_weight);
-  // From config keys routing.policy and routing.prefix_weight.
+  Router(RoutingPolicy policy, double prefix_weight, BalanceGuard guard = {});
+  // From config keys routing.policy, routing.prefix_weight and
+  // routing.balance_{abs,rel}_threshold.
   // REQUIRES: ValidateConfig(config).ok().
   explicit Router(const Config& config);
 
@@ -94,8 +116,12 @@ class Router {
              int64_t num_positions);
 
  private:
+  // Whether the guard applies to pool role `role` now.
+  bool PoolImbalanced(InstanceRegistry& registry, PoolRole role) const;
+
   RoutingPolicy policy_;
   double prefix_weight_;
+  BalanceGuard guard_;
   // round_robin: per pool role, the id of the instance that took the last
   // request; the next goes to the first accepting instance after it.
   std::map<PoolRole, int> last_;

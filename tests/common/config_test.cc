@@ -526,6 +526,26 @@ TEST(ConfigTest, Routing) {
               {"routing", "temperature"});
 }
 
+TEST(ConfigTest, RoutingBalanceGuard) {
+  Result<Config> by_default = ParseConfig(kFull);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
+  EXPECT_EQ(by_default->routing_balance_abs_threshold, -1);  // no guard
+  EXPECT_EQ(by_default->routing_balance_rel_threshold, 1.5);
+  const std::string pools = "pools:\n";
+  Result<Config> set = ParseConfig(Edit(
+      kFull, pools,
+      "routing:\n  balance_abs_threshold: 2\n  balance_rel_threshold: 1.25\n" + pools));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->routing_balance_abs_threshold, 2);
+  EXPECT_EQ(set->routing_balance_rel_threshold, 1.25);
+  ExpectError(Edit(kFull, pools, "routing:\n  balance_abs_threshold: -2\n" + pools),
+              {"routing.balance_abs_threshold", "-2", "-1 = no guard"});
+  ExpectError(Edit(kFull, pools, "routing:\n  balance_rel_threshold: 0.5\n" + pools),
+              {"routing.balance_rel_threshold", "0.5", "[1, 1e6]"});
+  ExpectError(Edit(kFull, pools, "routing:\n  balance_rel_threshold: .nan\n" + pools),
+              {"routing.balance_rel_threshold", "nan"});
+}
+
 TEST(ConfigTest, ConditionalDisaggregationThresholds) {
   Result<Config> by_default = ParseConfig(kFull);
   ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();

@@ -179,6 +179,36 @@ TEST_F(RouterTest, LoadOverridesAHitAtTheWeight) {
 // A prompt queued where a conversation's history is counts once, like
 // active KV, not at the weight: a turn stays with its hit until the queue
 // outweighs w times the tokens the hit saves.
+// The guard routes by sequences alone while the pool is imbalanced past
+// both thresholds, and leaves the cost to decide otherwise.
+TEST_F(RouterTest, BalanceGuardRoutesByLoadOnlyPastBothThresholds) {
+  Start(2);
+  const std::vector<int32_t> prefix = Tokens(160, 1);
+  Cache(1, prefix);
+  const std::vector<int32_t> request = Concat(prefix, Tokens(16, 4000));
+  const BalanceGuard guard{/*abs_threshold=*/1, /*rel_threshold=*/1.5};
+  Router guarded(RoutingPolicy::kPrefixAware, 1e6, guard);
+  Router unguarded(RoutingPolicy::kPrefixAware, 1e6);
+  // 1 sequence against 0: a difference of 1 is not past abs 1.
+  Queue(1, 16);
+  EXPECT_EQ(Pick(guarded, request).instance->id, 1);
+  // 2 against 0: past both thresholds, so the least busy instance takes
+  // the request and is reported with what it holds (nothing).
+  Queue(1, 16);
+  const Route balanced = Pick(guarded, request);
+  EXPECT_EQ(balanced.instance->id, 0);
+  EXPECT_EQ(balanced.hit_positions, 0);
+  EXPECT_EQ(Pick(unguarded, request).instance->id, 1);  // the weight alone keeps the hit
+  // 3 against 2: past abs 1 but not 1.5 times: the hit decides again.
+  Queue(1, 16);
+  Queue(0, 16);
+  Queue(0, 16);
+  EXPECT_EQ(Pick(guarded, request).instance->id, 1);
+  EXPECT_FALSE(BalanceGuard{}.Imbalanced(0, 1000));  // the default never triggers
+  EXPECT_TRUE((BalanceGuard{0, 1.0}).Imbalanced(0, 1));
+  EXPECT_FALSE((BalanceGuard{0, 1.0}).Imbalanced(3, 3));
+}
+
 TEST_F(RouterTest, QueuedPromptsAreLoadNotWeightedPrefill) {
   Start(2);
   const std::vector<int32_t> prefix = Tokens(160, 1);
