@@ -176,9 +176,6 @@ TEST_F(RouterTest, LoadOverridesAHitAtTheWeight) {
   EXPECT_EQ(Pick(w1, request).instance->id, 1);
 }
 
-// A prompt queued where a conversation's history is counts once, like
-// active KV, not at the weight: a turn stays with its hit until the queue
-// outweighs w times the tokens the hit saves.
 // The guard routes by sequences alone while the pool is imbalanced past
 // both thresholds, and leaves the cost to decide otherwise.
 TEST_F(RouterTest, BalanceGuardRoutesByLoadOnlyPastBothThresholds) {
@@ -199,16 +196,21 @@ TEST_F(RouterTest, BalanceGuardRoutesByLoadOnlyPastBothThresholds) {
   EXPECT_EQ(balanced.instance->id, 0);
   EXPECT_EQ(balanced.hit_positions, 0);
   EXPECT_EQ(Pick(unguarded, request).instance->id, 1);  // the weight alone keeps the hit
-  // 3 against 2: past abs 1 but not 1.5 times: the hit decides again.
-  Queue(1, 16);
-  Queue(0, 16);
-  Queue(0, 16);
+  // 6 against 4: past abs 1 but not past 1.5 times: the hit decides again.
+  for (int i = 0; i < 4; ++i) Queue(0, 16);
+  for (int i = 0; i < 4; ++i) Queue(1, 16);
   EXPECT_EQ(Pick(guarded, request).instance->id, 1);
+  // 7 against 4: past both again.
+  Queue(1, 16);
+  EXPECT_EQ(Pick(guarded, request).instance->id, 0);
   EXPECT_FALSE(BalanceGuard{}.Imbalanced(0, 1000));  // the default never triggers
   EXPECT_TRUE((BalanceGuard{0, 1.0}).Imbalanced(0, 1));
   EXPECT_FALSE((BalanceGuard{0, 1.0}).Imbalanced(3, 3));
 }
 
+// A prompt queued where a conversation's history is counts once, like
+// active KV, not at the weight: a turn stays with its hit until the queue
+// outweighs w times the tokens the hit saves.
 TEST_F(RouterTest, QueuedPromptsAreLoadNotWeightedPrefill) {
   Start(2);
   const std::vector<int32_t> prefix = Tokens(160, 1);
