@@ -20,7 +20,11 @@
    lone --prefill-len prompt, one request at a time, max_tokens 1.
 4. Prints one JSON object: each side's figures (medians over repeats of the
    per-run medians that headway-bench reports), the ratios Headway /
-   llama-server, and Headway's worker RSS against the GGUF size + KV pool.
+   llama-server, Headway's step loop over each run (from /metrics: the mean
+   step, the worker's own part of it, the control messages' transit, the
+   coordinator's gap between steps, and the share of the loop that transit
+   and gap take, which is what overlapping scheduling with compute could
+   hide at most), and Headway's worker RSS against the GGUF size + KV pool.
 
 A benchmark, not a test: CI does not run it. Nothing is downloaded but the
 llama.cpp source, once. Standard library only.
@@ -254,6 +258,34 @@ def run_bench(args, url, workdir, tag, concurrency, num_prompts, input_len, outp
     return {k: r[k] for k in keys}
 
 
+def step_loop_totals(url):
+    """Sums and counts of headway:step_seconds, headway:step_worker_seconds
+    and headway:step_gap_seconds, every instance together, from /metrics."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    totals = {}
+    for name in ("step_seconds_sum", "step_seconds_count", "step_worker_seconds_sum",
+                 "step_gap_seconds_sum", "step_gap_seconds_count"):
+        totals[name] = sum(float(m.group(1)) for m in re.finditer(
+            r"^headway:" + name + r"\{[^}]*\} (\S+)$", text, re.M))
+    return totals
+
+
+def step_loop(before, after):
+    """The step loop between two step_loop_totals: means in ms, and the share
+    of the loop that is neither the workers' compute nor waiting for work."""
+    d = {k: after[k] - before[k] for k in after}
+    steps = max(1.0, d["step_seconds_count"])
+    step_s, worker_s, gap_s = (d["step_seconds_sum"], d["step_worker_seconds_sum"],
+                               d["step_gap_seconds_sum"])
+    return {"step_ms_mean": 1e3 * step_s / steps,
+            "step_worker_ms_mean": 1e3 * worker_s / steps,
+            "step_transit_ms_mean": 1e3 * (step_s - worker_s) / steps,
+            "step_gap_ms_mean": 1e3 * gap_s / max(1.0, d["step_gap_seconds_count"]),
+            "step_overhead_share": ((step_s - worker_s + gap_s) / (step_s + gap_s)
+                                    if step_s + gap_s > 0 else 0.0)}
+
+
 def medians(runs):
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
@@ -300,6 +332,7 @@ def main():
         for c in levels:
             num_prompts = max(8, c * args.prompts_per_stream)
             sides = {"llama_server": [], "headway": []}
+            loops = []
             llama = LlamaServer(llama_bin, args.model, args.threads, c, stream_tokens,
                                 os.path.join(workdir, f"llama-{c}.log"))
             try:
@@ -308,12 +341,16 @@ def main():
                         # One warm-up request, then the measured run.
                         run_bench(args, url, workdir, f"warm-{side}-{c}", 1, 1, 16, 4, 99)
                         log(f"concurrency {c}, {side}, run {rep + 1}/{args.repeats}")
+                        before = step_loop_totals(url) if side == "headway" else None
                         sides[side].append(run_bench(args, url, workdir, f"{side}-{c}-{rep}", c,
                                                      num_prompts, args.input_len,
                                                      args.output_len, rep))
+                        if before is not None:
+                            loops.append(step_loop(before, step_loop_totals(url)))
             finally:
                 llama.close()
             entry = {side: medians(runs) for side, runs in sides.items()}
+            entry["headway"].update(medians(loops))
             entry["ratio_output_throughput"] = (entry["headway"]["output_throughput"] /
                                                 entry["llama_server"]["output_throughput"])
             entry["ratio_median_tpot"] = (entry["headway"]["median_tpot_ms"] /

@@ -222,7 +222,9 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
           last_sent = Clock::now();
         } else {
           compute.Start([&executor, &step_result, plan = std::move(*in->mutable_step_plan())] {
+            const Clock::time_point start = Clock::now();
             step_result = executor.Execute(plan);
+            step_result.set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
           });
         }
       } else if (in->has_transfer_plan()) {

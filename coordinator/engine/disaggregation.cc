@@ -20,8 +20,6 @@ constexpr std::chrono::milliseconds kDeadSenderGrace(1000);
 // Transfer attempts before the decode instance prefills the request itself.
 constexpr int kMaxTransferAttempts = 2;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 }  // namespace
 
 DisaggregationCoordinator::DisaggregationCoordinator(const Config& config, const ModelSpec& spec,

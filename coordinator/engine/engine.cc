@@ -243,7 +243,12 @@ void Engine::Impl::Dispatch(Instance& inst) {
   if (!inst.ready() || inst.in_flight || !inst.scheduler->HasWork()) return;
   ScheduledBatch batch = inst.scheduler->Schedule();
   if (batch.empty()) return;
-  requests.RecordScheduled(inst.id, batch, *inst.scheduler, Clock::now());
+  const Clock::time_point now = Clock::now();
+  if (inst.last_step_done) {
+    metrics->OnStepGap(inst.id, Seconds(now - *inst.last_step_done));
+    inst.last_step_done.reset();
+  }
+  requests.RecordScheduled(inst.id, batch, *inst.scheduler, now);
   const uint64_t step_id = inst.next_step_id++;
   std::vector<proto::StepPlan> plans = BuildStepPlans(step_id, batch, *inst.scheduler, inst.tp_size);
   for (int rank = 0; rank < inst.tp_size; ++rank) {
@@ -251,12 +256,22 @@ void Engine::Impl::Dispatch(Instance& inst) {
     *env.mutable_step_plan() = std::move(plans[size_t(rank)]);
     registry.Send(inst, rank, env);
   }
-  inst.in_flight.emplace(inst.id, step_id, std::move(batch), inst.tp_size);
+  inst.in_flight.emplace(inst.id, step_id, std::move(batch), inst.tp_size, now);
 }
 
 void Engine::Impl::OnStepDone(Instance& inst) {
   InFlightStep step = std::move(*inst.in_flight);
   inst.in_flight.reset();
+  const Clock::time_point done = Clock::now();
+  metrics->OnStep(inst.id, Seconds(done - step.sent_at()), step.worker_seconds());
+  // Reported when the next step goes out, however this one's outputs end.
+  struct MarkDone {
+    Instance& inst;
+    Clock::time_point done;
+    ~MarkDone() {
+      if (inst.ready() && inst.scheduler->HasWork()) inst.last_step_done = done;
+    }
+  } mark_done{inst, done};
   if (!step.status().ok()) {
     spdlog::error("{}", step.status().message());
     // A prefill job's sequence has its request's id: the request fails too.

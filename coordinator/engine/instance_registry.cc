@@ -212,6 +212,7 @@ std::vector<std::pair<Instance*, std::string>> InstanceRegistry::FindStragglers(
 void InstanceRegistry::Reset(Instance& inst) {
   inst.scheduler.reset();
   inst.in_flight.reset();
+  inst.last_step_done.reset();
   inst.store.clear();  // a restarted group must not read the old addresses
   inst.drain_deadline.reset();
   for (RankState& r : inst.ranks) r.registered = false;

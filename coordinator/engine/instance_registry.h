@@ -49,6 +49,10 @@ struct Instance {
   uint64_t generation = 0;               // +1 each time the instance becomes ready
   uint64_t next_step_id = 1;
   std::optional<InFlightStep> in_flight;
+  // When the last step's results were all in, if the instance still had
+  // sequences to run then; the next Dispatch reports the gap
+  // (headway:step_gap_seconds) and clears it.
+  std::optional<Clock::time_point> last_step_done;
   // Rendezvous store of this instance's ranks (proto StoreSet/StoreGet).
   std::map<std::string, std::string> store;
 

@@ -3,8 +3,6 @@
 namespace headway {
 namespace {
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
 // The token as the OutputProcessor takes it: log-probabilities only when
 // the request asked for them.
 GeneratedToken TokenOf(const proto::SampledToken& sampled, bool logprobs) {

@@ -123,10 +123,12 @@ std::vector<proto::StepPlan> BuildStepPlans(uint64_t step_id, const ScheduledBat
   return plans;
 }
 
-InFlightStep::InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch batch, int tp_size)
+InFlightStep::InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch batch, int tp_size,
+                           Clock::time_point sent_at)
     : instance_id_(instance_id),
       step_id_(step_id),
       batch_(std::move(batch)),
+      sent_at_(sent_at),
       answered_(size_t(tp_size), false) {}
 
 InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult& result,
@@ -144,6 +146,7 @@ InFlightStep::Progress InFlightStep::OnResult(int rank, const proto::StepResult&
   }
   answered_[size_t(rank)] = true;
   if (!first_answer_at_) first_answer_at_ = now;
+  worker_seconds_ = std::max(worker_seconds_, result.seconds());
   if (!result.error().empty() && status_.ok()) {
     status_ = Status::Internal("instance " + std::to_string(instance_id_) + " rank " +
                                std::to_string(rank) + " failed step " +

@@ -26,7 +26,9 @@ std::vector<proto::StepPlan> BuildStepPlans(uint64_t step_id, const ScheduledBat
 // A step sent to an instance's ranks, collecting their results.
 class InFlightStep {
  public:
-  InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch batch, int tp_size);
+  // `sent_at`: when its plans went out.
+  InFlightStep(int instance_id, uint64_t step_id, ScheduledBatch batch, int tp_size,
+               Clock::time_point sent_at = Clock::now());
 
   enum class Progress {
     kRejected,  // not this step's result, or a rank that answered already (logged)
@@ -43,6 +45,10 @@ class InFlightStep {
   int FirstUnanswered() const;
 
   uint64_t step_id() const { return step_id_; }
+  Clock::time_point sent_at() const { return sent_at_; }
+  // The largest StepResult.seconds of the ranks that answered: the slowest
+  // rank's own time for the step.
+  double worker_seconds() const { return worker_seconds_; }
   const ScheduledBatch& batch() const { return batch_; }
   // Rank 0's sampled tokens (rank 0 samples).
   const std::vector<proto::SampledToken>& tokens() const { return tokens_; }
@@ -55,8 +61,10 @@ class InFlightStep {
   const int instance_id_;
   const uint64_t step_id_;
   ScheduledBatch batch_;
+  Clock::time_point sent_at_;
   std::vector<bool> answered_;  // [tp_size]
   std::optional<Clock::time_point> first_answer_at_;
+  double worker_seconds_ = 0.0;
   std::vector<proto::SampledToken> tokens_;
   std::vector<proto::PromptLogprobs> prompt_logprobs_;
   Status status_;

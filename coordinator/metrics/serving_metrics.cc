@@ -84,6 +84,20 @@ const std::vector<double>& RequestLatencyBucketsSeconds() {
   return kBounds;
 }
 
+const std::vector<double>& StepBucketsSeconds() {
+  static const std::vector<double> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                              0.05,   0.1,   0.25,   0.5,   1.0,  2.5,
+                                              5.0,    10.0,  20.0,   30.0};
+  return kBounds;
+}
+
+const std::vector<double>& StepGapBucketsSeconds() {
+  static const std::vector<double> kBounds = {0.00002, 0.00005, 0.0001, 0.00025, 0.0005,
+                                              0.001,   0.0025,  0.005,  0.01,    0.025,
+                                              0.05,    0.1,     0.25,   0.5};
+  return kBounds;
+}
+
 Result<std::unique_ptr<ServingMetrics>> ServingMetrics::Create(
     const std::string& model_name, const std::vector<int>& instance_tp_sizes) {
   if (instance_tp_sizes.empty()) {
@@ -146,6 +160,9 @@ struct ServingMetrics::InstanceFamilies {
   HistogramFamily* itl = nullptr;
   HistogramFamily* e2e = nullptr;
   HistogramFamily* queue = nullptr;
+  HistogramFamily* step = nullptr;
+  HistogramFamily* step_worker = nullptr;
+  HistogramFamily* step_gap = nullptr;
   GaugeFamily* running = nullptr;
   GaugeFamily* waiting = nullptr;
   GaugeFamily* kv_usage = nullptr;
@@ -195,6 +212,21 @@ Status ServingMetrics::AddLatencyFamilies(InstanceFamilies* f) {
                       r.AddHistogram("headway:request_queue_time_seconds",
                                      "Seconds a request waited before its first schedule.",
                                      labels, RequestLatencyBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(f->step,
+                      r.AddHistogram("headway:step_seconds",
+                                     "Seconds from a step's plans being sent to every TP rank's "
+                                     "result being in.",
+                                     labels, StepBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(f->step_worker,
+                      r.AddHistogram("headway:step_worker_seconds",
+                                     "Seconds the slowest TP rank spent on a step by its own clock "
+                                     "(plan handed to its compute thread to result built).",
+                                     labels, StepBucketsSeconds()));
+  HW_ASSIGN_OR_RETURN(f->step_gap,
+                      r.AddHistogram("headway:step_gap_seconds",
+                                     "Seconds from a step's results being in to the next step "
+                                     "being sent, when the instance still had work.",
+                                     labels, StepGapBucketsSeconds()));
   return Status::Ok();
 }
 
@@ -287,6 +319,9 @@ Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) 
   HW_ASSIGN_OR_RETURN(s.itl, f.itl->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.e2e, f.e2e->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.queue, f.queue->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.step, f.step->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.step_worker, f.step_worker->WithLabels(values));
+  HW_ASSIGN_OR_RETURN(s.step_gap, f.step_gap->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.running, f.running->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.waiting, f.waiting->WithLabels(values));
   HW_ASSIGN_OR_RETURN(s.kv_usage, f.kv_usage->WithLabels(values));
@@ -437,6 +472,21 @@ void ServingMetrics::OnToken(int instance_id, double itl_seconds) {
   if (s == nullptr) return;
   if (!ValidSeconds(itl_seconds)) return Reject(instance_id);
   (void)s->itl->Observe(itl_seconds);
+}
+
+void ServingMetrics::OnStep(int instance_id, double seconds, double worker_seconds) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (!ValidSeconds(seconds) || !ValidSeconds(worker_seconds)) return Reject(instance_id);
+  (void)s->step->Observe(seconds);
+  (void)s->step_worker->Observe(worker_seconds);
+}
+
+void ServingMetrics::OnStepGap(int instance_id, double seconds) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (!ValidSeconds(seconds)) return Reject(instance_id);
+  (void)s->step_gap->Observe(seconds);
 }
 
 void ServingMetrics::OnFinished(int instance_id, FinishReason reason, double e2e_seconds,

@@ -7,6 +7,14 @@
 //     headway:inter_token_latency_seconds    between consecutive output tokens
 //     headway:e2e_request_latency_seconds    arrival -> finish
 //     headway:request_queue_time_seconds     arrival -> first scheduled
+//     headway:step_seconds                   a step: plan sent -> every rank's result in
+//     headway:step_worker_seconds            a step on the slowest rank, by its clock (the
+//                                            rest of step_seconds is the control messages'
+//                                            transit and queueing)
+//     headway:step_gap_seconds               a step's results in -> the next plan sent, when
+//                                            the instance still had work (sequences to run,
+//                                            or ended ones its workers must drop): the
+//                                            coordinator's own time per step
 //   gauges
 //     headway:num_requests_running, headway:num_requests_waiting
 //     headway:kv_cache_usage_perc            0..1, the fullest TP rank of the instance
@@ -121,6 +129,11 @@ const char* TransferFallbackReasonName(TransferFallbackReason reason);
 const std::vector<double>& TtftBucketsSeconds();            // 22 bounds, 0.001 .. 2560
 const std::vector<double>& InterTokenLatencyBucketsSeconds();  // 19 bounds, 0.01 .. 80
 const std::vector<double>& RequestLatencyBucketsSeconds();  // 21 bounds, 0.3 .. 7680 (e2e, queue)
+// Headway's own, for the step protocol's two halves: a decode step on a CPU
+// takes milliseconds and the coordinator's gap between steps a fraction of
+// one, below vLLM's finest latency bucket.
+const std::vector<double>& StepBucketsSeconds();     // 16 bounds, 0.0005 .. 30
+const std::vector<double>& StepGapBucketsSeconds();  // 14 bounds, 0.00002 .. 0.5
 
 class ServingMetrics {
  public:
@@ -149,6 +162,17 @@ class ServingMetrics {
   // A request produced an output token after its first one,
   // `itl_seconds` after the previous token of the same request.
   void OnToken(int instance_id, double itl_seconds);
+
+  // A step of the instance finished `seconds` after its plans were sent:
+  // the workers' compute plus both control messages' transit. Its slowest
+  // rank took `worker_seconds` of it by its own clock.
+  void OnStep(int instance_id, double seconds, double worker_seconds);
+  // The instance's next step was sent `seconds` after the previous one's
+  // results were all in (output processing, scheduling, plan building and
+  // any wait for a KV transfer). Call only when the instance still had work
+  // when that step finished (Scheduler::HasWork), so idle time is never
+  // counted.
+  void OnStepGap(int instance_id, double seconds);
 
   // A request ended with `reason` (kStop, kLength or kAbort; kNone is
   // rejected) `e2e_seconds` after it arrived. Adds its prompt length and the
@@ -249,6 +273,9 @@ class ServingMetrics {
     Histogram* itl = nullptr;
     Histogram* e2e = nullptr;
     Histogram* queue = nullptr;
+    Histogram* step = nullptr;
+    Histogram* step_worker = nullptr;
+    Histogram* step_gap = nullptr;
     Gauge* running = nullptr;
     Gauge* waiting = nullptr;
     Gauge* kv_usage = nullptr;

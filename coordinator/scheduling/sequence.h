@@ -25,6 +25,9 @@ namespace headway {
 
 using Clock = std::chrono::steady_clock;
 
+// A duration of Clock in seconds, as the metrics take it.
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
 // Sampling parameters (proto::SamplingParams without the wire).
 struct SamplingOptions {
   float temperature = 1.0f;       // 0 = greedy

@@ -59,6 +59,9 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:inter_token_latency_seconds", "histogram"},
       {"headway:e2e_request_latency_seconds", "histogram"},
       {"headway:request_queue_time_seconds", "histogram"},
+      {"headway:step_seconds", "histogram"},
+      {"headway:step_worker_seconds", "histogram"},
+      {"headway:step_gap_seconds", "histogram"},
       {"headway:num_requests_running", "gauge"},
       {"headway:num_requests_waiting", "gauge"},
       {"headway:kv_cache_usage_perc", "gauge"},
@@ -271,11 +274,15 @@ TEST(ServingMetricsTest, InvalidCallsChangeOnlyTheRejectedCounter) {
   m->SetKvUsage(0, 1, 1, 10);   // instance 0 has tp_size 1
   m->SetKvUsage(0, -1, 1, 10);
   m->SetKvUsage(0, 0, 11, 10);
+  m->OnStep(0, -0.001, 0.0);
+  m->OnStep(0, 0.001, std::nan(""));
+  m->OnStepGap(0, std::nan(""));
+  m->OnStep(5, 0.01, 0.0);  // unknown instance
   PromExposition e = Scrape(*m);
   EXPECT_EQ(Get(e, "headway:metrics_rejected_observations_total",
                 {{"model_name", kModel}, {"instance", "unknown"}}),
-            2.0);
-  EXPECT_EQ(Get(e, "headway:metrics_rejected_observations_total", Inst(0)), 13.0);
+            3.0);
+  EXPECT_EQ(Get(e, "headway:metrics_rejected_observations_total", Inst(0)), 16.0);
   // Everything else is as before the invalid calls.
   Result<PromExposition> b = ParsePrometheusText(before);
   ASSERT_TRUE(b.ok());
@@ -305,6 +312,28 @@ TEST(ServingMetricsTest, TransferSendTimesAreObservedAndInvalidOnesRejected) {
   EXPECT_EQ(Get(e, "headway:metrics_rejected_observations_total",
                 {{"model_name", kModel}, {"instance", "unknown"}}),
             2.0);
+}
+
+// The step protocol's two halves land per instance in buckets fine enough
+// for a CPU decode step (milliseconds) and the coordinator's gap between
+// steps (tens of microseconds).
+TEST(ServingMetricsTest, StepAndGapTimesArePerInstance) {
+  std::unique_ptr<ServingMetrics> m = MakeMetrics();
+  m->OnStep(1, 0.006, 0.0055);
+  m->OnStep(1, 0.15, 0.12);
+  m->OnStepGap(1, 0.00004);
+  m->OnStepGap(1, 0.0003);
+  PromExposition e = Scrape(*m);
+  EXPECT_EQ(Get(e, "headway:step_seconds_count", Inst(1)), 2.0);
+  EXPECT_DOUBLE_EQ(Get(e, "headway:step_seconds_sum", Inst(1)), 0.156);
+  EXPECT_EQ(Get(e, "headway:step_seconds_bucket", With(Inst(1), "le", "0.01")), 1.0);
+  EXPECT_EQ(Get(e, "headway:step_seconds_bucket", With(Inst(1), "le", "0.25")), 2.0);
+  EXPECT_DOUBLE_EQ(Get(e, "headway:step_worker_seconds_sum", Inst(1)), 0.1255);
+  EXPECT_EQ(Get(e, "headway:step_worker_seconds_bucket", With(Inst(1), "le", "0.1")), 1.0);
+  EXPECT_EQ(Get(e, "headway:step_gap_seconds_bucket", With(Inst(1), "le", "5e-05")), 1.0);
+  EXPECT_EQ(Get(e, "headway:step_gap_seconds_bucket", With(Inst(1), "le", "5e-04")), 2.0);
+  EXPECT_EQ(Get(e, "headway:step_seconds_count", Inst(0)), 0.0);
+  EXPECT_EQ(Get(e, "headway:step_gap_seconds_count", Inst(0)), 0.0);
 }
 
 TEST(ServingMetricsTest, ConcurrentCallersAreCountedExactly) {

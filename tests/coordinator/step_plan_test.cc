@@ -291,6 +291,24 @@ TEST(InFlightStepTest, RecordsTheFirstAnswerAndTheFirstRankMissing) {
   EXPECT_EQ(step.FirstUnanswered(), -1);
 }
 
+// headway:step_worker_seconds takes the slowest rank's own time; a rejected
+// result (another step's) does not count.
+TEST(InFlightStepTest, WorkerSecondsIsTheSlowestAcceptedRank) {
+  const Clock::time_point sent = Clock::now();
+  InFlightStep step(0, 7, ScheduledBatch{}, 3, sent);
+  EXPECT_EQ(step.sent_at(), sent);
+  auto timed = [](uint64_t step_id, double seconds) {
+    proto::StepResult r = Result(step_id);
+    r.set_seconds(seconds);
+    return r;
+  };
+  EXPECT_EQ(step.OnResult(0, timed(6, 9.0)), InFlightStep::Progress::kRejected);
+  EXPECT_EQ(step.OnResult(0, timed(7, 0.004)), InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(2, timed(7, 0.006)), InFlightStep::Progress::kWaiting);
+  EXPECT_EQ(step.OnResult(1, timed(7, 0.005)), InFlightStep::Progress::kDone);
+  EXPECT_EQ(step.worker_seconds(), 0.006);
+}
+
 TEST(InFlightStepTest, RejectsOtherStepsAndDuplicates) {
   InFlightStep step(0, 7, ScheduledBatch{}, 2);
   EXPECT_EQ(step.OnResult(0, Result(6)), InFlightStep::Progress::kRejected);

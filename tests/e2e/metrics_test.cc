@@ -58,6 +58,17 @@ TEST(MetricsE2eTest, CountersAgreeWithTheRequestsSent) {
   EXPECT_EQ(value("headway:request_queue_time_seconds_count", labels), kRequests);
   EXPECT_EQ(value("headway:inter_token_latency_seconds_count", labels),
             kRequests * (kMaxTokens - 1));
+  // One request at a time: its prompt in one step that samples its first
+  // token, one decode step per further token, then a step that only tells
+  // the workers to drop the finished sequence. Every step but that last one
+  // leaves the instance work, so a gap follows it.
+  EXPECT_EQ(value("headway:step_seconds_count", labels), kRequests * (kMaxTokens + 1));
+  EXPECT_EQ(value("headway:step_gap_seconds_count", labels), kRequests * kMaxTokens);
+  EXPECT_EQ(value("headway:step_worker_seconds_count", labels), kRequests * (kMaxTokens + 1));
+  // The workers' own time is part of the step's, which adds the transit.
+  EXPECT_GT(value("headway:step_worker_seconds_sum", labels), 0);
+  EXPECT_LT(value("headway:step_worker_seconds_sum", labels),
+            value("headway:step_seconds_sum", labels));
   // Every prompt token was looked up in the prefix cache once.
   EXPECT_EQ(value("headway:prefix_cache_queries_total", labels), prompt_tokens);
   EXPECT_GE(value("headway:prefix_cache_hits_total", labels), 0);
