@@ -9,12 +9,12 @@
 // block starts are not 4-byte aligned and wide loads would be misaligned),
 // then multiplies them with the matching 8 activations of each of the m
 // rows. Per-lane sums are combined with a warp butterfly.
-#include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <string>
 
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/quant_blocks.h"
@@ -22,9 +22,9 @@
 namespace headway::cuda {
 namespace {
 
-Status CublasError(const char* what, cublasStatus_t status) {
-  return Status::Unavailable(std::string(what) + ": cuBLAS error " + cublasGetStatusName(status) +
-                             ": " + cublasGetStatusString(status));
+Status CublasError(const CublasLibrary& lib, const char* what, cublasStatus_t status) {
+  return Status::Unavailable(std::string(what) + ": cuBLAS error " + lib.status_name(status) +
+                             ": " + lib.status_string(status));
 }
 
 cublasHandle_t Handle(void* handle) { return static_cast<cublasHandle_t>(handle); }
@@ -220,21 +220,22 @@ void Zero(float* y, int64_t n, Stream stream) {
 }  // namespace
 
 Result<std::unique_ptr<Blas>> Blas::Create(Stream stream) {
+  HW_ASSIGN_OR_RETURN(const CublasLibrary* lib, OpenCublas());
   cublasHandle_t handle = nullptr;
-  if (cublasStatus_t s = cublasCreate(&handle); s != CUBLAS_STATUS_SUCCESS) {
-    return CublasError("cublasCreate", s);
+  if (cublasStatus_t s = lib->create(&handle); s != CUBLAS_STATUS_SUCCESS) {
+    return CublasError(*lib, "cublasCreate", s);
   }
-  cublasStatus_t s = cublasSetStream(handle, stream);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
+  cublasStatus_t s = lib->set_stream(handle, stream);
+  if (s == CUBLAS_STATUS_SUCCESS) s = lib->set_math_mode(handle, CUBLAS_DEFAULT_MATH);
   if (s != CUBLAS_STATUS_SUCCESS) {
-    cublasDestroy(handle);
-    return CublasError("cublasSetStream / cublasSetMathMode", s);
+    lib->destroy(handle);
+    return CublasError(*lib, "cublasSetStream / cublasSetMathMode", s);
   }
-  return std::unique_ptr<Blas>(new Blas(handle, stream));
+  return std::unique_ptr<Blas>(new Blas(lib, handle, stream));
 }
 
 Blas::~Blas() {
-  if (handle_ != nullptr) cublasDestroy(Handle(handle_));
+  if (handle_ != nullptr) lib_->destroy(Handle(handle_));
 }
 
 Status Blas::MatmulTransB(const float* x, const bf16_bits* w, int m, int n, int k, float* y) {
@@ -274,10 +275,10 @@ Status Blas::GemmBf16(const bf16_bits* a, const bf16_bits* b, int m, int n, int 
   // op_N(A_mem) [k, m] with cuBLAS's (M, N, K) = (n, m, k), the weight matrix
   // as cuBLAS's A and the activations as its B.
   const float alpha = 1.0f, beta = 0.0f;
-  const cublasStatus_t s = cublasGemmEx(Handle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
-                                        b, CUDA_R_16BF, k, a, CUDA_R_16BF, k, &beta, y, CUDA_R_32F,
-                                        n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  if (s != CUBLAS_STATUS_SUCCESS) return CublasError("cublasGemmEx (bf16)", s);
+  const cublasStatus_t s = lib_->gemm_ex(Handle(handle_), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
+                                         b, CUDA_R_16BF, k, a, CUDA_R_16BF, k, &beta, y,
+                                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS) return CublasError(*lib_, "cublasGemmEx (bf16)", s);
   return Status::Ok();
 }
 

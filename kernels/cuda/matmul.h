@@ -16,11 +16,15 @@
 
 namespace headway::cuda {
 
+struct CublasLibrary;  // cublas_library.h
+
 // A cuBLAS handle bound to one stream and its scratch: the bf16 copy of the
 // activations. Not thread-safe; one per worker.
 class Blas {
  public:
-  // Errors: Unavailable when cuBLAS cannot start (message has its status).
+  // Opens cuBLAS on first use (cublas_library.h).
+  // Errors: Unavailable when cuBLAS cannot be opened or cannot start (the
+  // message has the loader's reason or cuBLAS's status).
   static Result<std::unique_ptr<Blas>> Create(Stream stream);
   ~Blas();
   Blas(const Blas&) = delete;
@@ -40,7 +44,9 @@ class Blas {
   Stream stream() const { return stream_; }
 
  private:
-  Blas(void* handle, Stream stream) : handle_(handle), stream_(stream) {}
+  Blas(const CublasLibrary* lib, void* handle, Stream stream)
+      : lib_(lib), handle_(handle), stream_(stream) {}
+  const CublasLibrary* lib_;
   void* handle_;  // cublasHandle_t
   Stream stream_;
   DeviceBuffer x_bf16_;

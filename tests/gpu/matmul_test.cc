@@ -26,6 +26,7 @@
 
 #include "common/gguf.h"
 #include "kernels/cuda/bf16.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/reference/reference.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/support/gguf_writer.h"
@@ -82,6 +83,18 @@ struct Shape {
 
 std::string Name(const Shape& s) {
   return "m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k);
+}
+
+// cuBLAS is opened at run time, not linked: opening it needs the toolkit's
+// library, not a GPU, so this runs on every machine that builds CUDA code.
+TEST(CudaMatmul, CublasOpensWithoutAGpuAndOnce) {
+  Result<const cuda::CublasLibrary*> lib = cuda::OpenCublas();
+  ASSERT_TRUE(lib.ok()) << lib.status().ToString();
+  EXPECT_STREQ((*lib)->status_name(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_NE((*lib)->gemm_ex, nullptr);
+  Result<const cuda::CublasLibrary*> again = cuda::OpenCublas();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *lib);
 }
 
 TEST(CudaMatmul, MatmulTransBMatchesReferenceOnRoundedInputs) {
