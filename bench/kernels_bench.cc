@@ -5,7 +5,7 @@
 //   * prefill attention of one 2,048-token prompt in 512-token chunks (as
 //     the scheduler's default max_num_batched_tokens cuts it), same layer
 //     shape, as GFLOP/s of the causal QK^T and PV products;
-//   * memcpy bandwidth measured in the same run (one thread and all OpenMP
+//   * memcpy bandwidth measured in the same run (one thread and all compute
 //     threads), the ceiling decode attention should approach;
 //   * sgemm GFLOP/s for [16, 576] x [576, 1536]^T (an MLP up-projection of a
 //     16-token batch).
@@ -32,7 +32,7 @@ namespace headway {
 namespace {
 
 double MedianSeconds(int repeats, const std::function<void()>& fn) {
-  fn();  // warm-up: page faults, OpenMP and OpenBLAS thread start
+  fn();  // warm-up: page faults, compute-pool and OpenBLAS thread start
   std::vector<double> seconds;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();

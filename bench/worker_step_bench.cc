@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> collectives = {"shm"};
   CLI::App app{"Worker step benchmark (decode tokens/s of one sequence, TP 1 and TP N)"};
   app.add_option("--model", c.model_path, "GGUF path");
-  app.add_option("--threads", threads, "OpenMP threads in all (split over the TP ranks)");
+  app.add_option("--threads", threads, "compute threads in all (split over the TP ranks)");
   app.add_option("--runs", c.runs, "runs (fresh executor each)");
   app.add_option("--prompt-tokens", c.prompt_tokens, "prompt length");
   app.add_option("--decode-tokens", c.decode_tokens, "decode steps per run");
