@@ -221,8 +221,10 @@ Status ServeSteps(ControlClient& client, StepExecutor& executor, ComputeThread& 
           HW_RETURN_IF_ERROR(client.Send(out).WithContext("sending StepResult"));
           last_sent = Clock::now();
         } else {
-          compute.Start([&executor, &step_result, plan = std::move(*in->mutable_step_plan())] {
-            const Clock::time_point start = Clock::now();
+          // From here, so the compute thread's wake-up is the worker's time.
+          const Clock::time_point start = Clock::now();
+          compute.Start([&executor, &step_result, start,
+                         plan = std::move(*in->mutable_step_plan())] {
             step_result = executor.Execute(plan);
             step_result.set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
           });

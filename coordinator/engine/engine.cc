@@ -240,15 +240,16 @@ void Engine::Impl::ScheduleAndDispatch(Clock::time_point now) {
 }
 
 void Engine::Impl::Dispatch(Instance& inst) {
-  if (!inst.ready() || inst.in_flight || !inst.scheduler->HasWork()) return;
+  if (!inst.ready() || inst.in_flight) return;
+  if (!inst.scheduler->HasWork()) {
+    // Its waiting requests were cancelled or moved: what follows is idle
+    // time, not a gap between steps.
+    inst.last_step_done.reset();
+    return;
+  }
   ScheduledBatch batch = inst.scheduler->Schedule();
   if (batch.empty()) return;
-  const Clock::time_point now = Clock::now();
-  if (inst.last_step_done) {
-    metrics->OnStepGap(inst.id, Seconds(now - *inst.last_step_done));
-    inst.last_step_done.reset();
-  }
-  requests.RecordScheduled(inst.id, batch, *inst.scheduler, now);
+  requests.RecordScheduled(inst.id, batch, *inst.scheduler, Clock::now());
   const uint64_t step_id = inst.next_step_id++;
   std::vector<proto::StepPlan> plans = BuildStepPlans(step_id, batch, *inst.scheduler, inst.tp_size);
   for (int rank = 0; rank < inst.tp_size; ++rank) {
@@ -256,7 +257,13 @@ void Engine::Impl::Dispatch(Instance& inst) {
     *env.mutable_step_plan() = std::move(plans[size_t(rank)]);
     registry.Send(inst, rank, env);
   }
-  inst.in_flight.emplace(inst.id, step_id, std::move(batch), inst.tp_size, now);
+  // The gap ends, and the step starts, once every plan is out.
+  const Clock::time_point sent = Clock::now();
+  if (inst.last_step_done) {
+    metrics->OnStepGap(inst.id, Seconds(sent - *inst.last_step_done));
+    inst.last_step_done.reset();
+  }
+  inst.in_flight.emplace(inst.id, step_id, std::move(batch), inst.tp_size, sent);
 }
 
 void Engine::Impl::OnStepDone(Instance& inst) {

@@ -168,8 +168,8 @@ class ServingMetrics {
   // rank took `worker_seconds` of it by its own clock.
   void OnStep(int instance_id, double seconds, double worker_seconds);
   // The instance's next step was sent `seconds` after the previous one's
-  // results were all in (output processing, scheduling, plan building and
-  // any wait for a KV transfer). Call only when the instance still had work
+  // results were all in: output processing, scheduling, building and
+  // sending the plans, and any wait for KV memory or a KV transfer. Call only when the instance still had work
   // when that step finished (Scheduler::HasWork), so idle time is never
   // counted.
   void OnStepGap(int instance_id, double seconds);

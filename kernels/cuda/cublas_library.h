@@ -1,12 +1,14 @@
 // cuBLAS, opened at run time (dlopen) the first time a Blas is created,
 // instead of being linked into every binary. Loading libcublas maps
-// libcublasLt too, and the dynamic loader's relocations touch about 62 MB of
+// libcublasLt too, and the dynamic loader's relocations touch about 61 MB of
 // its pages: resident memory that a CPU worker of a CUDA build paid without
 // ever calling cuBLAS (its VmRSS, measured with /proc/PID/smaps). Internal to
 // kernels/cuda.
 #pragma once
 
 #include <cublas_v2.h>
+
+#include <type_traits>
 
 #include "common/status.h"
 
@@ -27,6 +29,9 @@ struct CublasLibrary {
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   decltype(&cublasSetMathMode) set_math_mode = nullptr;
   GemmEx gemm_ex = nullptr;
+  // Spelled out by hand, so checked against the header: overload resolution
+  // picks the library's function over the shim (unevaluated: no link).
+  static_assert(std::is_same_v<decltype(static_cast<GemmEx>(&cublasGemmEx)), GemmEx>);
   decltype(&cublasGetStatusName) status_name = nullptr;
   decltype(&cublasGetStatusString) status_string = nullptr;
 };
