@@ -19,6 +19,7 @@ namespace {
 
 using yaml::BadValue;
 using yaml::CheckRange;
+using yaml::CheckRealRange;
 using yaml::CheckKeys;
 using yaml::Describe;
 using yaml::ReadBool;
@@ -633,18 +634,13 @@ Status ValidateConfig(const Config& config) {
     }
     return BadValue("routing.policy", "\"" + config.routing_policy + "\"", allowed);
   }
-  if (!(config.routing_prefix_weight >= 0.0 && config.routing_prefix_weight <= 1e6)) {
-    return BadValue("routing.prefix_weight", std::to_string(config.routing_prefix_weight),
-                    "a number in [0, 1e6]");
-  }
+  HW_RETURN_IF_ERROR(CheckRealRange("routing.prefix_weight", config.routing_prefix_weight, 0.0,
+                                    1e6, "[0, 1e6]"));
   HW_RETURN_IF_ERROR(CheckRange("routing.balance_abs_threshold",
                                 config.routing_balance_abs_threshold, -1, 1000000,
                                 "(sequences; -1 = no guard)"));
-  if (!(config.routing_balance_rel_threshold >= 1.0 &&
-        config.routing_balance_rel_threshold <= 1e6)) {
-    return BadValue("routing.balance_rel_threshold",
-                    std::to_string(config.routing_balance_rel_threshold), "a number in [1, 1e6]");
-  }
+  HW_RETURN_IF_ERROR(CheckRealRange("routing.balance_rel_threshold",
+                                    config.routing_balance_rel_threshold, 1.0, 1e6, "[1, 1e6]"));
   HW_RETURN_IF_ERROR(CheckRange("routing.max_local_prefill_tokens",
                                 config.routing_max_local_prefill_tokens, 0, kMaxTokens, "(tokens)"));
   HW_RETURN_IF_ERROR(CheckRange("routing.max_prefill_queue_tokens",

@@ -109,6 +109,12 @@ Status CheckRange(const std::string& key, int64_t value, int64_t min, int64_t ma
                       (unit.empty() ? "" : " " + unit));
 }
 
+Status CheckRealRange(const std::string& key, double value, double min, double max,
+                      const std::string& bounds) {
+  if (value >= min && value <= max) return Status::Ok();  // false for NaN
+  return BadValue(key, std::to_string(value), "a number in " + bounds);
+}
+
 Status RequireMap(const YAML::Node& node, const std::string& path) {
   if (node.IsMap()) return Status::Ok();
   return BadValue(path.empty() ? "(document)" : path, Describe(node), "a mapping of keys");

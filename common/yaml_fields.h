@@ -49,6 +49,10 @@ Status RequireMap(const YAML::Node& node, const std::string& path);
 // before the value enters any arithmetic (byte counts, deadlines).
 Status CheckRange(const std::string& key, int64_t value, int64_t min, int64_t max,
                   const std::string& unit = "");
+// The same for a real number: "... must be a number in [min, max]", the
+// bounds written as `bounds` (e.g. "[1, 1e6]"); NaN is outside every range.
+Status CheckRealRange(const std::string& key, double value, double min, double max,
+                      const std::string& bounds);
 
 // Scalar readers; `key` is the dotted key for messages. Errors:
 // InvalidArgument for a non-scalar or a value that does not parse (integers:
