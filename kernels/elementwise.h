@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace headway::cpu {
 
@@ -33,6 +34,29 @@ enum class RopeStyle {
 // REQUIRES: head_dim even.
 void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
           float freq_base, RopeStyle style);
+
+// The cos and sin of every angle Rope turns by, for a batch of positions:
+// the same for every layer with the same freq_base and for Q and K, so a
+// forward pass computes them once per base instead of twice per layer
+// (each is a double-precision sin and cos: positions reach 1e5 and more,
+// where f32 angles drift).
+//   cos, sin: [n_tokens, head_dim / 2] f32, row t for positions[t].
+struct RopeAngles {
+  int n_tokens = 0;
+  int head_dim = 0;
+  float freq_base = 0.0f;
+  std::vector<float> cos, sin;
+};
+
+// Fills `out` for positions [n_tokens] (reusing its storage).
+// REQUIRES: head_dim even, n_tokens >= 0.
+void ComputeRopeAngles(const int32_t* positions, int n_tokens, int head_dim, float freq_base,
+                       RopeAngles* out);
+
+// Rope with precomputed angles: the same bits as Rope(x, positions, ...)
+// for the positions, head_dim and freq_base `angles` was computed for.
+//   x: [angles.n_tokens, n_heads, angles.head_dim] f32
+void Rope(float* x, const RopeAngles& angles, int n_heads, RopeStyle style);
 
 // SwiGLU (Shazeer 2020): out = silu(gate) * up, silu(x) = x / (1 + e^-x).
 //   gate, up, out: [n] f32 (out may alias gate)

@@ -53,6 +53,17 @@ Status DecoderModel::AllReduce(float* data, size_t count) {
   return s;
 }
 
+const cpu::RopeAngles& DecoderModel::RopeAnglesFor(const ForwardBatch& batch, int n,
+                                                   float freq_base) {
+  for (int i = 0; i < rope_angles_used_; ++i) {
+    if (rope_angles_[size_t(i)].freq_base == freq_base) return rope_angles_[size_t(i)];
+  }
+  if (size_t(rope_angles_used_) == rope_angles_.size()) rope_angles_.emplace_back();
+  cpu::RopeAngles& angles = rope_angles_[size_t(rope_angles_used_++)];
+  cpu::ComputeRopeAngles(batch.positions, n, spec_.head_dim, freq_base, &angles);
+  return angles;
+}
+
 Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) {
   const TpShard& s = shard();
   const int n = batch.layout.num_tokens();
@@ -66,6 +77,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
   const KvCacheLayout& layout = pool->layout();
   HW_CHECK(layout.head_dim == hd);
   EnsureScratch(n);
+  rope_angles_used_ = 0;
 
   const size_t hidden_floats = size_t(n) * hidden;
   EmbeddingLookup(weights_->token_embd(), s.vocab_begin, batch.token_ids, n, x_.data());
@@ -85,9 +97,9 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
       cpu::RmsNorm(q_.data(), w.attn_q_norm.data(), n * n_heads, hd, eps, q_.data());
       cpu::RmsNorm(k_.data(), w.attn_k_norm.data(), n * n_kv, hd, eps, k_.data());
     }
-    const float rope_base = spec_.RopeFreqBase(l);
-    cpu::Rope(q_.data(), batch.positions, n, n_heads, hd, rope_base, arch_.rope_style);
-    cpu::Rope(k_.data(), batch.positions, n, n_kv, hd, rope_base, arch_.rope_style);
+    const cpu::RopeAngles& angles = RopeAnglesFor(batch, n, spec_.RopeFreqBase(l));
+    cpu::Rope(q_.data(), angles, n_heads, arch_.rope_style);
+    cpu::Rope(k_.data(), angles, n_kv, arch_.rope_style);
     cpu::AppendKv(k_.data(), v_.data(), batch.layout, table, layout, pool->data());
     cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table,
                         &local_specs_[size_t(l) * n_kv], layout, n_heads, scale, attn_.data());

@@ -106,6 +106,12 @@ class DecoderModel final : public ForwardModel {
   AlignedVector<float> last_;  // [num_logit_rows, hidden]
   AlignedVector<float> local_logits_;     // [num_logit_rows, local vocab rows]
   std::vector<float> gathered_logits_;  // rank 0: [tp_size, num_logit_rows, local vocab rows]
+  // RoPE's cos and sin for this pass's positions, one entry per distinct
+  // freq base among the layers (Gemma 3: local and global), filled as the
+  // layers ask for them; only the first rope_angles_used_ are this pass's.
+  std::vector<cpu::RopeAngles> rope_angles_;
+  int rope_angles_used_ = 0;
+  const cpu::RopeAngles& RopeAnglesFor(const ForwardBatch& batch, int n, float freq_base);
 };
 
 }  // namespace headway

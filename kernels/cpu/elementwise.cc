@@ -59,21 +59,46 @@ void RmsNorm(const float* x, const float* weight, int n_rows, int dim, float eps
   });
 }
 
-void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
-          float freq_base, RopeStyle style) {
+void ComputeRopeAngles(const int32_t* positions, int n_tokens, int head_dim, float freq_base,
+                       RopeAngles* out) {
   const int half = head_dim / 2;
+  out->n_tokens = n_tokens;
+  out->head_dim = head_dim;
+  out->freq_base = freq_base;
+  out->cos.resize(size_t(n_tokens) * half);
+  out->sin.resize(size_t(n_tokens) * half);
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(double(freq_base), -2.0 * i / head_dim);
-  const int64_t row_values = int64_t(n_heads) * head_dim;
-  ParallelFor(n_tokens, MinRowsPerChunk(int(row_values)), [&](int64_t begin, int64_t end) {
-    std::vector<float> cos_t(half), sin_t(half);
+  // Two transcendentals per value: worth threads from fewer values than a
+  // memory-bound loop.
+  ParallelFor(n_tokens, std::max(1, 1024 / std::max(1, half)), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      // Angles in double: positions reach 1e5 and more, where f32 angles drift.
+      float* cos_t = out->cos.data() + size_t(t) * half;
+      float* sin_t = out->sin.data() + size_t(t) * half;
       for (int i = 0; i < half; ++i) {
         const double theta = positions[t] * inv_freq[i];
         cos_t[i] = float(std::cos(theta));
         sin_t[i] = float(std::sin(theta));
       }
+    }
+  });
+}
+
+void Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+          float freq_base, RopeStyle style) {
+  RopeAngles angles;
+  ComputeRopeAngles(positions, n_tokens, head_dim, freq_base, &angles);
+  Rope(x, angles, n_heads, style);
+}
+
+void Rope(float* x, const RopeAngles& angles, int n_heads, RopeStyle style) {
+  const int head_dim = angles.head_dim;
+  const int half = head_dim / 2;
+  const int64_t row_values = int64_t(n_heads) * head_dim;
+  ParallelFor(angles.n_tokens, MinRowsPerChunk(int(row_values)), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* cos_t = angles.cos.data() + size_t(t) * half;
+      const float* sin_t = angles.sin.data() + size_t(t) * half;
       for (int h = 0; h < n_heads; ++h) {
         float* v = x + (size_t(t) * n_heads + h) * head_dim;
         if (style == RopeStyle::kInterleaved) {

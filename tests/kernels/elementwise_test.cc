@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/elementwise.h"
@@ -121,6 +122,31 @@ TEST(RopeTest, BothStylesMatchReference) {
                         style);
         ExpectClose(got, want);
       }
+    }
+  }
+}
+
+// A forward pass computes the angles once per base and reuses the struct
+// across passes: a smaller batch with another base must not see the old
+// rows, and every angle is the double cos and sin rounded once.
+TEST(RopeTest, AnglesComputedOnceMatchReferenceAcrossReuse) {
+  cpu::RopeAngles angles;
+  const std::vector<int32_t> long_batch = {0, 1, 2, 17, 255, 1000, 8191, 100000};
+  const std::vector<int32_t> short_batch = {5, 3, 70000};
+  const int head_dim = 64, n_heads = 9;
+  for (auto [positions, base] : {std::pair{long_batch, 10000.0f}, std::pair{short_batch, 1e6f}}) {
+    const int n_tokens = int(positions.size());
+    cpu::ComputeRopeAngles(positions.data(), n_tokens, head_dim, base, &angles);
+    ASSERT_EQ(angles.cos.size(), size_t(n_tokens) * head_dim / 2);
+    const double theta = positions[2] * std::pow(double(base), -2.0 * 5 / head_dim);
+    EXPECT_EQ(angles.cos[size_t(2) * head_dim / 2 + 5], float(std::cos(theta)));
+    EXPECT_EQ(angles.sin[size_t(2) * head_dim / 2 + 5], float(std::sin(theta)));
+    for (auto style : {cpu::RopeStyle::kInterleaved, cpu::RopeStyle::kNeox}) {
+      std::vector<float> got = RandomVector(size_t(n_tokens) * n_heads * head_dim, 7);
+      std::vector<float> want = got;
+      cpu::Rope(got.data(), angles, n_heads, style);
+      reference::Rope(want.data(), positions.data(), n_tokens, n_heads, head_dim, base, style);
+      ExpectClose(got, want);
     }
   }
 }
