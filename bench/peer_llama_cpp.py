@@ -15,7 +15,8 @@
    deploy/configs/local.yaml with free ports, max_num_seqs and KV memory for
    the largest concurrency), both with --threads compute threads.
 3. For each concurrency, runs headway-bench (random token-id prompts of
-   --input-len, --output-len tokens with ignore_eos, streaming) against
+   --input-len, --output-len tokens with ignore_eos, streaming; the same
+   prompts for both sides, and no prompt of one run in another) against
    llama-server and then Headway, --repeats times, and the prefill case: a
    lone --prefill-len prompt, one request at a time, max_tokens 1.
 4. Prints one JSON object: each side's figures (medians over repeats of the
@@ -24,7 +25,8 @@
    step, the worker's own part of it, the control messages' transit, the
    coordinator's gap between steps, and the share of the loop that transit
    and gap take, which is what overlapping scheduling with compute could
-   hide at most), and Headway's worker RSS against the GGUF size + KV pool.
+   hide at most; and the prompt tokens its prefix cache served, which must
+   be 0), and Headway's worker RSS against the GGUF size + KV pool.
 
 A benchmark, not a test: CI does not run it. Nothing is downloaded but the
 llama.cpp source, once. Standard library only.
@@ -241,6 +243,16 @@ pools:
 
 # ---- measuring ---------------------------------------------------------------
 
+def run_seed(concurrency, rep):
+    """The prompts' seed for one measured run. headway-bench draws equal
+    prompts from equal seeds whatever their number, and Headway serves every
+    concurrency from one deployment whose prefix cache outlives a run (each
+    llama-server serves one concurrency): a seed shared between runs would
+    hand Headway cached prompts. Distinct from the warm-up's (99) and the
+    prefill case's (1000 + run)."""
+    return 100000 + 100 * concurrency + rep
+
+
 def run_bench(args, url, workdir, tag, concurrency, num_prompts, input_len, output_len, seed):
     result = os.path.join(workdir, f"{tag}.json")
     cmd = [os.path.join(args.bin_dir, "headway-bench"), "--base-url", url,
@@ -260,12 +272,13 @@ def run_bench(args, url, workdir, tag, concurrency, num_prompts, input_len, outp
 
 def step_loop_totals(url):
     """Sums and counts of headway:step_seconds, headway:step_worker_seconds
-    and headway:step_gap_seconds, every instance together, from /metrics."""
+    and headway:step_gap_seconds, and headway:prefix_cache_hits_total, every
+    instance together, from /metrics."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         text = r.read().decode()
     totals = {}
     for name in ("step_seconds_sum", "step_seconds_count", "step_worker_seconds_sum",
-                 "step_gap_seconds_sum", "step_gap_seconds_count"):
+                 "step_gap_seconds_sum", "step_gap_seconds_count", "prefix_cache_hits_total"):
         totals[name] = sum(float(m.group(1)) for m in re.finditer(
             r"^headway:" + name + r"\{[^}]*\} (\S+)$", text, re.M))
     return totals
@@ -283,7 +296,10 @@ def step_loop(before, after):
             "step_transit_ms_mean": 1e3 * (step_s - worker_s) / steps,
             "step_gap_ms_mean": 1e3 * gap_s / max(1.0, d["step_gap_seconds_count"]),
             "step_overhead_share": ((step_s - worker_s + gap_s) / (step_s + gap_s)
-                                    if step_s + gap_s > 0 else 0.0)}
+                                    if step_s + gap_s > 0 else 0.0),
+            # Prompt tokens served from the prefix cache: 0 when no run's
+            # prompts repeat another's (run_seed), as a fair comparison needs.
+            "prefix_cache_hit_tokens": d["prefix_cache_hits_total"]}
 
 
 def medians(runs):
@@ -344,7 +360,7 @@ def main():
                         before = step_loop_totals(url) if side == "headway" else None
                         sides[side].append(run_bench(args, url, workdir, f"{side}-{c}-{rep}", c,
                                                      num_prompts, args.input_len,
-                                                     args.output_len, rep))
+                                                     args.output_len, run_seed(c, rep)))
                         if before is not None:
                             loops.append(step_loop(before, step_loop_totals(url)))
             finally:
