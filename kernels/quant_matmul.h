@@ -50,8 +50,8 @@ bool QuantMatmulSupported(GgmlType type);
 // caller's bug; validate types and shapes when the weights are loaded).
 //
 // Each weight block is dequantised in registers and multiplied with x by
-// FMA, accumulating in f32. For decode batches (m <= 4) it reads the
-// quantised bytes once and is memory-bound; for m > 4 each group of weight
+// FMA, accumulating in f32. For decode batches (m <= 8) it reads the
+// quantised bytes once and is memory-bound; for m > 8 each group of weight
 // rows is dequantised once per call into a per-thread f32 scratch of
 // max(192 KiB, 12 * k bytes) and reused by all m rows.
 //
@@ -84,7 +84,7 @@ namespace internal {
 // The ways QuantMatmulTransBF32Act can run; all give the same bits.
 //   kPortable: plain C++ with std::fma.
 //   kAvx2: AVX2 + FMA (the x86-64-v3 baseline the kernels are built for).
-//   kAvx512: for m > 4 rows (prefill, batched decode), two weight rows per
+//   kAvx512: for m > 8 rows (prefill, batched decode), two weight rows per
 //     AVX-512 register (kernels/cpu/quant_paired_sweep.inc); fewer rows as
 //     kAvx2. Chosen at run time where the CPU and OS support AVX-512F.
 //   kAvx2Paired: kAvx512's code on pairs of AVX2 registers, so that tests

@@ -4,7 +4,7 @@
 // Two AVX2 strategies, chosen by m, that give the same bits because each
 // output's FMA sequence is the same in both:
 //   - m <= kRegisterPathMaxRows (decode): each weight block is dequantised in
-//     registers and FMA'd straight into the (up to 4) activation rows; weight
+//     registers and FMA'd straight into the (up to 8) activation rows; weight
 //     bytes are read once and nothing is written but y.
 //   - larger m (prefill): a group of weight rows is dequantised once into an
 //     f32 scratch that stays in L2, then swept by 4-row x 3-column tiles of
@@ -52,7 +52,14 @@ using quant::ScaleMinK4;
 constexpr int kChunk = 32;     // values dequantised together (a K super-block has 8)
 constexpr int kLanes = 8;      // f32 lanes per output accumulator
 constexpr int kColGroup = 4;   // weight rows per unit of work, register path
-constexpr int kRegisterPathMaxRows = 4;
+// Up to 8 rows the register path beats dequantising into a scratch, even
+// though past 4 rows its accumulators no longer all fit 16 registers: a
+// SmolLM2 decode step at 5 sequences took 13.6-13.7 ms against 20.5 on the
+// paired scratch path, at 8 sequences 19.6 against 23.4; at 12 the two
+// tie, at 16 the scratch path is ahead (38.5 against 51.7 ms;
+// headway-worker-step-bench --threads 2 --prompt-tokens 256
+// --decode-tokens 64 --batch N, Zen 4).
+constexpr int kRegisterPathMaxRows = 8;
 // How far ahead the register path prefetches weight rows. Its tiles read C
 // rows side by side, a pattern the hardware prefetchers follow poorly: on a
 // Zen 3 VM prefetching 8 rows ahead made the Q8_0 LM head (49152 x 576, 30
@@ -268,7 +275,9 @@ void RegisterTileAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i0
 }
 
 // Register path for weight rows [i_begin, i_end) and R = m rows: 4 columns
-// at a time for 1 or 2 rows, 2 for 3 or 4 (16 vector registers).
+// at a time for 1 or 2 rows, 2 for 3 to 8 (16 vector registers hold the
+// accumulators up to 4 rows; past that some spill to L1, still faster than
+// 1 column at a time, whose dequantisation is shared by fewer FMAs).
 template <GgmlType kType, int R>
 void RegisterGroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i_begin,
                        int i_end, int n, int k, float* y) {
@@ -276,7 +285,9 @@ void RegisterGroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i
   if constexpr (R <= 2) {
     for (; i + 4 <= i_end; i += 4) RegisterTileAvx2<kType, R, 4>(x, w, row_bytes, i, n, k, y);
   }
-  for (; i + 2 <= i_end; i += 2) RegisterTileAvx2<kType, R, 2>(x, w, row_bytes, i, n, k, y);
+  if constexpr (R <= 8) {
+    for (; i + 2 <= i_end; i += 2) RegisterTileAvx2<kType, R, 2>(x, w, row_bytes, i, n, k, y);
+  }
   for (; i < i_end; ++i) RegisterTileAvx2<kType, R, 1>(x, w, row_bytes, i, n, k, y);
 }
 
@@ -288,6 +299,10 @@ void RegisterGroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int m
     case 2: RegisterGroupAvx2<kType, 2>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
     case 3: RegisterGroupAvx2<kType, 3>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
     case 4: RegisterGroupAvx2<kType, 4>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
+    case 5: RegisterGroupAvx2<kType, 5>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
+    case 6: RegisterGroupAvx2<kType, 6>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
+    case 7: RegisterGroupAvx2<kType, 7>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
+    case 8: RegisterGroupAvx2<kType, 8>(x, w, row_bytes, i_begin, i_end, n, k, y); break;
     default: break;
   }
 }

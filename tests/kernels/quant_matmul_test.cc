@@ -203,7 +203,7 @@ void ExpectPathsAgree(GgmlType type, int m, int n, int k, uint64_t seed) {
 }
 
 TEST(QuantMatmulF32ActTest, EveryPathGivesThePortableBits) {
-  // m: the register path (<= 4) and every 4-row tail of the tiles; n: every
+  // m: the register path (<= 8) and every 4-row tail of the tiles; n: every
   // pair and column tail, odd groups, and more rows than a group holds.
   uint64_t seed = 1900;
   for (GgmlType type : kAllTypes) {
