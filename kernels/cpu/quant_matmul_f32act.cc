@@ -54,11 +54,13 @@ constexpr int kLanes = 8;      // f32 lanes per output accumulator
 constexpr int kColGroup = 4;   // weight rows per unit of work, register path
 // Up to 8 rows the register path beats dequantising into a scratch, even
 // though past 4 rows its accumulators no longer all fit 16 registers: a
-// SmolLM2 decode step at 5 sequences took 13.6-13.7 ms against 20.5 on the
-// paired scratch path, at 8 sequences 19.6 against 23.4; at 12 the two
-// tie, at 16 the scratch path is ahead (38.5 against 51.7 ms;
-// headway-worker-step-bench --threads 2 --prompt-tokens 256
-// --decode-tokens 64 --batch N, Zen 4).
+// SmolLM2 decode step at 5 sequences took 13.7-15.6 ms against 19.9-21.3
+// on the paired scratch path, at 8 sequences 19.9-22.6 against 25.2-25.9
+// (three alternated runs); at 12 the two tie, at 16 the scratch path is
+// ahead (38.5 against 51.7 ms; headway-worker-step-bench --threads 2
+// --prompt-tokens 256 --decode-tokens 64 --batch N, Zen 4). Compiling
+// these tiles for AVX-512VL's 32 registers, so that nothing spills, did
+// not beat the spilling AVX2 code there (14.8 and 20.5-20.8 ms).
 constexpr int kRegisterPathMaxRows = 8;
 // How far ahead the register path prefetches weight rows. Its tiles read C
 // rows side by side, a pattern the hardware prefetchers follow poorly: on a
