@@ -453,25 +453,24 @@ void ServingMetrics::Reject(int instance_id) {
   if (s != nullptr) (void)s->rejected->Increment();
 }
 
-void ServingMetrics::OnScheduled(int instance_id, double queue_seconds) {
+void ServingMetrics::ObserveSeconds(int instance_id, Histogram* InstanceSeries::*series,
+                                    double seconds) {
   InstanceSeries* s = Find(instance_id);
   if (s == nullptr) return;
-  if (!ValidSeconds(queue_seconds)) return Reject(instance_id);
-  (void)s->queue->Observe(queue_seconds);
+  if (!ValidSeconds(seconds)) return Reject(instance_id);
+  (void)(s->*series)->Observe(seconds);
+}
+
+void ServingMetrics::OnScheduled(int instance_id, double queue_seconds) {
+  ObserveSeconds(instance_id, &InstanceSeries::queue, queue_seconds);
 }
 
 void ServingMetrics::OnFirstToken(int instance_id, double ttft_seconds) {
-  InstanceSeries* s = Find(instance_id);
-  if (s == nullptr) return;
-  if (!ValidSeconds(ttft_seconds)) return Reject(instance_id);
-  (void)s->ttft->Observe(ttft_seconds);
+  ObserveSeconds(instance_id, &InstanceSeries::ttft, ttft_seconds);
 }
 
 void ServingMetrics::OnToken(int instance_id, double itl_seconds) {
-  InstanceSeries* s = Find(instance_id);
-  if (s == nullptr) return;
-  if (!ValidSeconds(itl_seconds)) return Reject(instance_id);
-  (void)s->itl->Observe(itl_seconds);
+  ObserveSeconds(instance_id, &InstanceSeries::itl, itl_seconds);
 }
 
 void ServingMetrics::OnStep(int instance_id, double seconds, double worker_seconds) {
@@ -483,10 +482,7 @@ void ServingMetrics::OnStep(int instance_id, double seconds, double worker_secon
 }
 
 void ServingMetrics::OnStepGap(int instance_id, double seconds) {
-  InstanceSeries* s = Find(instance_id);
-  if (s == nullptr) return;
-  if (!ValidSeconds(seconds)) return Reject(instance_id);
-  (void)s->step_gap->Observe(seconds);
+  ObserveSeconds(instance_id, &InstanceSeries::step_gap, seconds);
 }
 
 void ServingMetrics::OnFinished(int instance_id, FinishReason reason, double e2e_seconds,

@@ -169,9 +169,9 @@ class ServingMetrics {
   void OnStep(int instance_id, double seconds, double worker_seconds);
   // The instance's next step was sent `seconds` after the previous one's
   // results were all in: output processing, scheduling, building and
-  // sending the plans, and any wait for KV memory or a KV transfer. Call only when the instance still had work
-  // when that step finished (Scheduler::HasWork), so idle time is never
-  // counted.
+  // sending the plans, and any wait for KV memory or a KV transfer. Call
+  // only when the instance still had work when that step finished
+  // (Scheduler::HasWork), so idle time is never counted.
   void OnStepGap(int instance_id, double seconds);
 
   // A request ended with `reason` (kStop, kLength or kAbort; kNone is
@@ -318,6 +318,9 @@ class ServingMetrics {
   Result<Histogram*> AddDeploymentHistogram(const std::string& name, const std::string& help,
                                             const std::vector<double>& bounds);
   void Reject(int instance_id);
+  // Observes `seconds` in the instance's histogram `series`; an invalid
+  // duration is rejected, an unknown instance ignored.
+  void ObserveSeconds(int instance_id, Histogram* InstanceSeries::*series, double seconds);
   InstanceSeries* Find(int instance_id);
 
   // Constant after Create.

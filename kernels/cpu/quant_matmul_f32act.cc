@@ -287,9 +287,7 @@ void RegisterGroupAvx2(const float* x, const uint8_t* w, size_t row_bytes, int i
   if constexpr (R <= 2) {
     for (; i + 4 <= i_end; i += 4) RegisterTileAvx2<kType, R, 4>(x, w, row_bytes, i, n, k, y);
   }
-  if constexpr (R <= 8) {
-    for (; i + 2 <= i_end; i += 2) RegisterTileAvx2<kType, R, 2>(x, w, row_bytes, i, n, k, y);
-  }
+  for (; i + 2 <= i_end; i += 2) RegisterTileAvx2<kType, R, 2>(x, w, row_bytes, i, n, k, y);
   for (; i < i_end; ++i) RegisterTileAvx2<kType, R, 1>(x, w, row_bytes, i, n, k, y);
 }
 
