@@ -252,16 +252,18 @@ void Engine::Impl::Dispatch(Instance& inst) {
   requests.RecordScheduled(inst.id, batch, *inst.scheduler, Clock::now());
   const uint64_t step_id = inst.next_step_id++;
   std::vector<proto::StepPlan> plans = BuildStepPlans(step_id, batch, *inst.scheduler, inst.tp_size);
-  for (int rank = 0; rank < inst.tp_size; ++rank) {
-    proto::Envelope env;
-    *env.mutable_step_plan() = std::move(plans[size_t(rank)]);
-    registry.Send(inst, rank, env);
-  }
-  // The gap ends, and the step starts, once every plan is out.
+  // The gap ends, and the step starts, as the first plan goes out: a rank
+  // may start on it before the last one is sent, and its own time
+  // (headway:step_worker_seconds) must lie inside the step's.
   const Clock::time_point sent = Clock::now();
   if (inst.last_step_done) {
     metrics->OnStepGap(inst.id, Seconds(sent - *inst.last_step_done));
     inst.last_step_done.reset();
+  }
+  for (int rank = 0; rank < inst.tp_size; ++rank) {
+    proto::Envelope env;
+    *env.mutable_step_plan() = std::move(plans[size_t(rank)]);
+    registry.Send(inst, rank, env);
   }
   inst.in_flight.emplace(inst.id, step_id, std::move(batch), inst.tp_size, sent);
 }

@@ -163,13 +163,14 @@ class ServingMetrics {
   // `itl_seconds` after the previous token of the same request.
   void OnToken(int instance_id, double itl_seconds);
 
-  // A step of the instance finished `seconds` after its plans were sent:
-  // the workers' compute plus both control messages' transit. Its slowest
+  // A step of the instance finished `seconds` after its first plan was
+  // sent: sending the plans, the workers' compute and both control
+  // messages' transit. Its slowest
   // rank took `worker_seconds` of it by its own clock.
   void OnStep(int instance_id, double seconds, double worker_seconds);
   // The instance's next step was sent `seconds` after the previous one's
-  // results were all in: output processing, scheduling, building and
-  // sending the plans, and any wait for KV memory or a KV transfer. Call
+  // results were all in: output processing, scheduling, building the plans,
+  // and any wait for KV memory or a KV transfer. Call
   // only when the instance still had work when that step finished
   // (Scheduler::HasWork), so idle time is never counted.
   void OnStepGap(int instance_id, double seconds);
