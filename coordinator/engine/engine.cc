@@ -594,9 +594,8 @@ std::vector<InstanceHealth> Engine::Impl::Snapshot() {
 Engine::Engine(Config config, ModelSpec spec, const Tokenizer* tokenizer,
                std::unique_ptr<ControlServer> server)
     : impl_(std::make_unique<Impl>(std::move(config), std::move(spec), tokenizer,
-                                   std::move(server))) {
-  health_ = impl_->registry.Snapshot();
-}
+                                   std::move(server))),
+      health_(impl_->registry.Snapshot()) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -652,42 +651,18 @@ void Engine::Cancel(uint64_t request_id) {
   cancelled_.push_back(request_id);
 }
 
-std::vector<InstanceHealth> Engine::Health() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return health_;
-}
+std::vector<InstanceHealth> Engine::Health() const { return health_.Health(); }
 
 const ServingMetrics& Engine::metrics() const { return *impl_->metrics; }
 
-void Engine::TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled,
-                           std::vector<std::pair<int, std::string>>* drains) {
+void Engine::TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled) {
   std::lock_guard<std::mutex> lock(mu_);
   submitted->swap(submitted_);
   cancelled->swap(cancelled_);
-  drains->swap(drains_);
 }
 
 Status Engine::Drain(int instance_id, const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (instance_id < 0 || size_t(instance_id) >= health_.size()) {
-    return Status::NotFound("no instance " + std::to_string(instance_id) + " (the config has " +
-                            std::to_string(health_.size()) + ")");
-  }
-  InstanceState& state = health_[size_t(instance_id)].state;
-  if (state != InstanceState::kReady) {
-    return Status::FailedPrecondition("instance " + std::to_string(instance_id) + " is " +
-                                      InstanceStateName(state) + ", not ready: nothing to drain");
-  }
-  drains_.emplace_back(instance_id, why);
-  // What the engine thread will publish: a second call is refused and
-  // /health says so from now on.
-  state = InstanceState::kDraining;
-  return Status::Ok();
-}
-
-void Engine::PublishHealth(std::vector<InstanceHealth> health) {
-  std::lock_guard<std::mutex> lock(mu_);
-  health_ = std::move(health);
+  return health_.RequestDrain(instance_id, why);
 }
 
 void Engine::Run() {
@@ -696,15 +671,16 @@ void Engine::Run() {
     impl.CollectMessages();
     std::vector<Pending> submitted;
     std::vector<uint64_t> cancelled;
-    std::vector<std::pair<int, std::string>> drains;
-    TakeSubmitted(&submitted, &cancelled, &drains);
-    for (auto& [id, why] : drains) impl.Drain(impl.registry.at(id), why, Clock::now());
+    TakeSubmitted(&submitted, &cancelled);
+    for (DrainRequest& d : health_.TakeDrains()) {
+      impl.Drain(impl.registry.at(d.instance_id), d.why, Clock::now());
+    }
     for (Pending& p : submitted) impl.Admit(p.id, std::move(p.request), std::move(p.promise));
     for (uint64_t id : cancelled) impl.Cancel(id, Status::Cancelled("the request was cancelled"));
     const Clock::time_point now = Clock::now();
     impl.CheckTimers(now);
     impl.ScheduleAndDispatch(now);
-    PublishHealth(impl.Snapshot());
+    health_.Publish(impl.Snapshot());
     impl.requests.AnswerEnded();
   }
   std::string reason;

@@ -55,6 +55,7 @@
 #include "common/config.h"
 #include "common/model_spec.h"
 #include "coordinator/engine/engine_request.h"
+#include "coordinator/engine/health_board.h"
 #include "coordinator/engine/instance_registry.h"
 #include "coordinator/engine/request_output.h"
 #include "coordinator/metrics/serving_metrics.h"
@@ -114,11 +115,10 @@ class Engine {
   };
   void Run();
   // Hands the engine thread what HTTP threads submitted and cancelled.
-  void TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled,
-                     std::vector<std::pair<int, std::string>>* drains);
-  void PublishHealth(std::vector<InstanceHealth> health);
+  void TakeSubmitted(std::vector<Pending>* submitted, std::vector<uint64_t>* cancelled);
 
   std::unique_ptr<Impl> impl_;
+  HealthBoard health_;  // after impl_: built from its registry's first snapshot
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
   std::once_flag stop_once_;
@@ -127,8 +127,6 @@ class Engine {
   mutable std::mutex mu_;  // guards the fields below
   std::vector<Pending> submitted_;          // guarded by mu_
   std::vector<uint64_t> cancelled_;         // guarded by mu_
-  std::vector<std::pair<int, std::string>> drains_;  // guarded by mu_
-  std::vector<InstanceHealth> health_;      // guarded by mu_
   bool accepting_ = true;                   // guarded by mu_
   std::string stop_reason_;                 // guarded by mu_
 };
