@@ -158,7 +158,7 @@ Measured TimeAttention(const Workload& w, const std::vector<float>& pattern, int
   layout.head_dim = kHeadDim;
   const int n_tokens = w.num_seqs * w.q_len;
   const size_t q_floats = size_t(n_tokens) * kNumHeads * kHeadDim;
-  const size_t pool_floats = w.num_blocks * layout.BlockFloats();
+  const size_t pool_floats = w.num_blocks * layout.BlockBytes() / sizeof(float);
   cuda::DeviceBuffer pool = TiledBuffer(pool_floats, pattern);
   cuda::DeviceBuffer q = TiledBuffer(q_floats, pattern);
   cuda::DeviceBuffer out = Unwrap(cuda::DeviceBuffer::Allocate(q_floats * 4));
@@ -200,7 +200,8 @@ Measured TimeAttention(const Workload& w, const std::vector<float>& pattern, int
     for (size_t i = 0; i < q_floats; ++i) host_q[i] = pattern[i % pattern.size()];
     const BatchLayout host_batch{w.num_seqs, w.query_start.data(), w.start_pos.data()};
     const LayerBlockTable host_table{w.block_ids.data(), kNumKvHeads, w.max_blocks};
-    cpu::PagedAttention(host_q.data(), host_pool.data(), host_batch, host_table, host_specs.data(),
+    cpu::PagedAttention(host_q.data(), reinterpret_cast<const uint8_t*>(host_pool.data()),
+                        host_batch, host_table, host_specs.data(),
                         layout, kNumHeads, scale, want.data());
     double worst = 0.0;
     for (size_t i = 0; i < q_floats; ++i) {

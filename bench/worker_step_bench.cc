@@ -13,8 +13,12 @@
 // their share of the step. Prints one JSON object with one entry per
 // configuration and the decode-throughput ratios against TP 1.
 //
+// With --kv-cache-dtypes float32,q8_0 it measures each KV cache dtype too
+// (common/kv_layout.h), every configuration with each.
+//
 //   headway-worker-step-bench --model PATH [--threads 2] [--runs 3]
 //       [--batch 1] [--tp 1,3] [--collective shm,gloo]
+//       [--kv-cache-dtypes float32,float16,q8_0,q4_0]
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -26,12 +30,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "bench/kv_dtype_flags.h"
 #include "comm/communicator.h"
 #include "common/gguf.h"
 #include "common/model_spec.h"
@@ -88,6 +94,7 @@ struct BenchConfig {
   int prompt_tokens = 32;
   int decode_tokens = 32;
   int batch = 1;  // sequences decoded together
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFloat32;
 };
 
 struct RankFigures {
@@ -97,7 +104,8 @@ struct RankFigures {
 // Enough KV memory for every sequence's prompt and decode tokens, at least 64 MiB.
 int64_t PoolBytes(const BenchConfig& c, const ModelSpec& spec) {
   const int64_t blocks_per_slot = (c.prompt_tokens + c.decode_tokens) / kBlockSize + 2;
-  const int64_t block_bytes = int64_t(2) * kBlockSize * spec.head_dim * int64_t(sizeof(float));
+  const int64_t block_bytes =
+      int64_t(KvCacheLayout{kBlockSize, spec.head_dim, c.kv_cache_dtype}.BlockBytes());
   const int64_t need = int64_t(c.batch) * spec.num_layers * spec.num_kv_heads * blocks_per_slot *
                        block_bytes;
   return std::max(need + (int64_t(8) << 20), int64_t(64) << 20);
@@ -114,7 +122,8 @@ Status RunRank(const BenchConfig& c, int tp, int rank, Communicator* comm, RankF
                       DecoderModel::Create(spec, std::move(weights), comm));
   for (int r = 0; r < c.runs; ++r) {
     HW_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
-                        KvPool::Create({kBlockSize, spec.head_dim}, PoolBytes(c, spec)));
+                        KvPool::Create({kBlockSize, spec.head_dim, c.kv_cache_dtype},
+                                       PoolBytes(c, spec)));
     StepExecutorOptions options;
     options.tp_rank = rank;
     StepExecutor executor(model.get(), pool.get(), options);
@@ -197,11 +206,12 @@ std::string RunConfig(const BenchConfig& c, int tp, const std::string& collectiv
           char buf[512];
           std::snprintf(buf, sizeof buf,
                         "{\"tp_size\": %d, \"collective\": \"%s\", \"threads_per_rank\": %d, "
-                        "\"batch\": %d, "
+                        "\"batch\": %d, \"kv_cache_dtype\": \"%s\", "
                         "\"decode_tokens_per_s\": %.2f, \"decode_step_ms_median\": %.3f, "
                         "\"decode_step_ms_p90\": %.3f, \"collective_ms_per_step_median\": %.3f, "
                         "\"collective_share_of_step\": %.3f, \"prefill_tokens_per_s\": %.1f}",
                         tp, tp > 1 ? collective.c_str() : "none", c.threads, c.batch,
+                        KvCacheDtypeName(c.kv_cache_dtype),
                         c.batch / step,
                         1e3 * step, 1e3 * Percentile(f.step_seconds, 0.9), 1e3 * coll,
                         coll / step, c.prompt_tokens / Median(f.prefill_seconds));
@@ -232,14 +242,17 @@ std::string RunConfig(const BenchConfig& c, int tp, const std::string& collectiv
 }
 
 int Run(const BenchConfig& base, int total_threads, const std::vector<int>& tp_sizes,
-        const std::vector<std::string>& collectives) {
+        const std::vector<std::string>& collectives, const std::vector<KvCacheDtype>& dtypes) {
   signal(SIGPIPE, SIG_IGN);
   std::string entries;
   for (int tp : tp_sizes) {
     for (const std::string& collective : collectives) {
-      BenchConfig c = base;
-      c.threads = std::max(1, total_threads / tp);
-      entries += (entries.empty() ? "" : ",\n  ") + RunConfig(c, tp, collective);
+      for (KvCacheDtype dtype : dtypes) {
+        BenchConfig c = base;
+        c.threads = std::max(1, total_threads / tp);
+        c.kv_cache_dtype = dtype;
+        entries += (entries.empty() ? "" : ",\n  ") + RunConfig(c, tp, collective);
+      }
       if (tp == 1) break;  // no collectives to vary
     }
   }
@@ -273,6 +286,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   app.add_option("--tp", tp_sizes, "TP sizes to measure, e.g. 1,3")->delimiter(',');
   app.add_option("--collective", collectives, "backends for TP > 1: shm, gloo")->delimiter(',');
+  std::vector<std::string> dtype_names = {"float32"};
+  app.add_option("--kv-cache-dtypes", dtype_names, "KV cache dtypes, e.g. float32,q8_0")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
-  return headway::Run(c, threads, tp_sizes, collectives);
+  const std::optional<std::vector<headway::KvCacheDtype>> parsed =
+      headway::bench::ParseKvCacheDtypeFlag(dtype_names);
+  if (!parsed) return 2;
+  const std::vector<headway::KvCacheDtype>& dtypes = *parsed;
+  return headway::Run(c, threads, tp_sizes, collectives, dtypes);
 }

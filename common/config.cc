@@ -153,7 +153,7 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   HW_RETURN_IF_ERROR(
       CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching",
                              "enable_recycling", "recycling_granularity",
-                             "gpu_memory_utilization"}));
+                             "gpu_memory_utilization", "kv_cache_dtype"}));
   if (node["block_size"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
   }
@@ -171,6 +171,14 @@ Status ParseCache(const YAML::Node& node, Config& config) {
   if (node["enable_recycling"]) {
     HW_RETURN_IF_ERROR(ReadBool(node["enable_recycling"], "cache.enable_recycling",
                                 config.enable_recycling));
+  }
+  if (node["kv_cache_dtype"]) {
+    const std::string key = "cache.kv_cache_dtype";
+    std::string name;
+    HW_RETURN_IF_ERROR(ReadString(node["kv_cache_dtype"], key, name));
+    std::optional<KvCacheDtype> dtype = ParseKvCacheDtype(name);
+    if (!dtype) return BadValue(key, "\"" + name + "\"", std::string("one of ") + KvCacheDtypeNames());
+    config.kv_cache_dtype = *dtype;
   }
   if (node["recycling_granularity"]) {
     const std::string key = "cache.recycling_granularity";
@@ -667,7 +675,14 @@ Status ValidateConfig(const Config& config) {
       return BadValue(Child(path, "instances"), "an empty list", "a list of at least one instance");
     }
     for (size_t i = 0; i < pool.instances.size(); ++i) {
-      HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], Index(Child(path, "instances"), i)));
+      const std::string instance_path = Index(Child(path, "instances"), i);
+      HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], instance_path));
+      if (pool.instances[i].device != "cpu" && config.kv_cache_dtype != KvCacheDtype::kFloat32) {
+        return BadValue("cache.kv_cache_dtype", KvCacheDtypeName(config.kv_cache_dtype),
+                        "float32 while " + Child(instance_path, "device") + " is \"" +
+                            pool.instances[i].device +
+                            "\" (the CUDA backend stores float32 KV only, so far)");
+      }
     }
   }
   // An entry for a host no instance uses is a typo of one that does.

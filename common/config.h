@@ -24,6 +24,7 @@
 //     enable_prefix_caching: true
 //     enable_recycling: true
 //     recycling_granularity: kv_head   # or layer
+//     kv_cache_dtype: float32      # or float16, q8_0, q4_0 (common/kv_layout.h)
 //   scheduler:
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512
@@ -73,6 +74,7 @@
 #include <vector>
 
 #include "common/http_config.h"
+#include "common/kv_layout.h"
 #include "common/launch_config.h"
 #include "common/security_config.h"
 #include "common/status.h"
@@ -188,6 +190,9 @@ struct Config {
   // cache
   int block_size = 16;                  // positions per block
   int64_t kv_memory_mb = 256;           // KV pool per CPU worker, MiB
+  // How K and V values are stored (vLLM's --kv-cache-dtype; the byte layouts
+  // are common/kv_layout.h's). Every rank of the deployment uses it.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kFloat32;
   // CUDA workers (device cuda:N): the fraction of the GPU's memory this
   // worker may use in all (vLLM's gpu_memory_utilization): the KV pool gets
   // what is left of it after the weights and the step buffers.

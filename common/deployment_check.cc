@@ -17,6 +17,11 @@ Status CheckConfigAgainstModel(const Config& config, const ModelSpec& spec) {
       }
     }
   }
+  if (std::string why = KvCacheLayout{config.block_size, spec.head_dim, config.kv_cache_dtype}.Check();
+      !why.empty()) {
+    return Status::InvalidArgument("`cache.kv_cache_dtype` = " +
+                                   std::string(KvCacheDtypeName(config.kv_cache_dtype)) + ": " + why);
+  }
   if (spec.context_length > 0 && config.max_model_len > spec.context_length) {
     return Status::InvalidArgument(
         "`scheduler.max_model_len` = " + std::to_string(config.max_model_len) + ": model '" +

@@ -3,39 +3,103 @@
 // worker (pools, transfer) and the kernels must agree on. Kernel argument
 // views over a batch (BatchLayout, LayerBlockTable) are kernels/kv_cache.h's.
 //
-// A rank's KV pool is one array of `num_blocks` equal blocks (f32, host or
-// device):
-//   block b: K [block_size, head_dim] | V [block_size, head_dim]
-// at pool + b * BlockFloats(). Any slot (layer, local KV head) can take any
-// block. Logical block i of a slot covers positions [i*block_size,
-// (i+1)*block_size); its block id comes from the slot's row of the head-wise
-// block table, where -1 means "no block" (recycled out of a sliding window).
+// A rank's KV pool is one byte array of `num_blocks` equal blocks (host or
+// device memory):
+//   block b: K rows [block_size] | V rows [block_size]
+// at pool + b * BlockBytes(). Row p of K (of V) holds the key (value) vector
+// of position p of the block, head_dim values encoded in the deployment's
+// KV cache dtype (cache.kv_cache_dtype), little-endian:
+//   float32  head_dim x IEEE 754 binary32                   4 bytes a value
+//   float16  head_dim x IEEE 754 binary16 (round to nearest even)
+//                                                           2 bytes a value
+//   q8_0     head_dim / 32 groups, each llama.cpp's block_q8_0:
+//              f16 d | int8 q[32]          value i = d * q[i]
+//              d = max|x| / 127 (x: the group's 32 values), q[i] = x[i] / d
+//              rounded to nearest even; d = 0 codes an all-zero group
+//                                                           34 bytes / 32 values
+//   q4_0     head_dim / 32 groups, each llama.cpp's block_q4_0:
+//              f16 d | uint8 qs[16]        value i = d * (nibble_i - 8),
+//              nibble_i = qs[i] & 15 for i < 16, qs[i - 16] >> 4 otherwise;
+//              d = m / -8 where m is the group's value of largest magnitude,
+//              nibble = min(15, floor(x / d + 8.5))   18 bytes / 32 values
+//   q4_0_hadamard  q4_0 of each group of 32 values rotated first:
+//              y = H x / sqrt(32), H the 32 x 32 Sylvester Walsh-Hadamard
+//              matrix, in f32 as 5 butterfly stages (stage s = 0..4 replaces
+//              y[i], y[i + 2^s] by their sum and difference for every i
+//              whose bit s is clear), each value then multiplied by
+//              1/sqrt(32) rounded to f32. H H = 32 I, so readers rotate back
+//              the same way, and q . k = (Hq/sqrt(32)) . (Hk/sqrt(32)): the
+//              CPU attention rotates queries instead of keys, and its
+//              outputs back. A channel far larger than its 31 neighbours
+//              then spreads over the group instead of setting the step that
+//              rounds them to zero (QuaRot, Ashkboos et al. 2024, rotates
+//              K and V for the same reason)                18 bytes / 32 values
+// (ggml-common.h defines block_q8_0 and block_q4_0; ggml-quants.c's
+// quantize_row_q8_0_ref / quantize_row_q4_0_ref quantize them: q8_0 here
+// rounds ties to even, as ggml's AVX2 path does, where its scalar path
+// rounds them away from zero.) A block carries its own scales, so it is
+// recycled, cached and transferred as one unit.
+//
+// Any slot (layer, local KV head) can take any block. Logical block i of a
+// slot covers positions [i*block_size, (i+1)*block_size); its block id comes
+// from the slot's row of the head-wise block table, where -1 means "no
+// block" (recycled out of a sliding window).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace headway {
 
-// Version of the block byte layout below. KV transfer refuses to pair ranks
+// Version of the block byte layout above. KV transfer refuses to pair ranks
 // whose versions differ (their blocks would be misread): bump it whenever the
-// layout of a block changes.
-constexpr uint32_t kKvBlockLayoutVersion = 1;
+// layout of a block changes. 2: blocks are bytes in a KV cache dtype (1 was
+// f32 only).
+constexpr uint32_t kKvBlockLayoutVersion = 2;
 
-// The shape of one block. Sizes are counts of f32 values unless named bytes.
+// How a K or V value is stored (cache.kv_cache_dtype).
+enum class KvCacheDtype : uint8_t { kFloat32, kFloat16, kQ8_0, kQ4_0, kQ4_0Hadamard };
+
+// "float32", "float16", "q8_0", "q4_0", "q4_0_hadamard": the config's and the
+// wire's names.
+const char* KvCacheDtypeName(KvCacheDtype dtype);
+// The dtype named `name` (as KvCacheDtypeName writes it); nullopt otherwise.
+std::optional<KvCacheDtype> ParseKvCacheDtype(const std::string& name);
+// "float32, float16, q8_0, q4_0, q4_0_hadamard": for error messages.
+const char* KvCacheDtypeNames();
+
+// Values that share one scale: 32 for the q types, 1 for the float types.
+// head_dim must be a multiple of it (KvCacheLayout::Check).
+int KvCacheDtypeGroup(KvCacheDtype dtype);
+
+// Whether the dtype stores each group of 32 values rotated (q4_0_hadamard).
+inline bool KvCacheDtypeIsRotated(KvCacheDtype dtype) {
+  return dtype == KvCacheDtype::kQ4_0Hadamard;
+}
+
+// The shape of one block. Sizes are bytes unless named otherwise.
 struct KvCacheLayout {
   int block_size = 16;  // positions per block
   int head_dim = 64;    // values per head vector
+  KvCacheDtype dtype = KvCacheDtype::kFloat32;
 
-  // Values (f32) in one block: K and V, [block_size, head_dim] each.
-  size_t BlockFloats() const { return size_t(2) * block_size * head_dim; }
-  size_t BlockBytes() const { return BlockFloats() * sizeof(float); }
-  // Offset (in floats) of K and V of `pos_in_block` inside a block.
+  // Bytes of one K (or V) row: head_dim values in `dtype`, scales included.
+  size_t RowBytes() const;
+  // Bytes of one block: K and V, block_size rows each.
+  size_t BlockBytes() const { return size_t(2) * block_size * RowBytes(); }
+  // Byte offset of K and V of `pos_in_block` inside a block.
   // REQUIRES: 0 <= pos_in_block < block_size.
-  size_t KOffset(int pos_in_block) const { return size_t(pos_in_block) * head_dim; }
+  size_t KOffset(int pos_in_block) const { return size_t(pos_in_block) * RowBytes(); }
   size_t VOffset(int pos_in_block) const {
-    return size_t(block_size) * head_dim + size_t(pos_in_block) * head_dim;
+    return (size_t(block_size) + size_t(pos_in_block)) * RowBytes();
   }
+
+  // Empty when the layout can be built: block_size and head_dim positive,
+  // head_dim a multiple of the dtype's group. Otherwise why not, naming
+  // cache.kv_cache_dtype, the dtype and head_dim.
+  std::string Check() const;
 };
 
 // Attention spec of one slot. window == 0: full causal attention. Otherwise

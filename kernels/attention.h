@@ -1,4 +1,6 @@
-// append_kv and paged attention over head-wise discrete blocks (CPU, f32).
+// append_kv and paged attention over head-wise discrete blocks (CPU), over a
+// pool in any KV cache dtype (common/kv_layout.h); queries, keys, values and
+// outputs are f32 at the interface.
 //
 // Both walk each (sequence, KV head)'s own block row. GQA: query head qh uses
 // KV head qh / (num_heads / num_kv_heads) (llama.cpp / Hugging Face order).
@@ -10,15 +12,21 @@ namespace headway::cpu {
 
 // Writes this step's K and V rows into the pool through the block table.
 //   k, v:  [n_tokens, num_kv_heads, head_dim] f32, rows as in `batch`
-//   pool:  the rank's KV pool (see kv_cache.h), written in place
+//   pool:  the rank's KV pool, bytes (common/kv_layout.h), written in place:
+//          each row encoded in layout.dtype (rounded or quantized; bits equal
+//          reference::QuantizeKvRow)
 // REQUIRES: every position written has a block id >= 0 in `table` (checked:
-// HW_CHECK aborts otherwise).
+// HW_CHECK aborts otherwise); layout.Check() is empty and head_dim % 8 == 0.
 void AppendKv(const float* k, const float* v, const BatchLayout& batch,
-              const LayerBlockTable& table, const KvCacheLayout& layout, float* pool);
+              const LayerBlockTable& table, const KvCacheLayout& layout, uint8_t* pool);
 
 // Causal scaled-dot-product attention for every row of `batch`, reading keys
 // and values of positions [0, pos] from the pool (so AppendKv for this step
-// must run first), masked per KV head by `specs`.
+// must run first), masked per KV head by `specs`. Keys and values in a
+// dtype other than float32 are decoded to f32 first (kernels/cpu/kv_codec.h),
+// so the output is what f32 attention over the decoded values gives
+// (q4_0_hadamard: over the rotated values, with the queries rotated first
+// and the outputs rotated back, common/kv_layout.h).
 //   q:     [n_tokens, num_heads, head_dim] f32
 //   specs: [num_kv_heads] attention spec of each KV head of this layer
 //   out:   [n_tokens, num_heads, head_dim] f32
@@ -34,7 +42,7 @@ void AppendKv(const float* k, const float* v, const BatchLayout& batch,
 // A row's output is the same bits whichever rows share its step (prefill
 // chunk, decode, any chunking) and for any thread count.
 // REQUIRES: head_dim % 8 == 0 (checked: HW_CHECK).
-void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
+void PagedAttention(const float* q, const uint8_t* pool, const BatchLayout& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,
                     const KvCacheLayout& layout, int num_heads, float scale, float* out);
 

@@ -10,10 +10,8 @@ namespace headway {
 
 Result<std::unique_ptr<KvPool>> KvPool::Create(const KvCacheLayout& layout,
                                                int64_t kv_memory_bytes) {
-  if (layout.block_size <= 0 || layout.head_dim <= 0) {
-    return Status::InvalidArgument("KV pool: block_size (" + std::to_string(layout.block_size) +
-                                   ") and head_dim (" + std::to_string(layout.head_dim) +
-                                   ") must be positive");
+  if (std::string why = layout.Check(); !why.empty()) {
+    return Status::InvalidArgument("KV pool: " + why);
   }
   const int64_t block_bytes = static_cast<int64_t>(layout.BlockBytes());
   const int64_t num_blocks = kv_memory_bytes > 0 ? kv_memory_bytes / block_bytes : 0;
@@ -37,12 +35,12 @@ Result<std::unique_ptr<KvPool>> KvPool::Create(const KvCacheLayout& layout,
   }
   std::memset(p, 0, bytes);
   return std::unique_ptr<KvPool>(new KvPool(layout, static_cast<int>(num_blocks),
-                                            static_cast<float*>(p), -1,
+                                            static_cast<uint8_t*>(p), -1,
                                             std::shared_ptr<void>(p, std::free)));
 }
 
 std::unique_ptr<KvPool> KvPool::WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
-                                                 float* data, int device,
+                                                 uint8_t* data, int device,
                                                  std::shared_ptr<void> owner) {
   HW_CHECK(num_blocks >= 1 && data != nullptr && device >= 0);
   return std::unique_ptr<KvPool>(new KvPool(layout, num_blocks, data, device, std::move(owner)));

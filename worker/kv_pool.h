@@ -21,8 +21,9 @@ class KvPool {
 
   // Sizes the pool to the whole blocks that fit in `kv_memory_bytes`:
   // num_blocks = kv_memory_bytes / layout.BlockBytes(), zero-filled.
-  // Errors: InvalidArgument if block_size or head_dim is not positive or
-  // fewer than one block fits (the message gives both sizes);
+  // Errors: InvalidArgument if layout.Check() fails (block_size or head_dim
+  // not positive, head_dim not a multiple of the dtype's group) or fewer
+  // than one block fits (the message gives both sizes);
   // ResourceExhausted if the allocation fails.
   static Result<std::unique_ptr<KvPool>> Create(const KvCacheLayout& layout,
                                                 int64_t kv_memory_bytes);
@@ -33,7 +34,7 @@ class KvPool {
   // device ordinal holding it.
   // REQUIRES: num_blocks >= 1, data != nullptr, device >= 0.
   static std::unique_ptr<KvPool> WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
-                                                  float* data, int device,
+                                                  uint8_t* data, int device,
                                                   std::shared_ptr<void> owner);
 
   ~KvPool();
@@ -44,24 +45,25 @@ class KvPool {
   int num_blocks() const { return num_blocks_; }
   size_t num_bytes() const { return size_t(num_blocks_) * layout_.BlockBytes(); }
 
-  // [num_blocks, BlockFloats()] f32; valid for the pool's lifetime. Device
-  // memory when on_device(): only kernels and cuda copies may touch it.
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  // [num_blocks, BlockBytes()] bytes, laid out as common/kv_layout.h says
+  // for layout().dtype; valid for the pool's lifetime. Device memory when
+  // on_device(): only kernels and cuda copies may touch it.
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
 
   // -1 for host memory, else the CUDA device ordinal holding data().
   int device() const { return device_; }
   bool on_device() const { return device_ >= 0; }
 
  private:
-  KvPool(const KvCacheLayout& layout, int num_blocks, float* data, int device,
+  KvPool(const KvCacheLayout& layout, int num_blocks, uint8_t* data, int device,
          std::shared_ptr<void> owner)
       : layout_(layout), num_blocks_(num_blocks), data_(data), device_(device),
         owner_(std::move(owner)) {}
 
   const KvCacheLayout layout_;
   const int num_blocks_;
-  float* const data_;
+  uint8_t* const data_;
   const int device_;
   const std::shared_ptr<void> owner_;  // frees data_ (std::free, or the device's allocator)
 };

@@ -15,7 +15,6 @@ namespace headway {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-constexpr const char* kDtype = "f32";
 constexpr std::chrono::milliseconds kDefaultTimeout(5000);
 
 // Whole milliseconds left before `deadline` (0 once passed): WriteBlocks
@@ -62,7 +61,7 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   endpoint.set_block_bytes(info.block_bytes);
   endpoint.set_num_blocks(info.num_blocks);
   endpoint.set_layout_version(kKvBlockLayoutVersion);
-  endpoint.set_dtype(kDtype);
+  endpoint.set_dtype(KvCacheDtypeName(pool->layout().dtype));
   for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) endpoint.add_kv_heads(uint32_t(h));
   return std::unique_ptr<KvSender>(
       new KvSender(pool, std::move(agent), std::move(endpoint), options.inject_stall));
@@ -80,13 +79,14 @@ Status KvSender::ExecuteTarget(const proto::TransferPlan& plan,
                                std::chrono::milliseconds plan_timeout, uint64_t* written) {
   const uint64_t transfer_id = plan.transfer_id();
   const proto::KvEndpoint& peer = target.endpoint();
-  if (peer.layout_version() != kKvBlockLayoutVersion || peer.dtype() != kDtype ||
+  const char* dtype = KvCacheDtypeName(pool_->layout().dtype);
+  if (peer.layout_version() != kKvBlockLayoutVersion || peer.dtype() != dtype ||
       peer.block_bytes() != pool_->layout().BlockBytes()) {
     return Status::InvalidArgument(
         "receiver's KV layout (version " + std::to_string(peer.layout_version()) + ", dtype '" +
         peer.dtype() + "', " + std::to_string(peer.block_bytes()) +
         " bytes per block) differs from this pool's (version " +
-        std::to_string(kKvBlockLayoutVersion) + ", '" + kDtype + "', " +
+        std::to_string(kKvBlockLayoutVersion) + ", '" + dtype + "', " +
         std::to_string(pool_->layout().BlockBytes()) + ")");
   }
   if (target.src_blocks_size() != target.dst_blocks_size()) {

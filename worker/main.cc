@@ -205,7 +205,7 @@ headway::Result<ModelAndPool> CreateModelAndPool(const headway::Config& config,
     *what = w;
     return status;
   };
-  const KvCacheLayout layout{config.block_size, spec.head_dim};
+  const KvCacheLayout layout{config.block_size, spec.head_dim, config.kv_cache_dtype};
   const int cuda_device = instance.CudaDevice(tp_rank);
   ModelAndPool out;
   if (cuda_device < 0) {
@@ -405,7 +405,7 @@ int main(int argc, char** argv) {
     }
     comm = std::move(*created);
   }
-  const KvCacheLayout layout{config->block_size, spec->head_dim};
+  const KvCacheLayout layout{config->block_size, spec->head_dim, config->kv_cache_dtype};
   std::string failed;
   Result<ModelAndPool> created = compute.Call([&] {
     return CreateModelAndPool(*config, instance, flags.config_path, flags.instance_id,
@@ -414,8 +414,9 @@ int main(int argc, char** argv) {
   if (!created.ok()) return Fail(failed, created.status());
   std::unique_ptr<ForwardModel>& model = created->model;
   std::unique_ptr<KvPool>& pool = created->pool;
-  spdlog::info("worker i{}r{}: {} KV blocks of {} bytes ({})", flags.instance_id, flags.tp_rank,
-               pool->num_blocks(), layout.BlockBytes(), instance.device);
+  spdlog::info("worker i{}r{}: {} KV blocks of {} bytes, {} ({})", flags.instance_id,
+               flags.tp_rank, pool->num_blocks(), layout.BlockBytes(),
+               KvCacheDtypeName(layout.dtype), instance.device);
 
   std::unique_ptr<KvSender> kv_sender;
   if (config->KvTransferEnabled()) {
@@ -463,6 +464,7 @@ int main(int argc, char** argv) {
   request.set_head_dim(uint32_t(spec->head_dim));
   request.set_block_size(uint32_t(layout.block_size));
   request.set_block_bytes(uint64_t(layout.BlockBytes()));
+  request.set_kv_cache_dtype(KvCacheDtypeName(layout.dtype));
   request.set_num_blocks(uint32_t(pool->num_blocks()));
   request.set_vocab_size(uint32_t(spec->vocab_size));
   request.set_pid(uint32_t(getpid()));

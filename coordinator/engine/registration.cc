@@ -49,6 +49,14 @@ Status CheckModelShape(const proto::RegisterRequest& request, const Config& conf
   if (request.block_size() != uint32_t(config.block_size)) {
     return Mismatch("block_size", request.block_size(), config.block_size);
   }
+  const std::string dtype = KvCacheDtypeName(config.kv_cache_dtype);
+  if (request.kv_cache_dtype() != dtype) {
+    // A worker started with another config: its blocks would be misread by
+    // every peer it sends to or receives from.
+    return Status::InvalidArgument("kv_cache_dtype is `" + request.kv_cache_dtype() +
+                                   "` but the deployment's cache.kv_cache_dtype is `" + dtype +
+                                   "`");
+  }
   if (request.num_layers() != uint32_t(spec.num_layers)) {
     return Mismatch("num_layers", request.num_layers(), spec.num_layers);
   }
@@ -73,11 +81,14 @@ Status CheckKvEndpoint(const proto::KvEndpoint& e, uint32_t num_blocks, const Co
   if (e.layout_version() != kKvBlockLayoutVersion) {
     return Mismatch("kv_endpoint.layout_version", e.layout_version(), kKvBlockLayoutVersion);
   }
-  if (e.dtype() != "f32") {
+  const std::string dtype = KvCacheDtypeName(config.kv_cache_dtype);
+  if (e.dtype() != dtype) {
     return Status::InvalidArgument("kv_endpoint.dtype is `" + e.dtype() +
-                                   "` but the coordinator expects `f32`");
+                                   "` but the deployment's cache.kv_cache_dtype is `" + dtype +
+                                   "`");
   }
-  const uint64_t block_bytes = KvCacheLayout{config.block_size, spec.head_dim}.BlockBytes();
+  const uint64_t block_bytes =
+      KvCacheLayout{config.block_size, spec.head_dim, config.kv_cache_dtype}.BlockBytes();
   if (e.block_bytes() != block_bytes) {
     return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), block_bytes);
   }

@@ -1,5 +1,9 @@
 // append_kv and paged attention over head-wise blocks, CPU backend (AVX2).
 //
+// Blocks in a 16-, 8- or 4-bit KV cache dtype are decoded to f32, a block's
+// keys and values at a time, and go through the f32 code from there: a row
+// gets exactly the output the f32 kernel gives it over the decoded values.
+//
 // Attention works on tiles: up to kTileRows consecutive query rows of one
 // sequence with every query head of one KV head, so the tile's query
 // vectors share each K/V row while it is in L1. Tiles are dealt out to
@@ -18,6 +22,7 @@
 
 #include "common/status.h"
 #include "kernels/cpu/exp_avx2.h"
+#include "kernels/cpu/kv_codec.h"
 #include "kernels/threads.h"
 
 namespace headway::cpu {
@@ -191,6 +196,8 @@ class TileAttention {
         denom_(max_.size()),
         acc_(max_.size() * head_dim),
         scores_(max_.size() * bs_padded_),
+        decoded_k_(size_t(block_size) * head_dim),
+        decoded_v_(size_t(block_size) * head_dim),
         zero_row_(head_dim, 0.0f),
         q_(max_.size()) {}
 
@@ -198,7 +205,7 @@ class TileAttention {
   // query vector i = r * group + g is q_rows + r * row_stride + g * hd
   // (floats), and its output goes to the same offset from out_rows.
   void Run(const float* q_rows, float* out_rows, size_t row_stride, int rows, int64_t pos0,
-           const SlotSpec& spec, const float* pool, const int32_t* block_row, int max_blocks,
+           const SlotSpec& spec, const uint8_t* pool, const int32_t* block_row, int max_blocks,
            const KvCacheLayout& layout, float scale) {
     const int nq = rows * group_;
     std::fill_n(max_.begin(), nq, kMinusInf);
@@ -234,7 +241,7 @@ class TileAttention {
     int64_t pos0, pos_last;
     int rows;
     const SlotSpec* spec;
-    const float* pool;
+    const uint8_t* pool;
     const int32_t* block_row;
     int max_blocks;
     const KvCacheLayout* layout;
@@ -251,11 +258,22 @@ class TileAttention {
     HW_CHECK(b < max_blocks);
     const int32_t block_id = block_row[b];
     HW_CHECK(block_id >= 0);  // a visible position must have a block
-    const float* block = pool + size_t(block_id) * layout.BlockFloats();
-    const float* k = block + layout.KOffset(0);
-    const float* v = block + layout.VOffset(0);
+    const uint8_t* block = pool + size_t(block_id) * layout.BlockBytes();
     const int64_t k0 = b * bs_;
     const int n = int(std::min<int64_t>(bs_, pos_last + 1 - k0));
+    // Blocks sit anywhere in the pool, so the hardware prefetcher cannot
+    // guess the next one: fetch it while this one is computed.
+    if (b + 1 < max_blocks && (b + 1) * bs_ <= pos_last && block_row[b + 1] >= 0) {
+      Prefetch(pool + size_t(block_row[b + 1]) * layout.BlockBytes(), layout.BlockBytes());
+    }
+    const float* k = reinterpret_cast<const float*>(block + layout.KOffset(0));
+    const float* v = reinterpret_cast<const float*>(block + layout.VOffset(0));
+    if (layout.dtype != KvCacheDtype::kFloat32) {
+      DecodeKvRows(block + layout.KOffset(0), n, hd_, layout.dtype, decoded_k_.data());
+      DecodeKvRows(block + layout.VOffset(0), n, hd_, layout.dtype, decoded_v_.data());
+      k = decoded_k_.data();
+      v = decoded_v_.data();
+    }
 
     // Rows sorted by position see keys of this block in one run [r_lo, r_hi).
     int r_lo = rows, r_hi = 0;
@@ -340,6 +358,12 @@ class TileAttention {
     if (i < i_hi) AccumulateOne(Scores(i), v, n, hd_, Acc(i));
   }
 
+  static void Prefetch(const uint8_t* p, size_t bytes) {
+    for (size_t at = 0; at < bytes; at += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + at), _MM_HINT_T0);
+    }
+  }
+
   // Whether a query at `pos` sees some key of [k0, k0 + n).
   static bool SeesSome(const SlotSpec& spec, int64_t pos, int64_t k0, int n) {
     if (pos < k0) return false;
@@ -358,6 +382,8 @@ class TileAttention {
   std::vector<float> denom_;   // [kTileRows * group] running denominator
   std::vector<float> acc_;     // [kTileRows * group, head_dim] unnormalised output
   std::vector<float> scores_;  // [kTileRows * group, bs_padded]
+  std::vector<float> decoded_k_;  // [block_size, head_dim]: a block's keys, decoded
+  std::vector<float> decoded_v_;  // [block_size, head_dim]: its values
   std::vector<float> zero_row_;  // [head_dim] zeros: the key padding a score group reads
   std::vector<const float*> q_;  // [kTileRows * group] query vectors of the tile
 };
@@ -365,7 +391,7 @@ class TileAttention {
 }  // namespace
 
 void AppendKv(const float* k, const float* v, const BatchLayout& batch,
-              const LayerBlockTable& table, const KvCacheLayout& layout, float* pool) {
+              const LayerBlockTable& table, const KvCacheLayout& layout, uint8_t* pool) {
   const int n_tokens = batch.num_tokens();
   const int num_kv_heads = table.num_kv_heads;
   const int hd = layout.head_dim;
@@ -382,17 +408,29 @@ void AppendKv(const float* k, const float* v, const BatchLayout& batch,
       HW_CHECK(logical < table.max_blocks);
       const int32_t block_id = table.Row(s, h)[logical];
       HW_CHECK(block_id >= 0);
-      float* block = pool + size_t(block_id) * layout.BlockFloats();
+      uint8_t* block = pool + size_t(block_id) * layout.BlockBytes();
       const size_t src = (size_t(row) * num_kv_heads + h) * hd;
-      std::memcpy(block + layout.KOffset(in_block), k + src, sizeof(float) * hd);
-      std::memcpy(block + layout.VOffset(in_block), v + src, sizeof(float) * hd);
+      EncodeKvRow(k + src, hd, layout.dtype, block + layout.KOffset(in_block));
+      EncodeKvRow(v + src, hd, layout.dtype, block + layout.VOffset(in_block));
     }
   });
 }
 
-void PagedAttention(const float* q, const float* pool, const BatchLayout& batch,
+void PagedAttention(const float* q, const uint8_t* pool, const BatchLayout& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,
                     const KvCacheLayout& layout, int num_heads, float scale, float* out) {
+  if (KvCacheDtypeIsRotated(layout.dtype)) {
+    // Keys and values are stored rotated: q . k = q' . k' with q' the
+    // rotated query, and the output, a sum of rotated values, rotates back.
+    const int64_t n = int64_t(batch.num_tokens()) * num_heads * layout.head_dim;
+    std::vector<float> q_rotated(q, q + n);
+    Hadamard32Groups(q_rotated.data(), n);
+    KvCacheLayout stored = layout;
+    stored.dtype = KvCacheDtype::kQ4_0;  // the rows' bytes, read without rotating
+    PagedAttention(q_rotated.data(), pool, batch, table, specs, stored, num_heads, scale, out);
+    Hadamard32Groups(out, n);
+    return;
+  }
   const int num_kv_heads = table.num_kv_heads;
   HW_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0);
   const int group = num_heads / num_kv_heads;

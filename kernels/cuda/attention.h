@@ -1,8 +1,10 @@
 // append_kv fused with RoPE, and paged attention over head-wise discrete
 // blocks, on a CUDA device: the contracts of kernels/attention.h (CPU) on
 // device memory. The pool layout, the head-wise block table and slot specs
-// are kernels/kv_cache.h's; the pool is f32 (the same block bytes as a CPU
-// rank's pool, so KV transfer pairs CPU and GPU ranks).
+// are kernels/kv_cache.h's; the pool is f32, KvCacheDtype::kFloat32 (the same
+// block bytes as a CPU rank's float32 pool, so KV transfer pairs CPU and GPU
+// ranks). The 16-, 8- and 4-bit dtypes are not yet implemented here: config
+// validation refuses them on cuda devices.
 //
 // GQA: query head qh uses KV head qh / (num_heads / num_kv_heads).
 #pragma once
@@ -34,7 +36,7 @@ struct DeviceBatch {
 //   q: [num_tokens, num_heads, head_dim] f32, rotated in place
 //   k, v: [num_tokens, num_kv_heads, head_dim] f32 (k is not modified)
 //   table: device block ids [num_seqs, num_kv_heads, max_blocks]
-//   pool: [num_blocks, BlockFloats()] f32, device
+//   pool: [num_blocks, BlockBytes() / 4] f32, device (a float32 layout)
 // Angles as cpu::Rope (double precision, then f32 cos/sin). One CTA of 128
 // threads per token, reading batch.token_seq and batch.positions.
 // REQUIRES: every position written has a block id >= 0 (the step executor

@@ -561,7 +561,7 @@ void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
   if (batch.num_tokens <= 0 || batch.num_seqs <= 0) return;
   const int head_dim = layout.head_dim;
   const Plan plan = MakePlan(batch, num_heads, table.num_kv_heads, head_dim);
-  HW_CHECK(layout.block_size > 0 && table.max_blocks >= 0);
+  HW_CHECK(layout.block_size > 0 && table.max_blocks >= 0 && layout.dtype == KvCacheDtype::kFloat32);
   HW_CHECK(plan.num_splits * plan.num_head_chunks <= 65535 && table.num_kv_heads <= 65535);
   for (const void* ptr : {static_cast<const void*>(q), static_cast<const void*>(pool),
                           static_cast<const void*>(out), static_cast<const void*>(workspace)}) {
@@ -595,7 +595,7 @@ void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
   params.num_kv_heads = table.num_kv_heads;
   params.max_blocks = table.max_blocks;
   params.block_size = layout.block_size;
-  params.block_floats = static_cast<long long>(layout.BlockFloats());
+  params.block_floats = static_cast<long long>(layout.BlockBytes() / sizeof(float));
   params.scale = scale;
   params.plan = plan;
 

@@ -118,6 +118,7 @@ void RopeAppendKv(float* q, const float* k, const float* v, const DeviceBatch& b
   if (batch.num_tokens <= 0) return;
   HW_CHECK(layout.head_dim > 0 && layout.head_dim % 2 == 0 && layout.head_dim / 2 <= kMaxRopeHalf);
   HW_CHECK(layout.block_size > 0 && num_heads >= 0 && table.num_kv_heads > 0);
+  HW_CHECK(layout.dtype == KvCacheDtype::kFloat32);  // f32 blocks only, so far
   HW_CHECK(batch.token_seq != nullptr && batch.positions != nullptr);
   RopeAppendParams p;
   p.q = q;
@@ -133,7 +134,7 @@ void RopeAppendKv(float* q, const float* k, const float* v, const DeviceBatch& b
   p.max_blocks = table.max_blocks;
   p.block_size = layout.block_size;
   p.head_dim = layout.head_dim;
-  p.block_floats = static_cast<long long>(layout.BlockFloats());
+  p.block_floats = static_cast<long long>(layout.BlockBytes() / sizeof(float));
   p.freq_base = freq_base;
   p.neox = style == cpu::RopeStyle::kNeox;
   RopeAppendKvKernel<<<batch.num_tokens, kRopeThreads, 0, stream>>>(p);

@@ -3,10 +3,14 @@
 #include "kernels/reference/reference.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <vector>
+
+#include "kernels/quant_blocks.h"
 
 namespace headway::reference {
 
@@ -109,6 +113,126 @@ void Attention(const float* q, const float* k_hist, const float* v_hist,
       }
     }
     hist_offset += context_len;
+  }
+}
+
+uint16_t FloatToHalf(float f) {
+  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
+  const uint32_t abs = bits & 0x7FFFFFFF;
+  // NaN: quiet, with the top of its payload (as F16C's vcvtps2ph keeps it).
+  if (abs > 0x7F800000) return uint16_t(sign | 0x7E00 | ((abs >> 13) & 0x03FF));
+  // Round |f| to a multiple of the half's spacing at its exponent with
+  // nearbyint (ties to even), in double, where every step is exact.
+  const double a = double(std::bit_cast<float>(abs));
+  if (a >= 65520.0) return uint16_t(sign | 0x7C00);  // rounds past 65504: infinity
+  if (a < std::ldexp(1.0, -14)) {                    // subnormal: multiples of 2^-24
+    return uint16_t(sign | uint16_t(std::nearbyint(a * std::ldexp(1.0, 24))));
+  }
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  const double mantissa = std::nearbyint(std::ldexp(a, 11 - e));  // in [1024, 2048]
+  // 2048 carries into the next exponent, which the encoding below absorbs.
+  const uint32_t half_exp = uint32_t(e - 1 + 15);
+  return uint16_t(sign + (half_exp << 10) + (uint32_t(mantissa) - 1024));
+}
+
+void Hadamard32Groups(float* x, int n) {
+  const float scale = float(1.0 / std::sqrt(32.0));
+  for (int g = 0; g < n; g += 32) {
+    float* y = x + g;
+    for (int step = 1; step < 32; step *= 2) {
+      for (int i = 0; i < 32; ++i) {
+        if (i & step) continue;
+        const float a = y[i], b = y[i + step];
+        y[i] = a + b;
+        y[i + step] = a - b;
+      }
+    }
+    for (int i = 0; i < 32; ++i) y[i] *= scale;
+  }
+}
+
+void QuantizeKvRow(const float* x, int head_dim, KvCacheDtype dtype, uint8_t* row) {
+  switch (dtype) {
+    case KvCacheDtype::kFloat32:
+      std::memcpy(row, x, sizeof(float) * size_t(head_dim));
+      return;
+    case KvCacheDtype::kFloat16:
+      for (int i = 0; i < head_dim; ++i) {
+        const uint16_t h = FloatToHalf(x[i]);
+        std::memcpy(row + 2 * i, &h, 2);
+      }
+      return;
+    case KvCacheDtype::kQ8_0:
+      for (int g = 0; g < head_dim / 32; ++g, row += 34) {
+        const float* v = x + 32 * g;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = FloatToHalf(d);
+        std::memcpy(row, &dh, 2);
+        for (int i = 0; i < 32; ++i) row[2 + i] = uint8_t(int8_t(std::nearbyint(v[i] * id)));
+      }
+      return;
+    case KvCacheDtype::kQ4_0Hadamard: {
+      std::vector<float> rotated(x, x + head_dim);
+      Hadamard32Groups(rotated.data(), head_dim);
+      QuantizeKvRow(rotated.data(), head_dim, KvCacheDtype::kQ4_0, row);
+      return;
+    }
+    case KvCacheDtype::kQ4_0:
+      for (int g = 0; g < head_dim / 32; ++g, row += 18) {
+        const float* v = x + 32 * g;
+        float amax = 0.0f, m = 0.0f;
+        for (int i = 0; i < 32; ++i) {
+          if (std::fabs(v[i]) > amax) {
+            amax = std::fabs(v[i]);
+            m = v[i];
+          }
+        }
+        const float d = m / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = FloatToHalf(d);
+        std::memcpy(row, &dh, 2);
+        for (int i = 0; i < 16; ++i) {
+          const int lo = std::min(15, int(std::floor(v[i] * id + 8.5f)));
+          const int hi = std::min(15, int(std::floor(v[i + 16] * id + 8.5f)));
+          row[2 + i] = uint8_t(lo | (hi << 4));
+        }
+      }
+      return;
+  }
+}
+
+void DequantizeKvRow(const uint8_t* row, int head_dim, KvCacheDtype dtype, float* x) {
+  switch (dtype) {
+    case KvCacheDtype::kFloat32:
+      std::memcpy(x, row, sizeof(float) * size_t(head_dim));
+      return;
+    case KvCacheDtype::kFloat16:
+      for (int i = 0; i < head_dim; ++i) x[i] = quant::HalfToFloat(quant::LoadU16(row + 2 * i));
+      return;
+    case KvCacheDtype::kQ8_0:
+      for (int g = 0; g < head_dim / 32; ++g, row += 34) {
+        const float d = quant::HalfToFloat(quant::LoadU16(row));
+        for (int i = 0; i < 32; ++i) x[32 * g + i] = d * float(int8_t(row[2 + i]));
+      }
+      return;
+    case KvCacheDtype::kQ4_0Hadamard:
+      DequantizeKvRow(row, head_dim, KvCacheDtype::kQ4_0, x);
+      Hadamard32Groups(x, head_dim);
+      return;
+    case KvCacheDtype::kQ4_0:
+      for (int g = 0; g < head_dim / 32; ++g, row += 18) {
+        const float d = quant::HalfToFloat(quant::LoadU16(row));
+        for (int i = 0; i < 16; ++i) {
+          x[32 * g + i] = d * float((row[2 + i] & 15) - 8);
+          x[32 * g + i + 16] = d * float((row[2 + i] >> 4) - 8);
+        }
+      }
+      return;
   }
 }
 

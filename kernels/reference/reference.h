@@ -27,6 +27,23 @@ void Attention(const float* q, const float* k_hist, const float* v_hist,
                const BatchLayout& batch, const SlotSpec* specs, int num_heads,
                int num_kv_heads, int head_dim, float scale, float* out);
 
+// One K or V row in the KV cache dtype `dtype`, by the definitions of
+// common/kv_layout.h, one value at a time: what the CPU and CUDA append_kv
+// kernels must write bit for bit.
+//   x:   [head_dim] f32
+//   row: [KvCacheLayout{.., head_dim, dtype}.RowBytes()] bytes
+// REQUIRES: head_dim a multiple of KvCacheDtypeGroup(dtype).
+void QuantizeKvRow(const float* x, int head_dim, KvCacheDtype dtype, uint8_t* row);
+// The values a row holds (exact: every code maps to one f32).
+void DequantizeKvRow(const uint8_t* row, int head_dim, KvCacheDtype dtype, float* x);
+// x [n] (n a multiple of 32): each group of 32 values multiplied by the
+// Hadamard matrix over sqrt(32), as common/kv_layout.h's q4_0_hadamard
+// defines it (f32 butterflies, then the scale). Its own inverse.
+void Hadamard32Groups(float* x, int n);
+// IEEE 754 binary32 to binary16, rounding to nearest even; overflow gives
+// infinity, NaN stays NaN.
+uint16_t FloatToHalf(float f);
+
 // Sorts the whole vocabulary and applies the same rules as cpu::Sample.
 SampleResult Sample(const float* logits, int vocab_size, const SamplingConfig& config,
                     double uniform, int num_top_logprobs);

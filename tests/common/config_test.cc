@@ -491,6 +491,24 @@ TEST(ConfigTest, RecyclingGranularity) {
       {"cache.recycling_granularity", "head", "kv_head, layer"});
 }
 
+TEST(ConfigTest, KvCacheDtype) {
+  Result<Config> by_default = ParseConfig(kFull);
+  ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
+  EXPECT_EQ(by_default->kv_cache_dtype, KvCacheDtype::kFloat32);
+  for (const char* name : {"float32", "float16", "q8_0", "q4_0", "q4_0_hadamard"}) {
+    Result<Config> c = ParseConfig(
+        Edit(kFull, "kv_memory_mb: 256", std::string("kv_memory_mb: 256\n  kv_cache_dtype: ") + name));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_STREQ(KvCacheDtypeName(c->kv_cache_dtype), name);
+  }
+  ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype: fp8"),
+              {"cache.kv_cache_dtype", "fp8", "float32, float16, q8_0, q4_0, q4_0_hadamard"});
+  // Not yet on CUDA: refused, naming the instance's device.
+  ExpectError(Edit(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype: q8_0"),
+                   "device: cpu", "device: \"cuda:0\""),
+              {"cache.kv_cache_dtype", "q8_0", "pools[0].instances[0].device", "cuda:0"});
+}
+
 TEST(ConfigTest, AdmissionPolicy) {
   Result<Config> by_default = ParseConfig(kFull);
   ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();

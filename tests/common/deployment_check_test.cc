@@ -21,6 +21,7 @@ ModelSpec SmolLm2Shape() {
   spec.architecture = "llama";
   spec.num_heads = 9;
   spec.num_kv_heads = 3;
+  spec.head_dim = 64;
   spec.intermediate_size = 1536;
   spec.context_length = 8192;
   return spec;
@@ -44,6 +45,28 @@ TEST(DeploymentCheckTest, MaxModelLenBeyondTheModelsContextIsRefused) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("scheduler.max_model_len"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("8192"), std::string::npos) << s.message();
+}
+
+// q8_0 and q4_0 quantize head vectors in groups of 32 values.
+TEST(DeploymentCheckTest, KvCacheDtypeMustGroupTheModelsHeadDim) {
+  ModelSpec spec = SmolLm2Shape();
+  Config config = OneInstance(1);
+  for (KvCacheDtype dtype : {KvCacheDtype::kFloat32, KvCacheDtype::kFloat16, KvCacheDtype::kQ8_0,
+                             KvCacheDtype::kQ4_0}) {
+    config.kv_cache_dtype = dtype;
+    spec.head_dim = 64;
+    EXPECT_TRUE(CheckConfigAgainstModel(config, spec).ok()) << KvCacheDtypeName(dtype);
+    spec.head_dim = 80;
+    Status s = CheckConfigAgainstModel(config, spec);
+    const bool grouped = dtype == KvCacheDtype::kQ8_0 || dtype == KvCacheDtype::kQ4_0;
+    EXPECT_EQ(s.ok(), !grouped) << KvCacheDtypeName(dtype);
+    if (grouped) {
+      EXPECT_NE(s.message().find("`cache.kv_cache_dtype` = " + std::string(KvCacheDtypeName(dtype))),
+                std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find("head_dim 80"), std::string::npos) << s.message();
+    }
+  }
 }
 
 TEST(DeploymentCheckTest, WhatIsNotBuiltYetIsRefusedNotServedAsSomethingElse) {

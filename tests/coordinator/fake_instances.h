@@ -62,6 +62,7 @@ inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instan
   r.set_num_local_kv_heads(uint32_t(shard.num_local_kv_heads()));
   r.set_head_dim(uint32_t(spec.head_dim));
   r.set_block_size(uint32_t(block_size));
+  r.set_kv_cache_dtype("float32");
   r.set_num_blocks(uint32_t(num_blocks));
   r.set_vocab_size(uint32_t(spec.vocab_size));
   if (with_kv_endpoint) {
@@ -70,7 +71,7 @@ inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instan
     e->set_block_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
     e->set_num_blocks(uint64_t(num_blocks));
     e->set_layout_version(kKvBlockLayoutVersion);
-    e->set_dtype("f32");
+    e->set_dtype("float32");
     for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) e->add_kv_heads(uint32_t(h));
     r.set_kv_write_key(FakeKvWriteKey(instance, rank));
   }

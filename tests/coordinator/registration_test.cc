@@ -31,6 +31,7 @@ proto::RegisterRequest Good(const ModelSpec& spec, int instance, int rank, int t
   r.set_num_local_kv_heads(spec.num_kv_heads / tp);
   r.set_head_dim(spec.head_dim);
   r.set_block_size(16);
+  r.set_kv_cache_dtype("float32");
   r.set_num_blocks(100);
   r.set_vocab_size(spec.vocab_size);
   return r;
@@ -75,6 +76,46 @@ TEST(RegistrationTest, RejectsMismatchesNamingTheField) {
   r = Good(spec, 0, 0, 1);
   r.set_num_blocks(0);
   expect(r, "i0r0", "num_blocks");
+  // A rank started with another cache.kv_cache_dtype: both dtypes named.
+  r = Good(spec, 0, 0, 1);
+  r.set_kv_cache_dtype("q8_0");
+  expect(r, "i0r0", "kv_cache_dtype is `q8_0` but the deployment's cache.kv_cache_dtype is `float32`");
+}
+
+// Ranks of a deployment in q8_0 register with q8_0 blocks, their byte size
+// taken from the q8_0 layout; a float32 rank is refused naming both dtypes.
+TEST(RegistrationTest, KvCacheDtypeMustBeTheDeployments) {
+  ModelSpec spec = testing::FakeLlamaSpec();
+  Config config = TwoInstances();
+  config.kv_cache_dtype = KvCacheDtype::kQ8_0;
+  config.kv_transfer_enabled = true;
+  const KvCacheLayout q8{16, spec.head_dim, KvCacheDtype::kQ8_0};
+  auto with_endpoint = [&](const char* dtype, uint64_t block_bytes) {
+    proto::RegisterRequest r = Good(spec, 0, 0, 1);
+    r.set_kv_cache_dtype(dtype);
+    proto::KvEndpoint* e = r.mutable_kv_endpoint();
+    e->set_worker_address("ucx-address");
+    e->set_block_bytes(block_bytes);
+    e->set_num_blocks(100);
+    e->set_layout_version(kKvBlockLayoutVersion);
+    e->set_dtype(dtype);
+    e->add_kv_heads(0);
+    e->add_kv_heads(1);
+    e->add_kv_heads(2);
+    r.set_kv_write_key(std::string(kKvWriteKeyBytes, 'k'));
+    return r;
+  };
+  Status ok = ValidateRegisterRequest(with_endpoint("q8_0", q8.BlockBytes()), "i0r0", config, spec);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  Status f32 = ValidateRegisterRequest(
+      with_endpoint("float32", KvCacheLayout{16, spec.head_dim}.BlockBytes()), "i0r0", config, spec);
+  EXPECT_EQ(f32.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(f32.message().find("`float32` but the deployment's cache.kv_cache_dtype is `q8_0`"),
+            std::string::npos)
+      << f32.message();
+  proto::RegisterRequest wrong_bytes = with_endpoint("q8_0", KvCacheLayout{16, spec.head_dim}.BlockBytes());
+  Status bytes = ValidateRegisterRequest(wrong_bytes, "i0r0", config, spec);
+  EXPECT_NE(bytes.message().find("kv_endpoint.block_bytes"), std::string::npos) << bytes.message();
 }
 
 // With kv_transfer on, a worker whose block layout could not be read by its
@@ -90,7 +131,7 @@ TEST(RegistrationTest, KvEndpointLayoutMustMatch) {
     e->set_block_bytes(KvCacheLayout{16, spec.head_dim}.BlockBytes());
     e->set_num_blocks(100);
     e->set_layout_version(kKvBlockLayoutVersion);
-    e->set_dtype("f32");
+    e->set_dtype("float32");
     const TpShard shard = ShardForRank(spec, tp, rank);
     for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) e->add_kv_heads(h);
     r.set_kv_write_key(std::string(kKvWriteKeyBytes, 'k'));

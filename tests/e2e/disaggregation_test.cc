@@ -68,6 +68,49 @@ TEST(DisaggregationTest, OutputsEqualColocatedAtDecodeTp1AndTp3) {
   }
 }
 
+// Every KV cache dtype: the decode instance reads the bytes the prefill
+// instance quantized and moved, scales included, so its greedy outputs
+// equal a colocated TP 1 deployment's in the same dtype; a moved block is
+// the dtype's size (f32's is 2 x 16 x 64 x 4 = 8192 bytes). float16 and
+// q8_0 decode at TP 3 (TP against TP 1 too). q4_0 decodes at TP 1: TP 3's
+// all-reduce adds partial sums in another order, and a last-bit change of
+// a K or V value that lands on a 4-bit rounding boundary moves the value by
+// a whole step (1/8 of its group's largest magnitude), enough to flip a
+// near-tie later in 2 of these 8 prompts; that is TP's rounding, not the
+// transfer.
+TEST(DisaggregationTest, EveryKvCacheDtypeEqualsColocatedAndMovesItsOwnBytes) {
+  HW_REQUIRE_MODEL(SmolLm2Path());
+  struct DtypeCase {
+    std::string dtype;
+    double block_bytes;
+    int decode_tp;
+  };
+  for (const DtypeCase& c : {DtypeCase{"float16", 4096.0, 3}, DtypeCase{"q8_0", 2176.0, 3},
+                             DtypeCase{"q4_0", 1152.0, 1}}) {
+    SCOPED_TRACE(c.dtype);
+    DeploymentOptions options;
+    options.model_path = SmolLm2Path();
+    options.kv_cache_dtype = c.dtype;
+    std::string error;
+    std::vector<std::string> colocated;
+    {
+      std::unique_ptr<Deployment> local = Deployment::Start(options, &error);
+      ASSERT_NE(local, nullptr) << error;
+      colocated = RunAll(*local);
+    }
+    options.pd_decode_tp_size = c.decode_tp;
+    std::unique_ptr<Deployment> pd = Deployment::Start(options, &error);
+    ASSERT_NE(pd, nullptr) << error;
+    const std::vector<std::string> out = RunAll(*pd);
+    ASSERT_EQ(out.size(), colocated.size());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], colocated[i]) << "request " << i;
+    const double blocks = Metric(*pd, "headway:kv_transfer_blocks_total");
+    EXPECT_GT(blocks, 0);
+    EXPECT_EQ(Metric(*pd, "headway:kv_transfer_bytes_total"), blocks * c.block_bytes);
+    EXPECT_EQ(Metric(*pd, "headway:kv_transfer_fallbacks_total"), 0);
+  }
+}
+
 // Three turns of one conversation: each turn's prompt extends the last, so
 // the decode instance's prefix cache already holds every whole block of the
 // previous prompt (moved to it, or computed by it after the move) and only

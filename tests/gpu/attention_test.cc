@@ -73,7 +73,7 @@ struct HostBatch {
   std::vector<int32_t> query_start, start_pos, token_seq, positions;
   std::vector<int32_t> block_ids;  // [num_seqs, num_kv_heads, max_blocks]
   std::vector<SlotSpec> specs;     // [num_kv_heads]
-  std::vector<float> pool;         // [num_blocks, BlockFloats()]
+  std::vector<float> pool;         // [num_blocks, BlockBytes() / 4]: a float32 layout
   KvCacheLayout layout;
   int max_blocks = 0;
   int max_query_len = 0;
@@ -131,7 +131,7 @@ HostBatch BuildBatch(const Scenario& sc, uint64_t seed) {
     if (id >= 0) id = perm[id];
   }
 
-  b.pool.assign(size_t(num_blocks) * b.layout.BlockFloats(), kNaN);
+  b.pool.assign(size_t(num_blocks) * b.layout.BlockBytes() / sizeof(float), kNaN);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (int s = 0; s < num_seqs; ++s) {
     const int p_first = sc.seqs[s].start_pos;
@@ -143,10 +143,10 @@ HostBatch BuildBatch(const Scenario& sc, uint64_t seed) {
         const int32_t id = row[pos / bs];
         EXPECT_GE(id, 0);
         if (id < 0) continue;
-        float* block = b.pool.data() + size_t(id) * b.layout.BlockFloats();
+        float* block = b.pool.data() + size_t(id) * b.layout.BlockBytes() / sizeof(float);
         for (int d = 0; d < sc.head_dim; ++d) {
-          block[b.layout.KOffset(pos % bs) + d] = dist(rng);
-          block[b.layout.VOffset(pos % bs) + d] = dist(rng);
+          block[b.layout.KOffset(pos % bs) / sizeof(float) + d] = dist(rng);
+          block[b.layout.VOffset(pos % bs) / sizeof(float) + d] = dist(rng);
         }
       }
     }
@@ -201,7 +201,7 @@ AttentionCheck RunAttention(const Scenario& sc, uint64_t seed) {
   std::vector<float> want(out_floats);
   const BatchLayout layout{int(b.start_pos.size()), b.query_start.data(), b.start_pos.data()};
   const LayerBlockTable host_table{b.block_ids.data(), sc.num_kv_heads, b.max_blocks};
-  cpu::PagedAttention(q.data(), b.pool.data(), layout, host_table, b.specs.data(), b.layout,
+  cpu::PagedAttention(q.data(), reinterpret_cast<const uint8_t*>(b.pool.data()), layout, host_table, b.specs.data(), b.layout,
                       num_heads, scale, want.data());
 
   DeviceArrays d = ToDeviceArrays(b, sc.num_kv_heads);
@@ -389,7 +389,8 @@ TEST(CudaRopeAppendKv, MatchesCpuRopeAndAppendKv) {
                 style);
       const BatchLayout layout{int(b.start_pos.size()), b.query_start.data(), b.start_pos.data()};
       const LayerBlockTable host_table{b.block_ids.data(), sc.num_kv_heads, b.max_blocks};
-      cpu::AppendKv(k_rot.data(), v.data(), layout, host_table, b.layout, b.pool.data());
+      cpu::AppendKv(k_rot.data(), v.data(), layout, host_table, b.layout,
+                    reinterpret_cast<uint8_t*>(b.pool.data()));
 
       const double q_error = MaxAbsDiff(got_q, q);
       const double pool_error = MaxAbsDiff(got_pool, b.pool);

@@ -88,7 +88,7 @@ Status RunRank(const std::string& path, Backend backend, int tp_size, int tp_ran
                         cuda::DeviceBuffer::Allocate(size_t(num_blocks) * layout.BlockBytes()));
     HW_RETURN_IF_ERROR(cuda::Memset(memory.data(), 0, memory.bytes(), nullptr));
     auto owner = std::make_shared<cuda::DeviceBuffer>(std::move(memory));
-    pool = KvPool::WrapDeviceMemory(layout, num_blocks, owner->as<float>(), device, owner);
+    pool = KvPool::WrapDeviceMemory(layout, num_blocks, owner->as<uint8_t>(), device, owner);
   }
   return RunWorkload(model.get(), pool.get(), kMaxBlocks, decode_tokens, out);
 }

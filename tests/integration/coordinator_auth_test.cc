@@ -81,6 +81,7 @@ class TestWorker {
     r->set_num_local_kv_heads(spec_.num_kv_heads);
     r->set_head_dim(spec_.head_dim);
     r->set_block_size(kBlockSize);
+    r->set_kv_cache_dtype("float32");
     r->set_block_bytes(uint64_t(2) * kBlockSize * spec_.head_dim * 4);
     r->set_num_blocks(kNumBlocks);
     r->set_vocab_size(spec_.vocab_size);

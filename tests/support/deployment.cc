@@ -34,8 +34,9 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  kv_memory_mb: " << o.kv_memory_mb << "\n"
     << "  gpu_memory_utilization: " << o.gpu_memory_utilization << "\n"
     << "  enable_recycling: " << (o.enable_recycling ? "true" : "false") << "\n"
-    << "  enable_prefix_caching: " << (o.enable_prefix_caching ? "true" : "false") << "\n"
-    << "scheduler:\n"
+    << "  enable_prefix_caching: " << (o.enable_prefix_caching ? "true" : "false") << "\n";
+  if (!o.kv_cache_dtype.empty()) y << "  kv_cache_dtype: " << o.kv_cache_dtype << "\n";
+  y << "scheduler:\n"
     << "  max_num_seqs: " << o.max_num_seqs << "\n"
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"
     << "  max_model_len: " << o.max_model_len << "\n";

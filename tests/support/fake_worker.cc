@@ -71,6 +71,7 @@ void FakeWorker::Impl::Run() {
   r->set_num_local_kv_heads(spec.num_kv_heads / options.tp_size);
   r->set_head_dim(spec.head_dim);
   r->set_block_size(options.block_size);
+  r->set_kv_cache_dtype("float32");
   r->set_block_bytes(uint64_t(2) * options.block_size * spec.head_dim * 4);  // K and V, f32
   r->set_num_blocks(options.num_blocks);
   r->set_vocab_size(spec.vocab_size);

@@ -34,8 +34,8 @@ Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization) {
 Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, int device,
                                                    double gpu_memory_utilization,
                                                    int64_t reserve_bytes) {
-  if (layout.block_size <= 0 || layout.head_dim <= 0) {
-    return Status::InvalidArgument("KV pool: block_size and head_dim must be positive");
+  if (std::string why = layout.Check(); !why.empty()) {
+    return Status::InvalidArgument("KV pool: " + why);
   }
   HW_ASSIGN_OR_RETURN(DeviceInfo info, CheckedDevice(device, gpu_memory_utilization));
   const int64_t budget = BudgetOf(info, gpu_memory_utilization);
@@ -55,7 +55,7 @@ Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, 
   HW_RETURN_IF_ERROR(Memset(buffer.data(), 0, bytes, nullptr));
   HW_RETURN_IF_ERROR(Synchronize(nullptr, "zeroing the KV pool"));
   auto owner = std::make_shared<DeviceBuffer>(std::move(buffer));
-  float* data = owner->as<float>();
+  uint8_t* data = owner->as<uint8_t>();
   return KvPool::WrapDeviceMemory(layout, int(num_blocks), data, device, std::move(owner));
 }
 
