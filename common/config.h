@@ -24,7 +24,7 @@
 //     enable_prefix_caching: true
 //     enable_recycling: true
 //     recycling_granularity: kv_head   # or layer
-//     kv_cache_dtype: float32      # or float16, q8_0, q4_0 (common/kv_layout.h)
+//     kv_cache_dtype: float32      # or float16, q8_0, q4_0, q4_0_hadamard (common/kv_layout.h)
 //   scheduler:
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512

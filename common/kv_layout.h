@@ -14,14 +14,17 @@
 //                                                           2 bytes a value
 //   q8_0     head_dim / 32 groups, each llama.cpp's block_q8_0:
 //              f16 d | int8 q[32]          value i = d * q[i]
-//              d = max|x| / 127 (x: the group's 32 values), q[i] = x[i] / d
-//              rounded to nearest even; d = 0 codes an all-zero group
+//              d = max|x| / 127 (x: the group's 32 values, f32), id = 1 / d
+//              (0 when d = 0), q[i] = x[i] * id rounded to nearest even
+//              (f32 product, then the rounding); d is stored rounded to f16
 //                                                           34 bytes / 32 values
 //   q4_0     head_dim / 32 groups, each llama.cpp's block_q4_0:
 //              f16 d | uint8 qs[16]        value i = d * (nibble_i - 8),
 //              nibble_i = qs[i] & 15 for i < 16, qs[i - 16] >> 4 otherwise;
-//              d = m / -8 where m is the group's value of largest magnitude,
-//              nibble = min(15, floor(x / d + 8.5))   18 bytes / 32 values
+//              d = m / -8 where m is the group's first value of largest
+//              magnitude, id = 1 / d (0 when d = 0), nibble = min(15,
+//              floor(fma(x, id, 8.5))), one rounding for x * id + 8.5
+//                                                          18 bytes / 32 values
 //   q4_0_hadamard  q4_0 of each group of 32 values rotated first:
 //              y = H x / sqrt(32), H the 32 x 32 Sylvester Walsh-Hadamard
 //              matrix, in f32 as 5 butterfly stages (stage s = 0..4 replaces
@@ -37,7 +40,8 @@
 // (ggml-common.h defines block_q8_0 and block_q4_0; ggml-quants.c's
 // quantize_row_q8_0_ref / quantize_row_q4_0_ref quantize them: q8_0 here
 // rounds ties to even, as ggml's AVX2 path does, where its scalar path
-// rounds them away from zero.) A block carries its own scales, so it is
+// rounds them away from zero, and q4_0 fuses x * id + 8.5, where ggml rounds
+// the product first.) Rows holding NaN or infinity are not specified. A block carries its own scales, so it is
 // recycled, cached and transferred as one unit.
 //
 // Any slot (layer, local KV head) can take any block. Logical block i of a

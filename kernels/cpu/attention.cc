@@ -266,14 +266,6 @@ class TileAttention {
     if (b + 1 < max_blocks && (b + 1) * bs_ <= pos_last && block_row[b + 1] >= 0) {
       Prefetch(pool + size_t(block_row[b + 1]) * layout.BlockBytes(), layout.BlockBytes());
     }
-    const float* k = reinterpret_cast<const float*>(block + layout.KOffset(0));
-    const float* v = reinterpret_cast<const float*>(block + layout.VOffset(0));
-    if (layout.dtype != KvCacheDtype::kFloat32) {
-      DecodeKvRows(block + layout.KOffset(0), n, hd_, layout.dtype, decoded_k_.data());
-      DecodeKvRows(block + layout.VOffset(0), n, hd_, layout.dtype, decoded_v_.data());
-      k = decoded_k_.data();
-      v = decoded_v_.data();
-    }
 
     // Rows sorted by position see keys of this block in one run [r_lo, r_hi).
     int r_lo = rows, r_hi = 0;
@@ -286,6 +278,15 @@ class TileAttention {
     }
     if (r_lo >= r_hi) return;
     const int i_lo = r_lo * group_, i_hi = r_hi * group_;
+
+    const float* k = reinterpret_cast<const float*>(block + layout.KOffset(0));
+    const float* v = reinterpret_cast<const float*>(block + layout.VOffset(0));
+    if (layout.dtype != KvCacheDtype::kFloat32) {
+      DecodeKvRows(block + layout.KOffset(0), n, hd_, layout.dtype, decoded_k_.data());
+      DecodeKvRows(block + layout.VOffset(0), n, hd_, layout.dtype, decoded_v_.data());
+      k = decoded_k_.data();
+      v = decoded_v_.data();
+    }
 
     // Scores, -inf where a row does not see the key and past the block's keys.
     const float* key[8];

@@ -61,8 +61,10 @@ void EncodeQ4_0(const float* x, int head_dim, uint8_t* row) {
     const uint16_t dh = ToHalf(d);
     std::memcpy(row, &dh, 2);
     for (int i = 0; i < 16; ++i) {
-      const int lo = std::min(15, int(std::floor(x[i] * id + 8.5f)));
-      const int hi = std::min(15, int(std::floor(x[i + 16] * id + 8.5f)));
+      // One rounding, as the format says (the compiler would fuse x * id +
+      // 8.5 here but not in an unoptimised build: say it).
+      const int lo = std::min(15, int(std::floor(std::fma(x[i], id, 8.5f))));
+      const int hi = std::min(15, int(std::floor(std::fma(x[i + 16], id, 8.5f))));
       row[2 + i] = uint8_t(lo | (hi << 4));
     }
   }

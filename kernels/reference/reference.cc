@@ -197,8 +197,8 @@ void QuantizeKvRow(const float* x, int head_dim, KvCacheDtype dtype, uint8_t* ro
         const uint16_t dh = FloatToHalf(d);
         std::memcpy(row, &dh, 2);
         for (int i = 0; i < 16; ++i) {
-          const int lo = std::min(15, int(std::floor(v[i] * id + 8.5f)));
-          const int hi = std::min(15, int(std::floor(v[i + 16] * id + 8.5f)));
+          const int lo = std::min(15, int(std::floor(std::fma(v[i], id, 8.5f))));
+          const int hi = std::min(15, int(std::floor(std::fma(v[i + 16], id, 8.5f))));
           row[2 + i] = uint8_t(lo | (hi << 4));
         }
       }

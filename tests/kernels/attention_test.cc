@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -563,6 +564,33 @@ TEST(KvCodecTest, HadamardSpreadsAChannelAndIsItsOwnInverse) {
   for (int i = 32; i < 64; ++i) EXPECT_NEAR(std::fabs(y[i]), 2.0f / std::sqrt(32.0f), 1e-7f) << i;
   reference::Hadamard32Groups(y.data(), 64);
   for (int i = 0; i < 64; ++i) EXPECT_NEAR(y[i], x[i], 1e-6f) << i;
+}
+
+// q4_0 values whose x * (1/d) + 8.5 lands within an ulp of a step boundary:
+// the format rounds once (fma), so an encoder that rounds the product first
+// (or a compiler that fuses only one of two builds) gives other nibbles.
+TEST(KvCodecTest, Q4BoundariesRoundOnceAsTheFormatSays) {
+  const KvCacheLayout layout{1, 32, KvCacheDtype::kQ4_0};
+  const float m = -24.0f;  // d = 3: 1/d is not exact in f32
+  const float id = 1.0f / (m / -8.0f);
+  int rounding_matters = 0;
+  for (int k = -7; k <= 7; ++k) {
+    float x = 3.0f * (float(k) - 0.5f);
+    for (int step = 0; step < 8; ++step, x = std::nextafter(x, 0.0f)) {
+      std::vector<float> row(32, 0.0f);
+      row[0] = m;
+      row[1] = x;
+      const int32_t query_start[2] = {0, 1}, start_pos[1] = {0}, ids[1] = {0};
+      std::vector<uint8_t> pool(layout.BlockBytes(), kNaNByte), want(layout.RowBytes());
+      cpu::AppendKv(row.data(), row.data(), BatchLayout{1, query_start, start_pos},
+                    LayerBlockTable{ids, 1, 1}, layout, pool.data());
+      reference::QuantizeKvRow(row.data(), 32, KvCacheDtype::kQ4_0, want.data());
+      ASSERT_EQ(std::memcmp(pool.data(), want.data(), want.size()), 0) << "x = " << x;
+      rounding_matters += std::floor(std::fma(x, id, 8.5f)) != std::floor(x * id + 8.5f);
+    }
+  }
+  std::printf("[ measured ] %d of 120 values round differently when x * id is rounded first\n",
+              rounding_matters);
 }
 
 // The CPU kernel's encoder and decoder against the reference's, bit for bit,
