@@ -12,6 +12,9 @@
 //   top1_same         share of rows whose argmax equals the baseline's
 //   kv_bytes_per_token  KV bytes one token takes on this rank (all layers)
 // Everything runs in process, one TP rank (no coordinator or ZeroMQ).
+// A dtype written FULL+SLIDING (e.g. float16+q8_0) stores full-attention
+// slots in FULL and sliding-window slots in SLIDING (cache.kv_cache_dtype
+// and cache.kv_cache_dtype_sliding), in one arena (common/kv_arena.h).
 //
 //   headway-kv-accuracy-bench --model PATH
 //       [--text /usr/share/common-licenses/GPL-3] [--ctx 512] [--threads 2]
@@ -33,6 +36,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "common/kv_arena.h"
 
 #include "bench/kv_dtype_flags.h"
 #include "common/gguf.h"
@@ -63,23 +68,45 @@ void LogSoftmax(const float* logits, int vocab, std::vector<double>* out) {
   for (int v = 0; v < vocab; ++v) (*out)[size_t(v)] = double(logits[v]) - log_z;
 }
 
+// "float16", or "float16+q8_0" for a pair of dtypes.
+std::string DtypesName(const KvCacheDtypes& d) {
+  return d.full == d.sliding
+             ? KvCacheDtypeName(d.full)
+             : std::string(KvCacheDtypeName(d.full)) + "+" + KvCacheDtypeName(d.sliding);
+}
+
 // Logits of rows [first, ctx - 1) of one chunk run from an empty cache in
-// `dtype`: [ctx - 1 - first, vocab].
+// `dtypes`: [ctx - 1 - first, vocab]. Each block class takes its own run of
+// chunks of the arena.
 Result<std::vector<float>> ChunkLogits(DecoderModel& model, const std::vector<int32_t>& tokens,
-                                       int first, KvCacheDtype dtype) {
+                                       int first, const KvCacheDtypes& dtypes) {
   const ModelSpec& spec = model.spec();
   const int n = int(tokens.size());
   const int n_kv = model.num_local_kv_heads();
   const int blocks_per_row = (n + kBlockSize - 1) / kBlockSize;
-  const KvCacheLayout layout{kBlockSize, spec.head_dim, dtype};
+  const KvArenaLayout arena = MakeKvArenaLayout(kBlockSize, spec.head_dim, dtypes, spec.slot_specs);
+  std::vector<int64_t> rows_of_class(arena.classes.size(), 0);
+  for (int l = 0; l < spec.num_layers; ++l) {
+    for (int h = 0; h < n_kv; ++h) {
+      ++rows_of_class[size_t(arena.ClassOf(arena.dtypes.For(model.slot_spec(l * n_kv + h))))];
+    }
+  }
+  std::vector<int32_t> next_id(arena.classes.size());
+  int64_t chunks = 0;
+  for (size_t c = 0; c < arena.classes.size(); ++c) {
+    const int64_t per_chunk = arena.BlocksPerChunk(arena.classes[c]);
+    next_id[c] = int32_t(chunks * per_chunk);
+    chunks += (rows_of_class[c] * blocks_per_row + per_chunk - 1) / per_chunk;
+  }
   HW_ASSIGN_OR_RETURN(std::unique_ptr<KvPool> pool,
-                      KvPool::Create(layout, int64_t(model.num_slots()) * blocks_per_row *
-                                                 int64_t(layout.BlockBytes())));
+                      KvPool::CreateArena(arena, chunks * int64_t(arena.chunk_bytes)));
   std::vector<std::vector<int32_t>> table_ids(size_t(spec.num_layers));
   std::vector<LayerBlockTable> tables(size_t(spec.num_layers));
-  int next = 0;
   for (int l = 0; l < spec.num_layers; ++l) {
-    for (int i = 0; i < n_kv * blocks_per_row; ++i) table_ids[size_t(l)].push_back(next++);
+    for (int h = 0; h < n_kv; ++h) {
+      const size_t c = size_t(arena.ClassOf(arena.dtypes.For(model.slot_spec(l * n_kv + h))));
+      for (int i = 0; i < blocks_per_row; ++i) table_ids[size_t(l)].push_back(next_id[c]++);
+    }
     tables[size_t(l)] = LayerBlockTable{table_ids[size_t(l)].data(), n_kv, blocks_per_row};
   }
   std::vector<int32_t> positions(static_cast<size_t>(n));
@@ -101,7 +128,7 @@ Result<std::vector<float>> ChunkLogits(DecoderModel& model, const std::vector<in
 }
 
 int Run(const std::string& model_path, const std::string& text_path, int ctx,
-        const std::vector<KvCacheDtype>& dtypes, int max_chunks) {
+        const std::vector<KvCacheDtypes>& dtypes, int max_chunks) {
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "headway-kv-accuracy-bench: %s\n", s.ToString().c_str());
     return 1;
@@ -117,9 +144,11 @@ int Run(const std::string& model_path, const std::string& text_path, int ctx,
   if (!weights.ok()) return fail(weights.status());
   Result<std::unique_ptr<DecoderModel>> model = DecoderModel::Create(*spec, std::move(*weights));
   if (!model.ok()) return fail(model.status());
-  for (KvCacheDtype d : dtypes) {
-    if (std::string why = KvCacheLayout{kBlockSize, spec->head_dim, d}.Check(); !why.empty()) {
-      return fail(Status::InvalidArgument(why));
+  for (const KvCacheDtypes& pair : dtypes) {
+    for (KvCacheDtype d : {pair.full, pair.sliding}) {
+      if (std::string why = KvCacheLayout{kBlockSize, spec->head_dim, d}.Check(); !why.empty()) {
+        return fail(Status::InvalidArgument(why));
+      }
     }
   }
 
@@ -180,13 +209,15 @@ int Run(const std::string& model_path, const std::string& text_path, int ctx,
   for (size_t d = 0; d < dtypes.size(); ++d) {
     const DtypeScore& s = scores[d];
     const double ppl = std::exp(s.nll / double(s.rows));
-    const KvCacheLayout layout{kBlockSize, spec->head_dim, dtypes[d]};
-    const size_t bytes_per_token =
-        size_t(spec->num_layers) * spec->num_kv_heads * 2 * layout.RowBytes();
+    size_t bytes_per_token = 0;
+    for (const SlotSpec& slot : spec->slot_specs) {
+      bytes_per_token +=
+          2 * KvCacheLayout{kBlockSize, spec->head_dim, dtypes[d].For(slot)}.RowBytes();
+    }
     std::printf(
         "    {\"kv_cache_dtype\": \"%s\", \"kv_bytes_per_token\": %zu, \"perplexity\": %.5f, "
         "\"ppl_ratio\": %.5f, \"mean_kld\": %.6f, \"top1_same\": %.5f}%s\n",
-        KvCacheDtypeName(dtypes[d]), bytes_per_token, ppl, ppl / base_ppl,
+        DtypesName(dtypes[d]).c_str(), bytes_per_token, ppl, ppl / base_ppl,
         s.kld / double(s.rows), double(s.top1_same) / double(s.rows),
         d + 1 < dtypes.size() ? "," : "");
   }
@@ -212,12 +243,21 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads")->check(CLI::PositiveNumber);
   app.add_option("--max-chunks", max_chunks, "score at most this many chunks (0: all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-cache-dtypes", dtype_names, "dtypes; the first is the baseline");
+  app.add_option("--kv-cache-dtypes", dtype_names,
+                 "dtypes, or FULL+SLIDING pairs; the first is the baseline");
   CLI11_PARSE(app, argc, argv);
-  const std::optional<std::vector<headway::KvCacheDtype>> parsed =
-      headway::bench::ParseKvCacheDtypeFlag(dtype_names);
-  if (!parsed) return 2;
-  const std::vector<headway::KvCacheDtype>& dtypes = *parsed;
+  std::vector<headway::KvCacheDtypes> dtypes;
+  for (const std::string& name : dtype_names) {
+    const size_t plus = name.find('+');
+    const std::vector<std::string> parts =
+        plus == std::string::npos
+            ? std::vector<std::string>{name, name}
+            : std::vector<std::string>{name.substr(0, plus), name.substr(plus + 1)};
+    const std::optional<std::vector<headway::KvCacheDtype>> parsed =
+        headway::bench::ParseKvCacheDtypeFlag(parts);
+    if (!parsed) return 2;
+    dtypes.push_back({(*parsed)[0], (*parsed)[1]});
+  }
   headway::cpu::SetNumThreads(threads);
   return headway::Run(model_path, text_path, ctx, dtypes, max_chunks);
 }

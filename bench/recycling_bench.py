@@ -29,6 +29,13 @@ on a 2-core CPU):
            where 2 fit without recycling and 3 with it. At `layer`
            granularity no SmolLM2 layer recycles (each has full heads), as
            in an engine with one block table per layer.
+  gemma3-dtypes  gemma3.yaml in 296 MiB again, with recycling and smaller
+           KV cache dtypes: variants off and kv_head (float32),
+           f16_q8sliding (cache.kv_cache_dtype float16,
+           cache.kv_cache_dtype_sliding q8_0) and q8_0; 24 prompts of
+           3,968 + 32 tokens. Not part of `both`.
+--variants a,b,... runs only those variants of the workload, the first as
+the baseline.
 
 Prints progress to stderr and one JSON object to stdout: per workload the
 shared settings, per variant its knobs and figures, and `ratios` of each
@@ -52,8 +59,9 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Each variant: (name, enable_recycling, recycling_granularity). The first is
-# the baseline every ratio is taken against.
+# Each variant: (name, enable_recycling, recycling_granularity[,
+# kv_cache_dtype, kv_cache_dtype_sliding]); the dtypes default to float32.
+# The first is the baseline every ratio is taken against.
 #
 # KV budgets, in blocks of one (layer, KV head) row (16 positions, f32 K+V).
 # Each leaves, beside the full sequences that fit without recycling, less
@@ -87,6 +95,22 @@ WORKLOADS = {
         "num_prompts": 6,
         "variants": [("off", False, "kv_head"), ("layer", True, "layer"),
                      ("kv_head", True, "kv_head")],
+    },
+    # Recycling with smaller KV dtypes (common/kv_arena.h: sliding slots in
+    # their own dtype share one arena with the full ones). Same 296 MiB as
+    # gemma3, where float32 without recycling holds 2 sequences of 4,096
+    # positions; a float16 + q8_0-sliding sequence takes 3 x 256 f16 blocks
+    # (12 MiB) + 15 x 33 q8_0 blocks (4.1 MiB), about 18 of them.
+    "gemma3-dtypes": {
+        "config": "deploy/configs/gemma3.yaml",
+        "kv_memory_mb": 296,
+        "input_len": 3968,
+        "output_len": 32,
+        "num_prompts": 24,
+        "variants": [("off", False, "kv_head"),
+                     ("kv_head", True, "kv_head"),
+                     ("f16_q8sliding", True, "kv_head", "float16", "q8_0"),
+                     ("q8_0", True, "kv_head", "q8_0", "q8_0")],
     },
 }
 
@@ -150,7 +174,8 @@ def yaml_value(lines, section, key):
     return None
 
 
-def write_config(base_path, out_path, kv_memory_mb, enable_recycling, granularity):
+def write_config(base_path, out_path, kv_memory_mb, enable_recycling, granularity,
+                 kv_cache_dtype="float32", kv_cache_dtype_sliding="float32"):
     """Copies the base config with the variant's cache knobs and free ports.
     A relative model.head_pattern is made absolute (it resolves against the
     config file's directory, and the copy lives elsewhere)."""
@@ -162,6 +187,8 @@ def write_config(base_path, out_path, kv_memory_mb, enable_recycling, granularit
     set_yaml_key(lines, "cache", "kv_memory_mb", str(kv_memory_mb))
     set_yaml_key(lines, "cache", "enable_recycling", "true" if enable_recycling else "false")
     set_yaml_key(lines, "cache", "recycling_granularity", granularity)
+    set_yaml_key(lines, "cache", "kv_cache_dtype", kv_cache_dtype)
+    set_yaml_key(lines, "cache", "kv_cache_dtype_sliding", kv_cache_dtype_sliding)
     pattern = yaml_value(lines, "model", "head_pattern")
     if pattern and not os.path.isabs(pattern):
         absolute = os.path.join(os.path.dirname(os.path.abspath(base_path)), pattern)
@@ -242,15 +269,18 @@ class Deployment:
 
 
 def run_variant(args, workload, settings, variant, work_dir):
-    name, enable_recycling, granularity = variant
+    name, enable_recycling, granularity = variant[:3]
+    dtype, dtype_sliding = variant[3:5] if len(variant) > 3 else ("float32", "float32")
     base_config = os.path.join(REPO, settings["config"])
     config_path = os.path.join(work_dir, "%s-%s.yaml" % (workload, name))
     http_port = write_config(base_config, config_path, settings["kv_memory_mb"],
-                             enable_recycling, granularity)
+                             enable_recycling, granularity, dtype, dtype_sliding)
     result_path = os.path.join(work_dir, "%s-%s-result.json" % (workload, name))
     bench_log = os.path.join(work_dir, "%s-%s-bench.log" % (workload, name))
-    log("%s/%s: starting %s (kv_memory_mb %d, enable_recycling %s, granularity %s)"
-        % (workload, name, config_path, settings["kv_memory_mb"], enable_recycling, granularity))
+    log("%s/%s: starting %s (kv_memory_mb %d, enable_recycling %s, granularity %s, "
+        "kv_cache_dtype %s, kv_cache_dtype_sliding %s)"
+        % (workload, name, config_path, settings["kv_memory_mb"], enable_recycling, granularity,
+           dtype, dtype_sliding))
     deployment = Deployment(os.path.join(args.bin_dir, "headway-launch"), config_path, http_port,
                             args.bin_dir, args.model_dir,
                             os.path.join(work_dir, "%s-%s-launch.log" % (workload, name)),
@@ -323,6 +353,8 @@ def run_variant(args, workload, settings, variant, work_dir):
         "kv_memory_mb": settings["kv_memory_mb"],
         "enable_recycling": enable_recycling,
         "recycling_granularity": granularity,
+        "kv_cache_dtype": dtype,
+        "kv_cache_dtype_sliding": dtype_sliding,
         "peak_running": int(max(s[1] for s in samples)) if samples else None,
         "mean_running": weighted / span if span > 0 else None,
         # Fraction of the run spent at each number of running sequences: a
@@ -368,13 +400,17 @@ def main():
                                                                s["input_len"], s["output_len"],
                                                                s["num_prompts"])
                                          for w, s in WORKLOADS.items()))
-    parser.add_argument("--workload", choices=["gemma3", "smollm2", "both"], default="both")
+    parser.add_argument("--workload", choices=["gemma3", "smollm2", "both", "gemma3-dtypes"],
+                        default="both", help="both = gemma3 and smollm2")
     parser.add_argument("--kv-memory-mb", type=int,
                         help="KV pool per worker, MiB (default: per workload)")
     parser.add_argument("--input-len", type=int, help="prompt tokens (default: per workload)")
     parser.add_argument("--output-len", type=int, help="output tokens (default: per workload)")
     parser.add_argument("--num-prompts", type=int,
                         help="requests, all sent at once (default: per workload)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated variants to run, the first as the baseline "
+                             "(default: all of the workload's)")
     parser.add_argument("--seed", type=int, default=0, help="headway-bench prompt seed")
     parser.add_argument("--bin-dir", default="build/bin",
                         help="where headway-launch, -coordinator, -worker and -bench are")
@@ -414,6 +450,13 @@ def main():
             for key in ("kv_memory_mb", "input_len", "output_len", "num_prompts"):
                 if getattr(args, key) is not None:
                     settings[key] = getattr(args, key)
+            if args.variants:
+                by_name = {v[0]: v for v in settings["variants"]}
+                unknown = [n for n in args.variants.split(",") if n not in by_name]
+                if unknown:
+                    parser.error("unknown variants for %s: %s (known: %s)"
+                                 % (workload, ", ".join(unknown), ", ".join(by_name)))
+                settings["variants"] = [by_name[n] for n in args.variants.split(",")]
             variants = {}
             for variant in settings["variants"]:
                 variants[variant[0]] = run_variant(args, workload, settings, variant, work_dir)

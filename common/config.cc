@@ -147,13 +147,25 @@ Status ParseCoordinator(const YAML::Node& node, Config& config) {
   return Status::Ok();
 }
 
+// A KV cache dtype by its name (KvCacheDtypeName); BadValue naming `key`,
+// the value and the names allowed otherwise.
+Status ReadKvCacheDtype(const YAML::Node& node, const std::string& key,
+                        std::optional<KvCacheDtype>& out) {
+  std::string name;
+  HW_RETURN_IF_ERROR(ReadString(node, key, name));
+  out = ParseKvCacheDtype(name);
+  if (!out) return BadValue(key, "\"" + name + "\"", std::string("one of ") + KvCacheDtypeNames());
+  return Status::Ok();
+}
+
 Status ParseCache(const YAML::Node& node, Config& config) {
   const std::string path = "cache";
   HW_RETURN_IF_ERROR(RequireMap(node, path));
   HW_RETURN_IF_ERROR(
       CheckKeys(node, path, {"block_size", "kv_memory_mb", "enable_prefix_caching",
                              "enable_recycling", "recycling_granularity",
-                             "gpu_memory_utilization", "kv_cache_dtype"}));
+                             "gpu_memory_utilization", "kv_cache_dtype",
+                             "kv_cache_dtype_sliding"}));
   if (node["block_size"]) {
     HW_RETURN_IF_ERROR(ReadInt(node["block_size"], "cache.block_size", config.block_size));
   }
@@ -173,12 +185,14 @@ Status ParseCache(const YAML::Node& node, Config& config) {
                                 config.enable_recycling));
   }
   if (node["kv_cache_dtype"]) {
-    const std::string key = "cache.kv_cache_dtype";
-    std::string name;
-    HW_RETURN_IF_ERROR(ReadString(node["kv_cache_dtype"], key, name));
-    std::optional<KvCacheDtype> dtype = ParseKvCacheDtype(name);
-    if (!dtype) return BadValue(key, "\"" + name + "\"", std::string("one of ") + KvCacheDtypeNames());
+    std::optional<KvCacheDtype> dtype;
+    HW_RETURN_IF_ERROR(ReadKvCacheDtype(node["kv_cache_dtype"], "cache.kv_cache_dtype", dtype));
     config.kv_cache_dtype = *dtype;
+  }
+  if (node["kv_cache_dtype_sliding"]) {
+    HW_RETURN_IF_ERROR(ReadKvCacheDtype(node["kv_cache_dtype_sliding"],
+                                        "cache.kv_cache_dtype_sliding",
+                                        config.kv_cache_dtype_sliding));
   }
   if (node["recycling_granularity"]) {
     const std::string key = "cache.recycling_granularity";
@@ -677,11 +691,16 @@ Status ValidateConfig(const Config& config) {
     for (size_t i = 0; i < pool.instances.size(); ++i) {
       const std::string instance_path = Index(Child(path, "instances"), i);
       HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], instance_path));
-      if (pool.instances[i].device != "cpu" && config.kv_cache_dtype != KvCacheDtype::kFloat32) {
-        return BadValue("cache.kv_cache_dtype", KvCacheDtypeName(config.kv_cache_dtype),
-                        "float32 while " + Child(instance_path, "device") + " is \"" +
-                            pool.instances[i].device +
-                            "\" (the CUDA backend stores float32 KV only, so far)");
+      if (pool.instances[i].device == "cpu") continue;
+      const KvCacheDtypes dtypes = config.kv_cache_dtypes();
+      for (const auto& [key, dtype] : {std::pair{"cache.kv_cache_dtype", dtypes.full},
+                                       std::pair{"cache.kv_cache_dtype_sliding", dtypes.sliding}}) {
+        if (dtype != KvCacheDtype::kFloat32) {
+          return BadValue(key, KvCacheDtypeName(dtype),
+                          "float32 while " + Child(instance_path, "device") + " is \"" +
+                              pool.instances[i].device +
+                              "\" (the CUDA backend stores float32 KV only, so far)");
+        }
       }
     }
   }

@@ -25,6 +25,8 @@
 //     enable_recycling: true
 //     recycling_granularity: kv_head   # or layer
 //     kv_cache_dtype: float32      # or float16, q8_0, q4_0, q4_0_hadamard (common/kv_layout.h)
+//     kv_cache_dtype_sliding: q8_0 # optional: sliding-window slots' dtype (common/kv_arena.h);
+//                                  # default kv_cache_dtype
 //   scheduler:
 //     max_num_seqs: 32
 //     max_num_batched_tokens: 512
@@ -74,6 +76,7 @@
 #include <vector>
 
 #include "common/http_config.h"
+#include "common/kv_arena.h"
 #include "common/kv_layout.h"
 #include "common/launch_config.h"
 #include "common/security_config.h"
@@ -193,6 +196,19 @@ struct Config {
   // How K and V values are stored (vLLM's --kv-cache-dtype; the byte layouts
   // are common/kv_layout.h's). Every rank of the deployment uses it.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kFloat32;
+  // How sliding-window slots (SlotSpec::IsSliding) store K and V; nullopt =
+  // kv_cache_dtype. Lets slots that keep only their window and sink take
+  // another dtype than full ones. When it differs from kv_cache_dtype and
+  // the model has sliding slots, a rank's blocks come in two sizes and its
+  // pool is an arena of chunks (common/kv_arena.h); CheckConfigAgainstModel
+  // (common/deployment_check.h) says what such a deployment may not do yet.
+  // CUDA instances refuse anything but float32, as for kv_cache_dtype.
+  std::optional<KvCacheDtype> kv_cache_dtype_sliding;
+  // The dtype of each kind of slot: full = kv_cache_dtype, sliding =
+  // kv_cache_dtype_sliding or kv_cache_dtype.
+  KvCacheDtypes kv_cache_dtypes() const {
+    return {kv_cache_dtype, kv_cache_dtype_sliding.value_or(kv_cache_dtype)};
+  }
   // CUDA workers (device cuda:N): the fraction of the GPU's memory this
   // worker may use in all (vLLM's gpu_memory_utilization): the KV pool gets
   // what is left of it after the weights and the step buffers.

@@ -3,12 +3,12 @@
 // worker (pools, transfer) and the kernels must agree on. Kernel argument
 // views over a batch (BatchLayout, LayerBlockTable) are kernels/kv_cache.h's.
 //
-// A rank's KV pool is one byte array of `num_blocks` equal blocks (host or
-// device memory):
+// A rank's KV pool is one byte arena (common/kv_arena.h; host or device),
+// and a block of a slot whose dtype is d, id b, is at pool + b * BlockBytes():
 //   block b: K rows [block_size] | V rows [block_size]
-// at pool + b * BlockBytes(). Row p of K (of V) holds the key (value) vector
-// of position p of the block, head_dim values encoded in the deployment's
-// KV cache dtype (cache.kv_cache_dtype), little-endian:
+// (one dtype: an array of equal blocks). Row p of K (of V) holds the key (value) vector
+// of position p of the block, head_dim values encoded in the slot's KV cache
+// dtype (cache.kv_cache_dtype, or cache.kv_cache_dtype_sliding), little-endian:
 //   float32  head_dim x IEEE 754 binary32                   4 bytes a value
 //   float16  head_dim x IEEE 754 binary16 (round to nearest even)
 //                                                           2 bytes a value

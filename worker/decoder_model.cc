@@ -74,8 +74,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
   const int inter = s.intermediate_end - s.intermediate_begin;
   const float eps = spec_.rms_norm_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const KvCacheLayout& layout = pool->layout();
-  HW_CHECK(layout.head_dim == hd);
+  const KvArenaLayout& arena = pool->arena();
+  HW_CHECK(arena.head_dim == hd);
   EnsureScratch(n);
   rope_angles_used_ = 0;
 
@@ -100,9 +100,14 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvPool* pool, std::vecto
     const cpu::RopeAngles& angles = RopeAnglesFor(batch, n, spec_.RopeFreqBase(l));
     cpu::Rope(q_.data(), angles, n_heads, arch_.rope_style);
     cpu::Rope(k_.data(), angles, n_kv, arch_.rope_style);
+    // Each layer's blocks are of its slots' dtype (common/kv_arena.h): the
+    // kernels take one layout for all of a layer's KV heads.
+    const SlotSpec* layer_specs = &local_specs_[size_t(l) * n_kv];
+    const KvCacheLayout layout = arena.SlotLayout(layer_specs[0]);
+    for (int h = 1; h < n_kv; ++h) HW_CHECK(arena.SlotLayout(layer_specs[h]).dtype == layout.dtype);
     cpu::AppendKv(k_.data(), v_.data(), batch.layout, table, layout, pool->data());
-    cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table,
-                        &local_specs_[size_t(l) * n_kv], layout, n_heads, scale, attn_.data());
+    cpu::PagedAttention(q_.data(), pool->data(), batch.layout, table, layer_specs, layout,
+                        n_heads, scale, attn_.data());
     linear_(w.wo, attn_.data(), n, proj_.data());
     HW_RETURN_IF_ERROR(AllReduce(proj_.data(), hidden_floats).WithContext("attention all-reduce"));
     if (arch_.post_norms) {

@@ -87,9 +87,10 @@ class ForwardModel {
   // collective (a peer died or timed out) or from the device; the rank is
   // then broken and the KV written by this step is undefined.
   // REQUIRES: the batch satisfies the ForwardBatch comments (the step
-  // executor validates plans before calling); pool->layout().head_dim ==
-  // spec().head_dim; the pool lives where the model runs (host memory for
-  // the CPU model, the model's GPU for the CUDA one).
+  // executor validates plans before calling); pool->arena() was made for
+  // spec()'s head_dim and slot specs (MakeKvArenaLayout); the pool lives
+  // where the model runs (host memory for the CPU model, the model's GPU for
+  // the CUDA one).
   virtual Status Forward(const ForwardBatch& batch, KvPool* pool, std::vector<float>* logits) = 0;
 
   // Most logit rows one Forward computes (ForwardBatch::num_logit_rows).

@@ -1,14 +1,18 @@
-// The KV block pool of one TP rank: one allocation of `num_blocks` equal
-// blocks (common/kv_layout.h lays out a block), in host memory or on the
-// rank's CUDA device (worker/cuda/device_kv_pool.h). Any slot can take any
-// block; which block belongs to which (sequence, slot) is the coordinator's
-// allocation, recorded in each sequence's head-wise block table.
+// The KV block pool of one TP rank: one allocation of `num_chunks` equal
+// chunks (common/kv_arena.h), each holding a whole number of blocks of
+// either dtype the rank's slots use (common/kv_layout.h lays out a block),
+// in host memory or on the rank's CUDA device (worker/cuda/device_kv_pool.h).
+// With one dtype a chunk is one block. Any slot can take any block of its
+// dtype; which block belongs to which (sequence, slot), and which chunk
+// holds which dtype's blocks, is the coordinator's allocation, recorded in
+// each sequence's head-wise block table.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "common/kv_arena.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
 
@@ -19,19 +23,26 @@ class KvPool {
   // Alignment of the pool's first byte (a cache line; AVX-512 loads).
   static constexpr size_t kAlignmentBytes = 64;
 
-  // Sizes the pool to the whole blocks that fit in `kv_memory_bytes`:
-  // num_blocks = kv_memory_bytes / layout.BlockBytes(), zero-filled.
-  // Errors: InvalidArgument if layout.Check() fails (block_size or head_dim
-  // not positive, head_dim not a multiple of the dtype's group) or fewer
-  // than one block fits (the message gives both sizes);
+  // Sizes the pool to the whole chunks that fit in `kv_memory_bytes`:
+  // num_chunks = kv_memory_bytes / arena.chunk_bytes, zero-filled.
+  // Errors: InvalidArgument if `arena` has no block class, a class's layout
+  // fails KvCacheLayout::Check(), fewer than one chunk fits (the message
+  // gives both sizes), or some dtype's block ids would pass 2^31 - 1;
   // ResourceExhausted if the allocation fails.
+  static Result<std::unique_ptr<KvPool>> CreateArena(const KvArenaLayout& arena,
+                                                     int64_t kv_memory_bytes);
+
+  // A pool of blocks of one `layout` (an arena of one class, chunk = block):
+  // num_blocks = kv_memory_bytes / layout.BlockBytes(). Errors as above,
+  // InvalidArgument naming the block size when no block fits.
   static Result<std::unique_ptr<KvPool>> Create(const KvCacheLayout& layout,
                                                 int64_t kv_memory_bytes);
 
   // A pool over memory allocated elsewhere (a CUDA device's, by
   // worker/cuda/): `data` holds num_blocks blocks of layout.BlockBytes(),
   // already zeroed, and stays valid while `owner` lives. `device` is the CUDA
-  // device ordinal holding it.
+  // device ordinal holding it. One dtype only (the CUDA backend stores
+  // float32 KV, common/config.h).
   // REQUIRES: num_blocks >= 1, data != nullptr, device >= 0.
   static std::unique_ptr<KvPool> WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
                                                   uint8_t* data, int device,
@@ -41,13 +52,26 @@ class KvPool {
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
-  const KvCacheLayout& layout() const { return layout_; }
-  int num_blocks() const { return num_blocks_; }
-  size_t num_bytes() const { return size_t(num_blocks_) * layout_.BlockBytes(); }
+  // The arena's geometry: its dtypes, block classes and chunk size.
+  const KvArenaLayout& arena() const { return arena_; }
+  int num_chunks() const { return num_chunks_; }
+  // Blocks of `dtype` the whole arena would hold (num_chunks *
+  // BlocksPerChunk(dtype)): the bound of that dtype's block ids. 0 for a
+  // dtype that is none of arena().classes.
+  int num_blocks(KvCacheDtype dtype) const;
 
-  // [num_blocks, BlockBytes()] bytes, laid out as common/kv_layout.h says
-  // for layout().dtype; valid for the pool's lifetime. Device memory when
-  // on_device(): only kernels and cuda copies may touch it.
+  // The layout of the arena's first block class: the full-attention slots'
+  // dtype when the model has full slots (the only class when unmixed).
+  const KvCacheLayout& layout() const { return layout_; }
+  // num_blocks(layout().dtype).
+  int num_blocks() const { return num_blocks(layout_.dtype); }
+  // num_chunks * chunk_bytes.
+  size_t num_bytes() const { return size_t(num_chunks_) * arena_.chunk_bytes; }
+
+  // [num_chunks, chunk_bytes] bytes; block b of dtype d at data() + b *
+  // arena().BlockLayout(d).BlockBytes(), laid out as common/kv_layout.h says
+  // for d; valid for the pool's lifetime. Device memory when on_device():
+  // only kernels and cuda copies may touch it.
   uint8_t* data() { return data_; }
   const uint8_t* data() const { return data_; }
 
@@ -56,13 +80,14 @@ class KvPool {
   bool on_device() const { return device_ >= 0; }
 
  private:
-  KvPool(const KvCacheLayout& layout, int num_blocks, uint8_t* data, int device,
+  KvPool(const KvArenaLayout& arena, int num_chunks, uint8_t* data, int device,
          std::shared_ptr<void> owner)
-      : layout_(layout), num_blocks_(num_blocks), data_(data), device_(device),
-        owner_(std::move(owner)) {}
+      : arena_(arena), layout_(arena.BlockLayout(arena.classes.front())),
+        num_chunks_(num_chunks), data_(data), device_(device), owner_(std::move(owner)) {}
 
+  const KvArenaLayout arena_;
   const KvCacheLayout layout_;
-  const int num_blocks_;
+  const int num_chunks_;
   uint8_t* const data_;
   const int device_;
   const std::shared_ptr<void> owner_;  // frees data_ (std::free, or the device's allocator)

@@ -48,11 +48,20 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   } else {
     memory = NewHostKvPoolMemory(pool->data(), pool->num_bytes());
   }
+  // The agent addresses the arena in granules: a block with one dtype, a
+  // common divisor of both block sizes with two (common/kv_arena.h).
+  const uint64_t granule = pool->arena().granule_bytes;
+  const uint64_t num_granules = pool->num_bytes() / granule;
+  if (num_granules > UINT32_MAX) {
+    return Status::InvalidArgument("KV sender: " + std::to_string(num_granules) + " granules of " +
+                                   std::to_string(granule) +
+                                   " bytes do not fit 32-bit ids; lower cache.kv_memory_mb");
+  }
   HW_ASSIGN_OR_RETURN(std::unique_ptr<KvTransferAgent> agent,
-                      KvTransferAgent::Create(std::move(memory), pool->layout().BlockBytes(),
-                                              uint32_t(pool->num_blocks()), transfer_options));
-  spdlog::info("KV transfer: {} blocks of {} bytes in {} memory, memory path \"{}\"",
-               pool->num_blocks(), pool->layout().BlockBytes(),
+                      KvTransferAgent::Create(std::move(memory), granule, uint32_t(num_granules),
+                                              transfer_options));
+  spdlog::info("KV transfer: {} granules of {} bytes in {} memory, memory path \"{}\"",
+               num_granules, granule,
                pool->on_device() ? "CUDA device " + std::to_string(pool->device()) : "host",
                agent->memory_path());
   const KvPeerInfo& info = agent->local_info();
@@ -62,6 +71,7 @@ Result<std::unique_ptr<KvSender>> KvSender::Create(KvPool* pool, const TpShard& 
   endpoint.set_num_blocks(info.num_blocks);
   endpoint.set_layout_version(kKvBlockLayoutVersion);
   endpoint.set_dtype(KvCacheDtypeName(pool->layout().dtype));
+  endpoint.set_dtype_sliding(KvCacheDtypeName(pool->arena().dtypes.sliding));
   for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) endpoint.add_kv_heads(uint32_t(h));
   return std::unique_ptr<KvSender>(
       new KvSender(pool, std::move(agent), std::move(endpoint), options.inject_stall));
@@ -76,36 +86,53 @@ KvSender::KvSender(KvPool* pool, std::unique_ptr<KvTransferAgent> agent,
 
 Status KvSender::ExecuteTarget(const proto::TransferPlan& plan,
                                const proto::TransferTarget& target, Deadline deadline,
-                               std::chrono::milliseconds plan_timeout, uint64_t* written) {
+                               std::chrono::milliseconds plan_timeout, uint64_t* written,
+                               uint64_t* bytes) {
   const uint64_t transfer_id = plan.transfer_id();
   const proto::KvEndpoint& peer = target.endpoint();
+  const KvArenaLayout& arena = pool_->arena();
   const char* dtype = KvCacheDtypeName(pool_->layout().dtype);
+  const char* dtype_sliding = KvCacheDtypeName(arena.dtypes.sliding);
+  // An older receiver names no sliding dtype: it can only hold one block size.
+  const bool sliding_matches = peer.dtype_sliding().empty()
+                                   ? !arena.mixed()
+                                   : peer.dtype_sliding() == dtype_sliding;
   if (peer.layout_version() != kKvBlockLayoutVersion || peer.dtype() != dtype ||
-      peer.block_bytes() != pool_->layout().BlockBytes()) {
+      !sliding_matches || peer.block_bytes() != arena.granule_bytes) {
     return Status::InvalidArgument(
         "receiver's KV layout (version " + std::to_string(peer.layout_version()) + ", dtype '" +
-        peer.dtype() + "', " + std::to_string(peer.block_bytes()) +
-        " bytes per block) differs from this pool's (version " +
-        std::to_string(kKvBlockLayoutVersion) + ", '" + dtype + "', " +
-        std::to_string(pool_->layout().BlockBytes()) + ")");
+        peer.dtype() + "', sliding dtype '" + peer.dtype_sliding() + "', " +
+        std::to_string(peer.block_bytes()) +
+        "-byte granules) differs from this pool's (version " +
+        std::to_string(kKvBlockLayoutVersion) + ", '" + dtype + "', '" + dtype_sliding + "', " +
+        std::to_string(arena.granule_bytes) + ")");
   }
   if (target.src_blocks_size() != target.dst_blocks_size()) {
     return Status::InvalidArgument(std::to_string(target.src_blocks_size()) +
                                    " source blocks but " +
                                    std::to_string(target.dst_blocks_size()) + " destinations");
   }
+  // Each block is `per_block` granules of the arena (common/kv_arena.h);
+  // the agent moves granules and merges consecutive ones into messages.
+  const uint64_t per_block = std::max<uint32_t>(1, target.granules_per_block());
+  const uint64_t local_granules = pool_->num_bytes() / arena.granule_bytes;
   const int n = target.src_blocks_size();
-  std::vector<BlockCopy> copies(static_cast<size_t>(n));
+  std::vector<BlockCopy> copies;
+  copies.reserve(size_t(n) * per_block);
   for (int i = 0; i < n; ++i) {
-    copies[size_t(i)] = BlockCopy{target.src_blocks(i), target.dst_blocks(i)};
+    const uint64_t src = uint64_t(target.src_blocks(i)) * per_block;
+    const uint64_t dst = uint64_t(target.dst_blocks(i)) * per_block;
     // Checked here for the whole list, as the target may go out in two
     // writes (inject_stall): a bad id must send nothing at all.
-    if (copies[size_t(i)].src >= uint32_t(pool_->num_blocks()) ||
-        copies[size_t(i)].dst >= peer.num_blocks()) {
-      return Status::OutOfRange("copy " + std::to_string(copies[size_t(i)].src) + " -> " +
-                                std::to_string(copies[size_t(i)].dst) + " outside pools of " +
-                                std::to_string(pool_->num_blocks()) + " (local) and " +
-                                std::to_string(peer.num_blocks()) + " (receiver) blocks");
+    if (src + per_block > local_granules || dst + per_block > peer.num_blocks()) {
+      return Status::OutOfRange("copy " + std::to_string(target.src_blocks(i)) + " -> " +
+                                std::to_string(target.dst_blocks(i)) + " of " +
+                                std::to_string(per_block) + " granules outside pools of " +
+                                std::to_string(local_granules) + " (local) and " +
+                                std::to_string(peer.num_blocks()) + " (receiver) granules");
+    }
+    for (uint64_t j = 0; j < per_block; ++j) {
+      copies.push_back(BlockCopy{uint32_t(src + j), uint32_t(dst + j)});
     }
   }
   KvWriteGrant grant;
@@ -129,7 +156,7 @@ Status KvSender::ExecuteTarget(const proto::TransferPlan& plan,
   info.num_blocks = peer.num_blocks();
   HW_ASSIGN_OR_RETURN(int handle, agent_->Connect(info));
 
-  // Writes copies [begin, end) within the time left.
+  // Writes copies [begin, end) (whole blocks) within the time left.
   const uint64_t written_before = *written;
   auto write = [&](size_t begin, size_t end) -> Status {
     if (begin == end) return Status::Ok();
@@ -145,15 +172,16 @@ Status KvSender::ExecuteTarget(const proto::TransferPlan& plan,
       }
       return s;
     }
-    *written += end - begin;
+    *written += (end - begin) / per_block;
+    *bytes += (end - begin) * arena.granule_bytes;
     return Status::Ok();
   };
 
   if (inject_stall_.count() == 0) return write(0, copies.size());
-  const size_t first = (copies.size() + 1) / 2;
+  const size_t first = (size_t(n) + 1) / 2 * per_block;
   HW_RETURN_IF_ERROR(write(0, first));
   spdlog::warn("injected fault: transfer {} stalls {} ms after {} of {} blocks", transfer_id,
-               inject_stall_.count(), first, n);
+               inject_stall_.count(), first / per_block, n);
   std::this_thread::sleep_until(std::min(deadline, Clock::now() + inject_stall_));
   return write(first, copies.size());
 }
@@ -170,12 +198,12 @@ proto::TransferResult KvSender::Execute(const proto::TransferPlan& plan, int tp_
   // coordinator's own deadline runs from when it sent the plan, so time
   // spent queued behind other plans must count too.
   const Clock::time_point deadline = received + timeout;
-  uint64_t blocks = 0;
+  uint64_t blocks = 0, bytes = 0;
   for (int t = 0; t < plan.targets_size(); ++t) {
     Status s = Left(deadline).count() == 0
                    ? Status::Unavailable("plan timed out: its " + std::to_string(timeout.count()) +
                                          " ms timeout ran out before this target")
-                   : ExecuteTarget(plan, plan.targets(t), deadline, timeout, &blocks);
+                   : ExecuteTarget(plan, plan.targets(t), deadline, timeout, &blocks, &bytes);
     if (!s.ok()) {
       result.set_error("transfer " + std::to_string(plan.transfer_id()) + " target " +
                        std::to_string(t) + ": " + s.ToString());
@@ -184,7 +212,7 @@ proto::TransferResult KvSender::Execute(const proto::TransferPlan& plan, int tp_
     }
   }
   result.set_blocks(blocks);
-  result.set_bytes(blocks * pool_->layout().BlockBytes());
+  result.set_bytes(bytes);
   result.set_seconds(std::chrono::duration<double>(Clock::now() - start).count());
   return result;
 }

@@ -41,8 +41,12 @@ class KvSender {
   // Maps `pool` (which must outlive the sender) for UCX with
   // options.transports; a pool on a CUDA device goes by the agent's staged
   // or direct path (comm/kv_transfer.h; logged, and memory_path()).
-  // `shard` gives the KV heads this rank publishes.
-  // Errors: InvalidArgument for a negative inject_stall; for a device pool
+  // `shard` gives the KV heads this rank publishes. The agent and the
+  // endpoint address the pool in granules (KvArenaLayout::granule_bytes: a
+  // block with one dtype); a plan's target says how many make one of its
+  // blocks (TransferTarget.granules_per_block).
+  // Errors: InvalidArgument for a negative inject_stall or a pool of more
+  // than 2^32 granules; for a device pool
   // those of NewCudaKvPoolMemory (Unimplemented in a build without CUDA);
   // those of KvTransferAgent::Create.
   static Result<std::unique_ptr<KvSender>> Create(KvPool* pool, const TpShard& shard,
@@ -82,10 +86,11 @@ class KvSender {
   KvSender(KvPool* pool, std::unique_ptr<KvTransferAgent> agent, proto::KvEndpoint endpoint,
            std::chrono::milliseconds inject_stall);
   // Writes `target`'s blocks before `deadline` (the plan's, whose timeout
-  // was `plan_timeout`); adds the blocks that landed to `*written`.
+  // was `plan_timeout`); adds the blocks that landed to `*written` and
+  // their bytes to `*bytes`.
   Status ExecuteTarget(const proto::TransferPlan& plan, const proto::TransferTarget& target,
                        Deadline deadline, std::chrono::milliseconds plan_timeout,
-                       uint64_t* written);
+                       uint64_t* written, uint64_t* bytes);
 
   KvPool* const pool_;
   const std::unique_ptr<KvTransferAgent> agent_;

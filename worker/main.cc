@@ -47,6 +47,7 @@
 #include "comm/control_keys.h"
 #include "comm/control_store.h"
 #include "common/config.h"
+#include "common/deployment_check.h"
 #include "common/gguf.h"
 #include "common/head_pattern.h"
 #include "common/model_spec.h"
@@ -205,7 +206,10 @@ headway::Result<ModelAndPool> CreateModelAndPool(const headway::Config& config,
     *what = w;
     return status;
   };
-  const KvCacheLayout layout{config.block_size, spec.head_dim, config.kv_cache_dtype};
+  // The coordinator expects this arena (registration.cc); the head pattern
+  // is applied to `spec`.
+  Result<KvArenaLayout> arena = KvArenaOf(config, spec);
+  if (!arena.ok()) return failure("KV pool", arena.status());
   const int cuda_device = instance.CudaDevice(tp_rank);
   ModelAndPool out;
   if (cuda_device < 0) {
@@ -214,7 +218,7 @@ headway::Result<ModelAndPool> CreateModelAndPool(const headway::Config& config,
     if (!cpu_model.ok()) return failure("model", cpu_model.status());
     out.model = std::move(*cpu_model);
     Result<std::unique_ptr<KvPool>> cpu_pool =
-        KvPool::Create(layout, config.kv_memory_mb * int64_t(1024) * 1024);
+        KvPool::CreateArena(*arena, config.kv_memory_mb * int64_t(1024) * 1024);
     if (!cpu_pool.ok()) return failure("KV pool", cpu_pool.status());
     out.pool = std::move(*cpu_pool);
   } else {
@@ -234,6 +238,8 @@ headway::Result<ModelAndPool> CreateModelAndPool(const headway::Config& config,
                  tp_rank, cuda_device, (*gpu_model)->device_bytes() >> 20);
     out.model = std::move(*gpu_model);
     // After the model, so the budget counts its memory (vLLM's order too).
+    // One block size: config validation keeps cuda instances to float32 KV.
+    const KvCacheLayout layout = arena->BlockLayout(config.kv_cache_dtype);
     Result<std::unique_ptr<KvPool>> gpu_pool =
         cuda::CreateDeviceKvPool(layout, cuda_device, config.gpu_memory_utilization);
     if (!gpu_pool.ok()) return failure("KV pool", gpu_pool.status());
@@ -405,7 +411,6 @@ int main(int argc, char** argv) {
     }
     comm = std::move(*created);
   }
-  const KvCacheLayout layout{config->block_size, spec->head_dim, config->kv_cache_dtype};
   std::string failed;
   Result<ModelAndPool> created = compute.Call([&] {
     return CreateModelAndPool(*config, instance, flags.config_path, flags.instance_id,
@@ -414,9 +419,20 @@ int main(int argc, char** argv) {
   if (!created.ok()) return Fail(failed, created.status());
   std::unique_ptr<ForwardModel>& model = created->model;
   std::unique_ptr<KvPool>& pool = created->pool;
-  spdlog::info("worker i{}r{}: {} KV blocks of {} bytes, {} ({})", flags.instance_id,
-               flags.tp_rank, pool->num_blocks(), layout.BlockBytes(),
-               KvCacheDtypeName(layout.dtype), instance.device);
+  const KvArenaLayout& arena = pool->arena();
+  if (!arena.mixed()) {
+    spdlog::info("worker i{}r{}: {} KV blocks of {} bytes, {} ({})", flags.instance_id,
+                 flags.tp_rank, pool->num_blocks(), pool->layout().BlockBytes(),
+                 KvCacheDtypeName(pool->layout().dtype), instance.device);
+  } else {
+    spdlog::info("worker i{}r{}: KV arena of {} chunks of {} bytes: {} {} blocks of {} bytes "
+                 "(full slots) or {} {} blocks of {} bytes (sliding slots) ({})",
+                 flags.instance_id, flags.tp_rank, pool->num_chunks(), arena.chunk_bytes,
+                 pool->num_blocks(arena.dtypes.full), KvCacheDtypeName(arena.dtypes.full),
+                 arena.BlockLayout(arena.dtypes.full).BlockBytes(),
+                 pool->num_blocks(arena.dtypes.sliding), KvCacheDtypeName(arena.dtypes.sliding),
+                 arena.BlockLayout(arena.dtypes.sliding).BlockBytes(), instance.device);
+  }
 
   std::unique_ptr<KvSender> kv_sender;
   if (config->KvTransferEnabled()) {
@@ -462,10 +478,13 @@ int main(int argc, char** argv) {
   request.set_num_layers(uint32_t(spec->num_layers));
   request.set_num_local_kv_heads(uint32_t(shard.num_local_kv_heads()));
   request.set_head_dim(uint32_t(spec->head_dim));
-  request.set_block_size(uint32_t(layout.block_size));
-  request.set_block_bytes(uint64_t(layout.BlockBytes()));
-  request.set_kv_cache_dtype(KvCacheDtypeName(layout.dtype));
+  request.set_block_size(uint32_t(arena.block_size));
+  request.set_block_bytes(uint64_t(pool->layout().BlockBytes()));
+  request.set_kv_cache_dtype(KvCacheDtypeName(config->kv_cache_dtypes().full));
+  request.set_kv_cache_dtype_sliding(KvCacheDtypeName(config->kv_cache_dtypes().sliding));
   request.set_num_blocks(uint32_t(pool->num_blocks()));
+  request.set_chunk_bytes(uint64_t(arena.chunk_bytes));
+  request.set_num_chunks(uint32_t(pool->num_chunks()));
   request.set_vocab_size(uint32_t(spec->vocab_size));
   request.set_pid(uint32_t(getpid()));
   if (kv_sender) {

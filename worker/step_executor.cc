@@ -172,7 +172,13 @@ Status StepExecutor::StageSequence(const proto::SequenceStep& step, SequenceStat
     }
   }
   for (const proto::SlotDelta& d : step.deltas()) {
-    HW_RETURN_IF_ERROR(ApplySlotDelta(d, pool_->num_blocks(), next));
+    // Block ids count per dtype (common/kv_arena.h): the slot's dtype bounds
+    // them. ApplySlotDelta refuses a slot out of range.
+    const int num_blocks =
+        d.slot() < slot_specs_.size()
+            ? pool_->num_blocks(pool_->arena().dtypes.For(slot_specs_[d.slot()]))
+            : 0;
+    HW_RETURN_IF_ERROR(ApplySlotDelta(d, num_blocks, next));
   }
   HW_RETURN_IF_ERROR(CheckBlocksCover(*next, slot_specs_, pool_->layout().block_size,
                                       step.start_pos(), end));

@@ -64,8 +64,9 @@ class StepExecutor {
   //   seq that exists; no tokens; start_pos != positions already computed;
   //   a token id out of [0, vocab_size); positions past the model's context
   //   length; more tokens than max_tokens_per_step; a bad delta (see
-  //   ApplySlotDelta); a position written or attended without a block (see
-  //   CheckBlocksCover); bad sampling parameters; prompt logprob rows outside
+  //   ApplySlotDelta; block ids are bounded by the pool's blocks of the
+  //   slot's dtype, KvPool::num_blocks(KvCacheDtype)); a position written or
+  //   attended without a block (see CheckBlocksCover); bad sampling parameters; prompt logprob rows outside
   //   the sequence's tokens, with a token id out of range or more than
   //   MaxPromptLogprobRowsPerStep(vocab_size) in the step (common/step_limits.h), or
   //   more logit rows than the model computes at once

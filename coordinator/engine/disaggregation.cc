@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "comm/kv_write_auth.h"
 #include "coordinator/engine/router.h"
 #include "coordinator/engine/transfer_planner.h"
@@ -25,7 +27,16 @@ constexpr int kMaxTransferAttempts = 2;
 DisaggregationCoordinator::DisaggregationCoordinator(const Config& config, const ModelSpec& spec,
                                                      InstanceRegistry* registry,
                                                      Router* router, ServingMetrics* metrics)
-    : config_(config), spec_(spec), registry_(registry), router_(router), metrics_(metrics) {}
+    : config_(config), spec_(spec), registry_(registry), router_(router), metrics_(metrics) {
+  const std::vector<KvCacheDtype> classes = KvBlockClasses(config.kv_cache_dtypes(), spec.slot_specs);
+  if (classes.size() == 1) {
+    granules_per_block_ = {1};
+    return;
+  }
+  const KvArenaLayout arena =
+      MakeKvArenaLayout(config.block_size, spec.head_dim, config.kv_cache_dtypes(), spec.slot_specs);
+  for (KvCacheDtype d : classes) granules_per_block_.push_back(arena.GranulesPerBlock(d));
+}
 
 int64_t DisaggregationCoordinator::PrefillPositions(size_t prompt_length) const {
   return (int64_t(prompt_length) - 1) / config_.block_size * config_.block_size;
@@ -162,7 +173,8 @@ void DisaggregationCoordinator::StartTransfer(uint64_t request_id, Job& job, Ins
   for (int r = 0; r < prefill.tp_size; ++r) src.push_back(pkv.Rows(job.pin, r));
   for (int r = 0; r < decode.tp_size; ++r) dst.push_back(dkv.Rows(job.reservation, r));
   Result<std::vector<RankBlockCopies>> copies =
-      PlanBlockCopies(spec_, prefill.tp_size, src, decode.tp_size, dst, job.have_blocks);
+      PlanBlockCopies(spec_, prefill.tp_size, src, decode.tp_size, dst, job.have_blocks,
+                      config_.kv_cache_dtypes());
   job.transferring = true;
   job.started = Clock::now();
   if (!copies.ok()) {  // a bug, not a runtime condition: fall back, loudly
@@ -179,6 +191,8 @@ void DisaggregationCoordinator::StartTransfer(uint64_t request_id, Job& job, Ins
     *t->mutable_endpoint() = decode.ranks[size_t(c.dst_rank)].kv_endpoint;
     t->mutable_src_blocks()->Add(c.src_blocks.begin(), c.src_blocks.end());
     t->mutable_dst_blocks()->Add(c.dst_blocks.begin(), c.dst_blocks.end());
+    const int granules = granules_per_block_.at(size_t(c.block_class));
+    if (granules > 1) t->set_granules_per_block(uint32_t(granules));
     job.blocks += c.src_blocks.size();
   }
   if (job.plans.empty()) {  // the decode instance had every block
@@ -208,7 +222,13 @@ void DisaggregationCoordinator::SendTransfer(Job& job, uint64_t request_id,
     for (int t = 0; t < plan.targets_size(); ++t) {
       proto::TransferTarget* target = plan.mutable_targets(t);
       const RankState& receiver = decode.ranks[size_t(job.target_ranks[rank][size_t(t)])];
-      const std::vector<uint32_t> dst(target->dst_blocks().begin(), target->dst_blocks().end());
+      // Grants cover the receiver's granules (one per block with one dtype).
+      const uint32_t n = std::max<uint32_t>(1, target->granules_per_block());
+      std::vector<uint32_t> dst;
+      dst.reserve(size_t(target->dst_blocks_size()) * n);
+      for (uint32_t b : target->dst_blocks()) {
+        for (uint32_t j = 0; j < n; ++j) dst.push_back(b * n + j);
+      }
       Result<KvWriteGrant> grant =
           GrantKvWrites(receiver.kv_write_key, job.transfer_id, lifetime_ms, dst);
       if (!grant.ok()) {

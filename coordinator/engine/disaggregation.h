@@ -206,6 +206,9 @@ class DisaggregationCoordinator {
 
   const Config& config_;
   const ModelSpec& spec_;
+  // [block class] granules per block in KV transfer (common/kv_arena.h):
+  // 1 with one KV cache dtype.
+  std::vector<int> granules_per_block_;
   InstanceRegistry* const registry_;
   Router* const router_;
   ServingMetrics* const metrics_;

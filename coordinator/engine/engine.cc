@@ -580,9 +580,11 @@ std::vector<InstanceHealth> Engine::Impl::Snapshot() {
     metrics->SetQueueState(h.instance_id, int64_t(h.num_running), int64_t(h.num_waiting));
     metrics->SetInstanceState(h.instance_id, h.state);
     for (const RankHealth& r : h.ranks) {
-      metrics->SetKvUsage(h.instance_id, r.tp_rank, r.total_blocks - r.free_blocks,
-                          r.total_blocks);
+      metrics->SetKvUsage(h.instance_id, r.tp_rank, r.used_shares, r.total_shares);
       metrics->SetKvRetained(h.instance_id, r.tp_rank, r.retained_blocks);
+      for (const auto& [owner, chunks] : r.arena_chunks) {
+        metrics->SetKvArenaChunks(h.instance_id, r.tp_rank, owner, chunks);
+      }
     }
   }
   return health;

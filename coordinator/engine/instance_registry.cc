@@ -74,29 +74,32 @@ bool InstanceRegistry::Register(Instance& inst, const std::string& peer,
   RankState& rs = inst.ranks[request.tp_rank()];
   HW_CHECK(!rs.registered);
   rs.registered = true;
-  rs.num_blocks = int(request.num_blocks());
+  rs.num_chunks = int(request.num_chunks());
   rs.last_heard = Clock::now();
   rs.kv_endpoint = request.kv_endpoint();
   rs.kv_write_key = request.kv_write_key();
   proto::Envelope reply;
   reply.mutable_register_response()->set_accepted(true);
   Reply(peer, reply);
-  spdlog::info("worker `{}` registered (pid {}, {} blocks of {} positions)", peer, request.pid(),
-               request.num_blocks(), request.block_size());
+  spdlog::info("worker `{}` registered (pid {}, {} chunks of {} bytes, {} blocks of {} positions "
+               "in {})",
+               peer, request.pid(), request.num_chunks(), request.chunk_bytes(),
+               request.num_blocks(), request.block_size(), request.kv_cache_dtype());
 
   const bool all = std::all_of(inst.ranks.begin(), inst.ranks.end(),
                                [](const RankState& r) { return r.registered; });
   if (!all || inst.ready()) return false;
-  std::vector<int> num_blocks;
-  for (const RankState& r : inst.ranks) num_blocks.push_back(r.num_blocks);
+  std::vector<int> num_chunks;
+  for (const RankState& r : inst.ranks) num_chunks.push_back(r.num_chunks);
   KvCacheOptions kv_options;
   kv_options.enable_prefix_caching = config_.enable_prefix_caching;
   kv_options.enable_recycling = config_.enable_recycling;
   kv_options.recycling_granularity = config_.recycling_granularity == "layer"
                                          ? KvCacheOptions::Granularity::kLayer
                                          : KvCacheOptions::Granularity::kKvHead;
+  kv_options.dtypes = config_.kv_cache_dtypes();
   InstanceCounters* counters = metrics_ != nullptr ? metrics_->Counters(inst.id) : nullptr;
-  auto kv = std::make_unique<KvCacheManager>(spec_, inst.tp_size, config_.block_size, num_blocks,
+  auto kv = std::make_unique<KvCacheManager>(spec_, inst.tp_size, config_.block_size, num_chunks,
                                              kv_options, counters);
   SchedulerConfig sc{config_.max_num_seqs, config_.max_num_batched_tokens};
   sc.max_prompt_logprob_rows = MaxPromptLogprobRowsPerStep(spec_.vocab_size);
@@ -119,24 +122,29 @@ void InstanceRegistry::LogPoolFloor(const Instance& inst) const {
   const Scheduler& scheduler = *inst.scheduler;
   int64_t floor_blocks = 0, pool_blocks = 0;
   for (int r = 0; r < inst.tp_size; ++r) {
-    const int64_t floor = scheduler.FloorBlocks(r, config_.max_model_len);
-    const int64_t total = scheduler.kv().num_total_blocks(r);
+    const int64_t floor = scheduler.FloorShares(r, config_.max_model_len);
+    const int64_t total = scheduler.kv().AdmissionShares(r);
     if (floor_blocks == 0 || floor * pool_blocks > floor_blocks * total) {
       floor_blocks = floor;
       pool_blocks = total;
     }
   }
   const int concurrent = scheduler.MaxConcurrentAt(config_.max_model_len);
+  // Shares are blocks with one KV cache dtype (KvCacheManager class comment).
+  const int64_t per_chunk = scheduler.kv().shares_per_chunk();
+  const std::string unit =
+      per_chunk == 1 ? "blocks" : "shares (1/" + std::to_string(per_chunk) + " chunk)";
   if (concurrent >= config_.max_num_seqs) {
-    spdlog::info("instance {}: KV pool floor {} blocks per rank ({} max_num_seqs x max_model_len "
+    spdlog::info("instance {}: KV pool floor {} {} per rank ({} max_num_seqs x max_model_len "
                  "{} footprints); the pool has {}",
-                 inst.id, floor_blocks, config_.max_num_seqs, config_.max_model_len, pool_blocks);
+                 inst.id, floor_blocks, unit, config_.max_num_seqs, config_.max_model_len, pool_blocks);
   } else {
-    spdlog::warn("instance {}: the KV pool ({} blocks per rank) is below the floor of {} blocks "
+    spdlog::warn("instance {}: the KV pool ({} {} per rank) is below the floor of {} "
                  "for max_num_seqs {} requests of max_model_len {}: {} such requests run at once "
                  "(shorter ones reserve less); a pool {:.2f}x as large (cache.kv_memory_mb on "
                  "CPU workers) runs {}",
-                 inst.id, pool_blocks, floor_blocks, config_.max_num_seqs, config_.max_model_len,
+                 inst.id, pool_blocks, unit, floor_blocks, config_.max_num_seqs,
+                 config_.max_model_len,
                  concurrent, double(floor_blocks) / double(std::max<int64_t>(1, pool_blocks)),
                  config_.max_num_seqs);
   }
@@ -284,6 +292,13 @@ std::vector<InstanceHealth> InstanceRegistry::Snapshot() const {
         rh.free_blocks = u.num_free;
         rh.total_blocks = u.num_total;
         rh.retained_blocks = u.num_retained;
+        rh.used_shares = u.used_shares;
+        rh.total_shares = u.total_shares;
+        const std::vector<KvCacheDtype>& classes = inst.scheduler->kv().block_classes();
+        for (size_t c = 0; c < classes.size(); ++c) {
+          rh.arena_chunks.emplace_back(KvCacheDtypeName(classes[c]), u.lent_chunks[c]);
+        }
+        rh.arena_chunks.emplace_back("free", u.num_free_chunks);
       }
       h.ranks.push_back(rh);
     }

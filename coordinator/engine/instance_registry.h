@@ -30,7 +30,7 @@ namespace headway {
 
 struct RankState {
   bool registered = false;
-  int num_blocks = 0;
+  int num_chunks = 0;  // the rank's KV arena (common/kv_arena.h)
   Clock::time_point last_heard;
   proto::KvEndpoint kv_endpoint;  // where senders write this rank's blocks
   std::string kv_write_key;       // grants to write there are MACed with it; never sent on
@@ -75,6 +75,11 @@ struct RankHealth {
   int free_blocks = 0;   // 0/0 until the instance is ready
   int total_blocks = 0;
   int retained_blocks = 0;  // RankBlockUsage::num_retained
+  // KV memory held, in shares of the arena (KvCacheManager): usage = used / total.
+  int64_t used_shares = 0;
+  int64_t total_shares = 0;
+  // The arena's chunks by owner: a KV cache dtype's name, then "free".
+  std::vector<std::pair<std::string, int>> arena_chunks;
 };
 
 struct InstanceHealth {
@@ -180,7 +185,7 @@ class InstanceRegistry {
  private:
   void Reply(const std::string& peer, const proto::Envelope& envelope);
   void SendShutdown(Instance& instance, const std::string& reason, bool fault);
-  // Logs the instance's KV pool floor (Scheduler::FloorBlocks at
+  // Logs the instance's KV pool floor (Scheduler::FloorShares at
   // max_model_len) and, when the pool is below it, how many max_model_len
   // requests run at once.
   void LogPoolFloor(const Instance& inst) const;

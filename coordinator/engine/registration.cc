@@ -2,6 +2,8 @@
 
 #include "comm/control_channel.h"
 #include "comm/kv_write_auth.h"
+#include "common/deployment_check.h"
+#include "common/kv_arena.h"
 #include "common/kv_layout.h"
 
 namespace headway {
@@ -35,6 +37,36 @@ Status CheckIdentity(const proto::RegisterRequest& request, const std::string& p
                                    std::to_string(request.instance_id()) + " rank " +
                                    std::to_string(request.tp_rank()) + " must connect as `" +
                                    expected_peer + "`");
+  }
+  return Status::Ok();
+}
+
+// The KV cache dtypes and arena geometry of the worker's pool: what the
+// chunk allocator lends and block ids address (common/kv_arena.h).
+Status CheckKvArena(const proto::RegisterRequest& request, const KvArenaLayout& arena) {
+  const std::string sliding = KvCacheDtypeName(arena.dtypes.sliding);
+  if (request.kv_cache_dtype_sliding() != sliding) {
+    return Status::InvalidArgument("kv_cache_dtype_sliding is `" +
+                                   request.kv_cache_dtype_sliding() +
+                                   "` but the deployment's cache.kv_cache_dtype_sliding is `" +
+                                   sliding + "`");
+  }
+  if (request.chunk_bytes() != arena.chunk_bytes) {
+    return Mismatch("chunk_bytes", request.chunk_bytes(), arena.chunk_bytes);
+  }
+  if (request.num_chunks() == 0) {
+    return Status::InvalidArgument(
+        "num_chunks is 0: the worker has no KV pool (raise cache.kv_memory_mb)");
+  }
+  // num_blocks counts the first class's blocks of the same chunks.
+  const uint64_t blocks = uint64_t(request.num_chunks()) *
+                          uint64_t(arena.BlocksPerChunk(arena.classes.front()));
+  if (request.num_blocks() != 0 && request.num_blocks() != blocks) {
+    return Status::InvalidArgument(
+        "num_blocks is " + std::to_string(request.num_blocks()) + " but num_chunks " +
+        std::to_string(request.num_chunks()) + " of " + std::to_string(arena.chunk_bytes) +
+        " bytes hold " + std::to_string(blocks) + " " +
+        KvCacheDtypeName(arena.classes.front()) + " blocks");
   }
   return Status::Ok();
 }
@@ -74,26 +106,34 @@ Status CheckModelShape(const proto::RegisterRequest& request, const Config& conf
 }
 
 // The KV endpoint a worker must publish with kv_transfer on: the block
-// layout, dtype and size senders assume, its `num_blocks` blocks, the KV
-// heads of its shard, and a UCX address.
-Status CheckKvEndpoint(const proto::KvEndpoint& e, uint32_t num_blocks, const Config& config,
-                       const ModelSpec& spec, const TpShard& shard) {
+// layout version and dtypes senders assume, the arena's granule size and
+// count (common/kv_arena.h: a granule is a block with one dtype), the KV
+// heads of its shard, and a UCX address. `pool_bytes` is the arena's size.
+Status CheckKvEndpoint(const proto::KvEndpoint& e, uint64_t pool_bytes,
+                       const KvArenaLayout& arena, const TpShard& shard) {
   if (e.layout_version() != kKvBlockLayoutVersion) {
     return Mismatch("kv_endpoint.layout_version", e.layout_version(), kKvBlockLayoutVersion);
   }
-  const std::string dtype = KvCacheDtypeName(config.kv_cache_dtype);
+  const KvCacheDtype pool_dtype = arena.classes.front();
+  const std::string dtype = KvCacheDtypeName(pool_dtype);
   if (e.dtype() != dtype) {
-    return Status::InvalidArgument("kv_endpoint.dtype is `" + e.dtype() +
-                                   "` but the deployment's cache.kv_cache_dtype is `" + dtype +
-                                   "`");
+    return Status::InvalidArgument(
+        "kv_endpoint.dtype is `" + e.dtype() + "` but the deployment's " +
+        (pool_dtype == arena.dtypes.full ? "cache.kv_cache_dtype" : "cache.kv_cache_dtype_sliding") +
+        " is `" + dtype + "`");
   }
-  const uint64_t block_bytes =
-      KvCacheLayout{config.block_size, spec.head_dim, config.kv_cache_dtype}.BlockBytes();
-  if (e.block_bytes() != block_bytes) {
-    return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), block_bytes);
+  const std::string sliding = KvCacheDtypeName(arena.dtypes.sliding);
+  if (arena.mixed() && e.dtype_sliding() != sliding) {
+    return Status::InvalidArgument("kv_endpoint.dtype_sliding is `" + e.dtype_sliding() +
+                                   "` but the deployment's cache.kv_cache_dtype_sliding is `" +
+                                   sliding + "`");
   }
-  if (e.num_blocks() != num_blocks) {
-    return Mismatch("kv_endpoint.num_blocks", e.num_blocks(), num_blocks);
+  // Senders address the pool in granules (a block with one dtype).
+  if (e.block_bytes() != arena.granule_bytes) {
+    return Mismatch("kv_endpoint.block_bytes", e.block_bytes(), arena.granule_bytes);
+  }
+  if (e.num_blocks() != pool_bytes / arena.granule_bytes) {
+    return Mismatch("kv_endpoint.num_blocks", e.num_blocks(), pool_bytes / arena.granule_bytes);
   }
   if (e.kv_heads_size() != shard.num_local_kv_heads()) {
     return Mismatch("kv_endpoint.kv_heads count", uint64_t(e.kv_heads_size()),
@@ -120,12 +160,18 @@ Status ValidateRegisterRequest(const proto::RegisterRequest& request, const std:
   const int tp_size = instances[request.instance_id()]->tp_size;
   const TpShard shard = ShardForRank(spec, tp_size, int(request.tp_rank()));
   HW_RETURN_IF_ERROR(CheckModelShape(request, config, spec, shard));
+  // CheckConfigAgainstModel passed when the coordinator started, so this
+  // fails only for a config it never checked.
+  Result<KvArenaLayout> arena = KvArenaOf(config, spec);
+  if (!arena.ok()) return arena.status().WithContext("the deployment's KV arena");
+  HW_RETURN_IF_ERROR(CheckKvArena(request, *arena));
   if (config.KvTransferEnabled()) {
     if (!request.has_kv_endpoint()) {
       return Status::InvalidArgument("kv_transfer is enabled but the worker sent no KV endpoint");
     }
     HW_RETURN_IF_ERROR(
-        CheckKvEndpoint(request.kv_endpoint(), request.num_blocks(), config, spec, shard));
+        CheckKvEndpoint(request.kv_endpoint(), uint64_t(request.num_chunks()) * arena->chunk_bytes,
+                        *arena, shard));
     if (request.kv_write_key().size() != kKvWriteKeyBytes) {
       return Mismatch("kv_write_key bytes", request.kv_write_key().size(), kKvWriteKeyBytes);
     }

@@ -1,7 +1,9 @@
 #include "coordinator/engine/transfer_planner.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace headway {
@@ -10,7 +12,8 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
                                                      const std::vector<RankRows>& src,
                                                      int dst_tp_size,
                                                      const std::vector<RankRows>& dst,
-                                                     size_t first_new_block) {
+                                                     size_t first_new_block,
+                                                     const KvCacheDtypes& dtypes) {
   HW_RETURN_IF_ERROR(ValidateTpSize(spec, src_tp_size));
   HW_RETURN_IF_ERROR(ValidateTpSize(spec, dst_tp_size));
   if (src.size() != size_t(src_tp_size) || dst.size() != size_t(dst_tp_size)) {
@@ -20,7 +23,14 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
         std::to_string(src_tp_size) + " and " + std::to_string(dst_tp_size));
   }
   const int src_local_heads = ShardForRank(spec, src_tp_size, 0).num_local_kv_heads();
-  std::map<std::pair<int, int>, RankBlockCopies> pairs;
+  const std::vector<KvCacheDtype> classes = KvBlockClasses(dtypes, spec.slot_specs);
+  auto class_of = [&](int layer, int head) {
+    const size_t global = size_t(layer) * spec.num_kv_heads + head;
+    const SlotSpec slot = global < spec.slot_specs.size() ? spec.slot_specs[global] : SlotSpec{};
+    const auto it = std::find(classes.begin(), classes.end(), dtypes.For(slot));
+    return it == classes.end() ? 0 : int(it - classes.begin());
+  };
+  std::map<std::tuple<int, int, int>, RankBlockCopies> pairs;
   for (int rd = 0; rd < dst_tp_size; ++rd) {
     const TpShard dst_shard = ShardForRank(spec, dst_tp_size, rd);
     const int dst_local_heads = dst_shard.num_local_kv_heads();
@@ -43,9 +53,11 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
               ", which prefill rank " + std::to_string(rs) + " slot " + std::to_string(src_slot) +
               " does not hold");
         }
-        RankBlockCopies& copies = pairs[{rs, rd}];
+        const int cls = class_of(layer, head);
+        RankBlockCopies& copies = pairs[{rs, rd, cls}];
         copies.src_rank = rs;
         copies.dst_rank = rd;
+        copies.block_class = cls;
         copies.src_blocks.push_back(uint32_t((*from)[i]));
         copies.dst_blocks.push_back(uint32_t(to[i]));
       }

@@ -15,16 +15,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/kv_arena.h"
 #include "common/model_spec.h"
 #include "common/status.h"
 #include "coordinator/scheduling/kv_cache_manager.h"
 
 namespace headway {
 
-// The blocks one prefill rank writes into one decode rank's pool.
+// The blocks of one class one prefill rank writes into one decode rank's
+// pool.
 struct RankBlockCopies {
   int src_rank = 0;                  // prefill TP rank (the writer)
   int dst_rank = 0;                  // decode TP rank (the pool written)
+  // The blocks' class (common/kv_arena.h KvBlockClasses order): with two
+  // KV cache dtypes, ids of different classes address the arena in
+  // different units, so each class travels in its own list.
+  int block_class = 0;
   std::vector<uint32_t> src_blocks;  // block ids in the writer's pool
   std::vector<uint32_t> dst_blocks;  // the same length: ids in the receiver's pool
 };
@@ -39,8 +45,9 @@ using RankRows = std::vector<std::vector<int32_t>>;
 // nothing: only its sink and window move). `src` are the prefill side's rows
 // per prefill rank (src_tp_size of them), `dst` the decode side's per decode
 // rank (dst_tp_size); blocks [0, first_new_block) are the prefix the decode
-// side already holds. Copies are ordered by (src_rank, dst_rank), then slot,
-// then logical block; pairs with nothing to copy are left out.
+// side already holds. Copies are ordered by (src_rank, dst_rank,
+// block_class), then slot, then logical block; triples with nothing to copy
+// are left out. `dtypes` decides each slot's class (KvBlockClasses).
 // Errors: InvalidArgument when a TP size is invalid for `spec`, the rank
 // counts differ from the TP sizes, or the prefill side lacks a block the
 // decode side wants (the two tables do not describe the same positions).
@@ -48,6 +55,7 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
                                                      const std::vector<RankRows>& src,
                                                      int dst_tp_size,
                                                      const std::vector<RankRows>& dst,
-                                                     size_t first_new_block);
+                                                     size_t first_new_block,
+                                                     const KvCacheDtypes& dtypes = {});
 
 }  // namespace headway

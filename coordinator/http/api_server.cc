@@ -616,10 +616,13 @@ std::pair<int, json> ApiServer::HandleHealth() const {
   for (const InstanceHealth& h : health) {
     json ranks = json::array();
     for (const RankHealth& r : h.ranks) {
+      json chunks = json::object();
+      for (const auto& [owner, n] : r.arena_chunks) chunks[owner] = n;
       ranks.push_back({{"tp_rank", r.tp_rank},
                        {"registered", r.registered},
                        {"free_blocks", r.free_blocks},
-                       {"total_blocks", r.total_blocks}});
+                       {"total_blocks", r.total_blocks},
+                       {"kv_arena_chunks", chunks}});
     }
     instances.push_back({{"instance_id", h.instance_id},
                          {"role", PoolRoleName(h.role)},

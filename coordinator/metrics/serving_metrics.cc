@@ -168,6 +168,7 @@ struct ServingMetrics::InstanceFamilies {
   GaugeFamily* kv_usage = nullptr;
   GaugeFamily* rank_usage = nullptr;  // + tp_rank
   GaugeFamily* rank_retained = nullptr;  // + tp_rank
+  GaugeFamily* arena_chunks = nullptr;   // + tp_rank, owner
   GaugeFamily* state = nullptr;       // + state
   CounterFamily* prefix_queries = nullptr;
   CounterFamily* prefix_hits = nullptr;
@@ -190,6 +191,7 @@ Status ServingMetrics::Register() {
   for (int id = 0; id < num_instances_; ++id) HW_RETURN_IF_ERROR(ResolveInstanceSeries(f, id));
   HW_ASSIGN_OR_RETURN(rejected_unknown_instance_,
                       f.rejected->WithLabels({model_name_, kUnknownInstance}));
+  arena_chunks_ = f.arena_chunks;
   return RegisterDeploymentSeries();
 }
 
@@ -253,6 +255,11 @@ Status ServingMetrics::AddUsageFamilies(InstanceFamilies* f) {
                                  "holds while their entry is still referenced (e.g. a prompt's "
                                  "sliding window kept for later prefix hits).",
                                  {"model_name", "instance", "tp_rank"}));
+  HW_ASSIGN_OR_RETURN(f->arena_chunks,
+                      r.AddGauge("headway:kv_arena_chunks",
+                                 "Chunks of one TP rank's KV arena lent to the blocks of one KV "
+                                 "cache dtype (owner), or free (owner \"free\").",
+                                 {"model_name", "instance", "tp_rank", "owner"}));
   HW_ASSIGN_OR_RETURN(f->state,
                       r.AddGauge("headway:instance_state",
                                  "1 for the instance's state (down, joining, ready, draining, "
@@ -353,6 +360,12 @@ Status ServingMetrics::ResolveInstanceSeries(const InstanceFamilies& f, int id) 
     HW_ASSIGN_OR_RETURN(Gauge * retained,
                         f.rank_retained->WithLabels({model_name_, values[1], std::to_string(rank)}));
     s.rank_retained.push_back(retained);
+    // Owners are known once the instance registers; "free" exists from the
+    // start so that the family is visible before any instance is ready.
+    HW_ASSIGN_OR_RETURN(Gauge * free_chunks,
+                        f.arena_chunks->WithLabels(
+                            {model_name_, values[1], std::to_string(rank), "free"}));
+    s.arena_chunks[{rank, "free"}] = free_chunks;
   }
   return Status::Ok();
 }
@@ -545,6 +558,28 @@ void ServingMetrics::SetKvRetained(int instance_id, int tp_rank, int64_t retaine
     return Reject(instance_id);
   }
   s->rank_retained[static_cast<size_t>(tp_rank)]->Set(static_cast<double>(retained_blocks));
+}
+
+void ServingMetrics::SetKvArenaChunks(int instance_id, int tp_rank, const std::string& owner,
+                                      int64_t chunks) {
+  InstanceSeries* s = Find(instance_id);
+  if (s == nullptr) return;
+  if (tp_rank < 0 || static_cast<size_t>(tp_rank) >= s->rank_retained.size() || chunks < 0 ||
+      owner.empty()) {
+    return Reject(instance_id);
+  }
+  std::lock_guard<std::mutex> lock(kv_mu_);
+  Gauge*& g = s->arena_chunks[{tp_rank, owner}];
+  if (g == nullptr) {
+    Result<Gauge*> made = arena_chunks_->WithLabels(
+        {model_name_, std::to_string(instance_id), std::to_string(tp_rank), owner});
+    if (!made.ok()) {
+      s->arena_chunks.erase({tp_rank, owner});
+      return Reject(instance_id);
+    }
+    g = *made;
+  }
+  g->Set(static_cast<double>(chunks));
 }
 
 void ServingMetrics::OnKvTransfer(uint64_t bytes, uint64_t blocks, uint64_t tokens,

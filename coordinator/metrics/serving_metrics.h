@@ -22,6 +22,10 @@
 //     headway:kv_cache_retained_blocks       per TP rank (extra label tp_rank): cached blocks
 //                                            no sequence's row holds whose entry is still
 //                                            referenced (e.g. a prompt's retained window)
+//     headway:kv_arena_chunks                per TP rank (extra labels tp_rank, owner): the KV
+//                                            arena's chunks lent to each block class, by its
+//                                            KV cache dtype (owner float32, q8_0, ...), and
+//                                            the free ones (owner free); common/kv_arena.h
 //     headway:instance_state                 1 for the instance's state, else 0 (extra label
 //                                            state: down | joining | ready | draining | vacant)
 //   counters (tokens unless said otherwise)
@@ -70,6 +74,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -252,6 +257,10 @@ class ServingMetrics {
   void SetKvUsage(int instance_id, int tp_rank, int64_t used_blocks, int64_t total_blocks);
   // Retained blocks of one TP rank (RankBlockUsage::num_retained); >= 0.
   void SetKvRetained(int instance_id, int tp_rank, int64_t retained_blocks);
+  // Chunks of TP rank `tp_rank`'s KV arena lent to `owner` (a KV cache
+  // dtype's name) or free (owner "free"). REQUIRES (else rejected): 0 <=
+  // tp_rank < the instance's tp_size, chunks >= 0, owner not empty.
+  void SetKvArenaChunks(int instance_id, int tp_rank, const std::string& owner, int64_t chunks);
 
   // The counters that instance `instance_id`'s scheduler and KV cache
   // manager feed as events happen (OnPreemption, OnPrefixCacheQuery,
@@ -297,6 +306,9 @@ class ServingMetrics {
     Counter* rejected = nullptr;
     std::vector<Gauge*> rank_kv_usage;  // [tp_size]
     std::vector<Gauge*> rank_retained;  // [tp_size]
+    // (tp_rank, owner) -> headway:kv_arena_chunks, resolved on first use
+    // (owners are the deployment's dtypes); guarded by kv_mu_.
+    std::map<std::pair<int, std::string>, Gauge*> arena_chunks;
   };
 
   ServingMetrics(std::string model_name, std::vector<int> instance_tp_sizes);
@@ -331,6 +343,7 @@ class ServingMetrics {
   MetricRegistry registry_;
   std::vector<InstanceSeries> instances_;  // [num_instances]
   Counter* rejected_unknown_instance_ = nullptr;
+  GaugeFamily* arena_chunks_ = nullptr;  // headway:kv_arena_chunks
   Counter* kv_transfer_bytes_ = nullptr;
   Counter* kv_transfer_blocks_ = nullptr;
   Counter* kv_transfer_tokens_ = nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <string>
 
 namespace headway {
@@ -28,45 +29,80 @@ std::vector<SlotSpec> KvCacheManager::BookkeepingSpecs(const ModelSpec& spec,
 }
 
 KvCacheManager::KvCacheManager(const ModelSpec& spec, int tp_size, int block_size,
-                               std::vector<int> num_blocks_per_rank, KvCacheOptions options,
+                               std::vector<int> num_chunks_per_rank, KvCacheOptions options,
                                InstanceCounters* counters)
     : block_size_(block_size),
       options_(options),
       slot_blocks_(block_size, options.enable_recycling),
-      cache_(std::max<int>(1, int(num_blocks_per_rank.size())), options.block_hasher),
+      cache_(std::max<int>(1, int(num_chunks_per_rank.size())), options.block_hasher),
       counters_(counters != nullptr ? counters : &kNoCounters) {
   HW_CHECK(block_size > 0);
-  HW_CHECK(tp_size >= 1 && static_cast<int>(num_blocks_per_rank.size()) == tp_size);
+  HW_CHECK(tp_size >= 1 && static_cast<int>(num_chunks_per_rank.size()) == tp_size);
   HW_CHECK(ValidateTpSize(spec, tp_size).ok());
+  // One class unless full and sliding slots both exist and their dtypes
+  // differ; then the arena's geometry decides how many blocks a chunk holds.
+  const KvCacheDtypes dtypes = options.dtypes;
+  classes_ = KvBlockClasses(dtypes, spec.slot_specs);
+  if (classes_.size() > 1) {
+    const KvArenaLayout arena =
+        MakeKvArenaLayout(block_size, spec.head_dim, dtypes, spec.slot_specs);
+    for (KvCacheDtype d : classes_) blocks_per_chunk_.push_back(arena.BlocksPerChunk(d));
+    shares_per_chunk_ = std::lcm(int64_t(blocks_per_chunk_[0]), int64_t(blocks_per_chunk_[1]));
+  } else {
+    blocks_per_chunk_ = {1};
+    shares_per_chunk_ = 1;
+  }
+  auto class_of = [&](const SlotSpec& real) {
+    const auto it = std::find(classes_.begin(), classes_.end(), dtypes.For(real));
+    return it == classes_.end() ? 0 : int(it - classes_.begin());
+  };
   const std::vector<SlotSpec> specs_kept = BookkeepingSpecs(spec, options.recycling_granularity);
   ranks_.reserve(tp_size);
   for (int r = 0; r < tp_size; ++r) {
     TpShard shard = ShardForRank(spec, tp_size, r);
     std::vector<SlotSpec> specs;
+    std::vector<int> slot_class;
     specs.reserve(size_t(spec.num_layers) * shard.num_local_kv_heads());
     for (int layer = 0; layer < spec.num_layers; ++layer) {
       for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) {
         size_t global = size_t(layer) * spec.num_kv_heads + h;
         specs.push_back(global < specs_kept.size() ? specs_kept[global] : SlotSpec{});
+        // The class follows the slot's real spec: the worker stores the
+        // slot in its dtype whatever the bookkeeping granularity.
+        slot_class.push_back(class_of(global < spec.slot_specs.size() ? spec.slot_specs[global]
+                                                                       : SlotSpec{}));
       }
     }
-    ranks_.push_back(Rank{std::move(specs), BlockPool(num_blocks_per_rank[r])});
+    ranks_.push_back(Rank{std::move(specs), std::move(slot_class),
+                          BlockArena(num_chunks_per_rank[r], blocks_per_chunk_)});
   }
+  cache_.set_evictable_observer([this](int r, int slot, int32_t block, bool evictable) {
+    Rank& rank = ranks_[size_t(r)];
+    rank.arena.SetEvictable(rank.slot_class[size_t(slot)], block, evictable);
+  });
 }
 
 int KvCacheManager::num_slots(int tp_rank) const {
   return static_cast<int>(ranks_.at(tp_rank).slot_specs.size());
 }
 
-int KvCacheManager::BlocksNeeded(int tp_rank, TableKey key, int64_t num_positions) const {
+std::vector<int64_t> KvCacheManager::NeededByClass(int tp_rank, TableKey key,
+                                                   int64_t num_positions) const {
   const Rank& rank = ranks_.at(tp_rank);
   auto it = tables_.find(key);
   const int64_t first = it == tables_.end() ? 0 : it->second.first_uncomputed;
-  int64_t needed = 0;
+  std::vector<int64_t> needed(classes_.size(), 0);
   for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
     int64_t have = it == tables_.end() ? 0 : int64_t(it->second.rows[tp_rank][s].size());
-    needed += slot_blocks_.BlocksToAdd(rank.slot_specs[s], have, num_positions, first);
+    needed[size_t(rank.slot_class[s])] +=
+        slot_blocks_.BlocksToAdd(rank.slot_specs[s], have, num_positions, first);
   }
+  return needed;
+}
+
+int KvCacheManager::BlocksNeeded(int tp_rank, TableKey key, int64_t num_positions) const {
+  int64_t needed = 0;
+  for (int64_t n : NeededByClass(tp_rank, key, num_positions)) needed += n;
   return static_cast<int>(std::min<int64_t>(needed, std::numeric_limits<int>::max()));
 }
 
@@ -99,7 +135,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(TableKey key,
   table.first_uncomputed = std::max(table.first_uncomputed, first_uncomputed);
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
-    std::vector<int32_t> freed;
+    int64_t num_freed = 0;
     for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
       const BlockSpan drop = slot_blocks_.Unneeded(rank.slot_specs[s], table.first_uncomputed);
       std::vector<int32_t>& row = table.rows[r][s];
@@ -111,7 +147,10 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(TableKey key,
         const CacheEntryId e = i < int64_t(table.entries.size()) ? table.entries[i] : kNoCacheEntry;
         const int32_t block =
             e == kNoCacheEntry ? row[i] : cache_.DropBlock(e, int(r), int(s), retain.Contains(i));
-        if (block >= 0) freed.push_back(block);
+        if (block >= 0) {
+          rank.arena.Free(rank.slot_class[s], std::span<const int32_t>(&block, 1));
+          ++num_freed;
+        }
         row[i] = -1;
         delta.recycled.push_back(int32_t(i));
       }
@@ -120,41 +159,46 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Recycle(TableKey key,
       delta.first_logical = int(row.size());
       deltas[r].push_back(std::move(delta));
     }
-    num_recycled_blocks_ += freed.size();
-    if (!freed.empty()) counters_->OnKvBlocksRecycled(int64_t(freed.size()));
-    rank.pool.Free(freed);
+    num_recycled_blocks_ += uint64_t(num_freed);
+    if (num_freed > 0) counters_->OnKvBlocksRecycled(num_freed);
   }
   return deltas;
 }
 
-int KvCacheManager::Available(int tp_rank) const {
-  return ranks_[tp_rank].pool.num_free() + cache_.num_evictable_blocks(tp_rank);
+void KvCacheManager::FreeSlotBlocks(int r, const std::vector<int32_t>& slot_blocks) {
+  Rank& rank = ranks_[size_t(r)];
+  for (size_t s = 0; s < slot_blocks.size(); ++s) {
+    if (slot_blocks[s] >= 0) {
+      rank.arena.Free(rank.slot_class[s], std::span<const int32_t>(&slot_blocks[s], 1));
+    }
+  }
 }
 
-void KvCacheManager::EnsureUnused(const std::vector<int>& needed) {
+void KvCacheManager::EnsureUnused(const std::vector<std::vector<int64_t>>& needed) {
   for (;;) {
     bool short_somewhere = false;
     for (int r = 0; r < tp_size(); ++r) {
-      if (!ranks_[r].pool.CanAllocate(needed[r])) short_somewhere = true;
+      if (!ranks_[r].arena.CanAllocate(needed[r])) short_somewhere = true;
     }
     if (!short_somewhere) return;
     const CacheEntryId victim = cache_.NextEviction();
+    // The victim's blocks by slot, read before the cache forgets them.
+    const std::vector<std::vector<int32_t>> blocks = cache_.blocks(victim);
     int64_t by_kind[2] = {0, 0};  // full, sliding
     for (int r = 0; r < tp_size(); ++r) {
-      const std::vector<int32_t>& blocks = cache_.blocks(victim)[size_t(r)];
-      for (size_t s = 0; s < blocks.size(); ++s) {
-        if (blocks[s] >= 0) ++by_kind[ranks_[r].slot_specs[s].IsSliding() ? 1 : 0];
+      for (size_t s = 0; s < blocks[r].size(); ++s) {
+        if (blocks[r][s] >= 0) ++by_kind[ranks_[r].slot_specs[s].IsSliding() ? 1 : 0];
       }
     }
     counters_->OnKvBlocksEvicted(by_kind[0], by_kind[1]);
-    std::vector<std::vector<int32_t>> evicted = cache_.EvictLru();
-    for (int r = 0; r < tp_size(); ++r) ranks_[r].pool.Free(evicted[r]);
+    (void)cache_.EvictLru();
+    for (int r = 0; r < tp_size(); ++r) FreeSlotBlocks(r, blocks[r]);
   }
 }
 
 bool KvCacheManager::CanAppend(TableKey key, int64_t num_positions) const {
   for (int r = 0; r < tp_size(); ++r) {
-    if (BlocksNeeded(r, key, num_positions) > Available(r)) return false;
+    if (!ranks_[r].arena.CanAllocateEvicting(NeededByClass(r, key, num_positions))) return false;
   }
   return true;
 }
@@ -167,8 +211,8 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(TableKey key,
     table.rows.resize(ranks_.size());
     for (size_t r = 0; r < ranks_.size(); ++r) table.rows[r].resize(ranks_[r].slot_specs.size());
   }
-  std::vector<int> needed(ranks_.size());
-  for (int r = 0; r < tp_size(); ++r) needed[r] = BlocksNeeded(r, key, num_positions);
+  std::vector<std::vector<int64_t>> needed(ranks_.size());
+  for (int r = 0; r < tp_size(); ++r) needed[r] = NeededByClass(r, key, num_positions);
   EnsureUnused(needed);
   std::vector<std::vector<SlotBlockDelta>> deltas(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -183,7 +227,7 @@ std::vector<std::vector<SlotBlockDelta>> KvCacheManager::Append(TableKey key,
       const int64_t have = int64_t(row.size());
       const int64_t add =
           slot_blocks_.BlocksToAdd(spec, have, num_positions, table.first_uncomputed);
-      std::vector<int32_t> fresh = rank.pool.Allocate(static_cast<int>(add));
+      std::vector<int32_t> fresh = rank.arena.Allocate(rank.slot_class[s], static_cast<int>(add));
       size_t next = 0;
       const BlockSpan skip = slot_blocks_.Unneeded(spec, table.first_uncomputed);
       for (int64_t i = have; i < want; ++i) row.push_back(skip.Contains(i) ? -1 : fresh[next++]);
@@ -247,12 +291,14 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
   HW_CHECK(num_positions >= match.num_positions);
   const int64_t first = first_uncomputed < 0 ? match.num_positions : first_uncomputed;
   for (int r = 0; r < tp_size(); ++r) {
-    const std::vector<SlotSpec>& specs = ranks_[r].slot_specs;
-    int64_t needed = 0;
-    for (const SlotSpec& spec : specs) {
-      needed += slot_blocks_.BlocksToAdd(spec, int64_t(match.entries.size()), num_positions, first);
+    const Rank& rank = ranks_[r];
+    const std::vector<SlotSpec>& specs = rank.slot_specs;
+    std::vector<int64_t> needed(classes_.size(), 0);
+    for (size_t s = 0; s < specs.size(); ++s) {
+      needed[size_t(rank.slot_class[s])] +=
+          slot_blocks_.BlocksToAdd(specs[s], int64_t(match.entries.size()), num_positions, first);
     }
-    int64_t available = Available(r);
+    std::vector<ClassBlock> taken;
     for (size_t i = 0; i < match.entries.size(); ++i) {
       // Taking a reference makes an evictable entry's blocks unavailable,
       // but for those a sliding slot drops at once and does not retain.
@@ -263,10 +309,10 @@ bool KvCacheManager::CanStart(const PrefixMatch& match, int64_t num_positions,
         const bool kept = !slot_blocks_.Unneeded(specs[s], first).Contains(int64_t(i)) ||
                           cache_.retained(id, r, int(s)) ||
                           slot_blocks_.RetainedSpan(specs[s], prompt_positions).Contains(int64_t(i));
-        if (blocks[s] >= 0 && kept) --available;
+        if (blocks[s] >= 0 && kept) taken.push_back({rank.slot_class[s], blocks[s]});
       }
     }
-    if (needed > available) return false;
+    if (!rank.arena.CanAllocateEvicting(needed, taken)) return false;
   }
   return true;
 }
@@ -375,14 +421,16 @@ void KvCacheManager::Release(TableKey key) {
     cache_.Release(e);
   }
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    std::vector<int32_t> own;
-    for (const std::vector<int32_t>& row : table.rows[r]) {
+    Rank& rank = ranks_[r];
+    for (size_t s = 0; s < table.rows[r].size(); ++s) {
+      const std::vector<int32_t>& row = table.rows[r][s];
+      std::vector<int32_t> own;
       for (size_t i = 0; i < row.size(); ++i) {
         bool cached = i < table.entries.size() && table.entries[i] != kNoCacheEntry;
         if (!cached && row[i] >= 0) own.push_back(row[i]);  // -1: already recycled
       }
+      rank.arena.Free(rank.slot_class[s], own);
     }
-    ranks_[r].pool.Free(own);
   }
   tables_.erase(it);
 }
@@ -410,19 +458,48 @@ int64_t KvCacheManager::ChunkReserveBlocks(int tp_rank, int max_chunk_tokens) co
   return total;
 }
 
+int64_t KvCacheManager::FootprintShares(int tp_rank, int64_t max_positions,
+                                        int64_t prompt_positions) const {
+  const Rank& rank = ranks_.at(tp_rank);
+  int64_t total = 0;
+  for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
+    const int64_t blocks =
+        slot_blocks_.FootprintBlocks(rank.slot_specs[s], max_positions,
+                                     options_.enable_prefix_caching, max_positions - prompt_positions);
+    total += blocks * (shares_per_chunk_ / blocks_per_chunk_[size_t(rank.slot_class[s])]);
+  }
+  return total;
+}
+
+int64_t KvCacheManager::ChunkReserveShares(int tp_rank, int max_chunk_tokens) const {
+  const Rank& rank = ranks_.at(tp_rank);
+  int64_t total = 0;
+  for (size_t s = 0; s < rank.slot_specs.size(); ++s) {
+    total += slot_blocks_.ChunkExtraBlocks(rank.slot_specs[s], max_chunk_tokens) *
+             (shares_per_chunk_ / blocks_per_chunk_[size_t(rank.slot_class[s])]);
+  }
+  return total;
+}
+
+int64_t KvCacheManager::AdmissionShares(int tp_rank) const {
+  const BlockArena& arena = ranks_.at(tp_rank).arena;
+  const int slack = classes_.size() > 1 ? int(classes_.size()) : 0;
+  return std::max(0, arena.num_chunks() - slack) * shares_per_chunk_;
+}
+
 int64_t KvCacheManager::MaxPositionsPerSequence(int max_chunk_tokens) const {
   HW_CHECK(max_chunk_tokens >= 1);
   constexpr int64_t kUnbounded = std::numeric_limits<int32_t>::max();
   int64_t best = kUnbounded;
   for (int r = 0; r < tp_size(); ++r) {
     if (ranks_[r].slot_specs.empty()) continue;
-    const int64_t room = ranks_[r].pool.num_total() - ChunkReserveBlocks(r, max_chunk_tokens);
-    if (FootprintBlocks(r, kUnbounded) <= room) continue;
+    const int64_t room = AdmissionShares(r) - ChunkReserveShares(r, max_chunk_tokens);
+    if (FootprintShares(r, kUnbounded) <= room) continue;
     // The footprint grows with the length: the largest length that fits.
     int64_t lo = 0, hi = kUnbounded;  // fits(lo), !fits(hi)
     while (hi - lo > 1) {
       const int64_t mid = lo + (hi - lo) / 2;
-      (FootprintBlocks(r, mid) <= room ? lo : hi) = mid;
+      (FootprintShares(r, mid) <= room ? lo : hi) = mid;
     }
     best = std::min(best, lo);
   }
@@ -430,13 +507,22 @@ int64_t KvCacheManager::MaxPositionsPerSequence(int max_chunk_tokens) const {
 }
 
 RankBlockUsage KvCacheManager::Usage(int tp_rank) const {
-  const BlockPool& pool = ranks_.at(tp_rank).pool;
+  const BlockArena& arena = ranks_.at(tp_rank).arena;
   RankBlockUsage u;
   u.num_evictable = cache_.num_evictable_blocks(tp_rank);
   u.num_retained = cache_.num_retained_blocks(tp_rank);
-  u.num_free = pool.num_free() + u.num_evictable;
-  u.num_total = pool.num_total();
-  u.num_referenced = u.num_total - u.num_free;
+  u.num_chunks = arena.num_chunks();
+  u.num_free_chunks = arena.num_free_chunks();
+  u.num_total = arena.num_free_chunks() * arena.blocks_per_chunk(0);
+  for (int c = 0; c < arena.num_classes(); ++c) {
+    u.lent_chunks.push_back(arena.num_lent_chunks(c));
+    u.num_total += arena.num_lent_chunks(c) * arena.blocks_per_chunk(c);
+    const int held = arena.num_allocated(c) - arena.num_evictable(c);
+    u.num_referenced += held;
+    u.used_shares += int64_t(held) * (shares_per_chunk_ / arena.blocks_per_chunk(c));
+  }
+  u.num_free = u.num_total - u.num_referenced;
+  u.total_shares = int64_t(arena.num_chunks()) * shares_per_chunk_;
   return u;
 }
 

@@ -38,8 +38,17 @@
 // positions is cut to the longest L whose sliding slots still have their
 // sink blocks and their blocks from floor(max(0, L - W + 1) / B) on.
 //
-// Footprints (FootprintBlocks, ChunkReserveBlocks) are what admission
-// reserves: the most blocks a request can hold at once, by slot kind.
+// Footprints (FootprintShares, ChunkReserveShares) are what admission
+// reserves: the most KV memory a request can hold at once, by slot kind.
+//
+// Block sizes (common/kv_arena.h): a slot's blocks are of its KV cache
+// dtype's class (full-attention slots cache.kv_cache_dtype, sliding ones
+// cache.kv_cache_dtype_sliding). Each rank's pool is a BlockArena of equal
+// chunks lent to one class at a time, so memory that one class frees
+// serves the other. Admission counts *shares*: a chunk is
+// shares_per_chunk() shares, a block of class c costs shares_per_chunk() /
+// blocks_per_chunk(c) of them (proportional to its bytes); with one class a
+// share is a block.
 //
 // Not thread-safe: owned by one instance's scheduler on the engine thread.
 #pragma once
@@ -50,10 +59,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/kv_arena.h"
 #include "common/kv_layout.h"
 #include "common/model_spec.h"
 #include "common/status.h"
-#include "coordinator/scheduling/block_pool.h"
+#include "coordinator/scheduling/block_arena.h"
 #include "coordinator/scheduling/instance_counters.h"
 #include "coordinator/scheduling/prefix_cache.h"
 #include "coordinator/scheduling/slot_blocks.h"
@@ -71,7 +81,10 @@ struct SlotBlockDelta {
   std::vector<int32_t> recycled;  // logical indices whose block went back to the pool
 };
 
-// Per-rank block usage, for /health and tests.
+// Per-rank block usage, for /health, /metrics and tests. Block counts sum
+// every class; num_total counts a lent chunk as its class's blocks and a
+// free chunk as blocks of the first class (full-attention slots'), so with
+// one class they are plain block counts.
 struct RankBlockUsage {
   int num_free = 0;        // blocks an allocation can take: unused + evictable
   int num_total = 0;
@@ -79,6 +92,14 @@ struct RankBlockUsage {
   int num_referenced = 0;  // not free (= total - free): held by rows, or retained
   int num_retained = 0;    // of those, cached blocks no row holds whose entry is
                            // referenced (PrefixCache), e.g. a prompt's window
+  // The arena: its chunks, the free ones, and per class (in
+  // KvCacheManager::block_classes() order) those lent to it.
+  int num_chunks = 0;
+  int num_free_chunks = 0;
+  std::vector<int> lent_chunks;
+  // Shares held: by rows or retained (evictable blocks count as free).
+  int64_t used_shares = 0;
+  int64_t total_shares = 0;
 };
 
 struct KvCacheOptions {
@@ -101,6 +122,10 @@ struct KvCacheOptions {
   Granularity recycling_granularity = Granularity::kKvHead;
   // The hash of the chain; tests force collisions through it.
   BlockHasher block_hasher = HashBlockTokens;
+  // KV cache dtypes of full and sliding slots (cache.kv_cache_dtype,
+  // cache.kv_cache_dtype_sliding): when they differ and the model has both
+  // kinds of slot, blocks come in two classes (common/kv_arena.h).
+  KvCacheDtypes dtypes;
 };
 
 // A sequence's token ids, prompt then output, viewed without copying.
@@ -135,12 +160,14 @@ struct ReservationId {
 
 class KvCacheManager {
  public:
-  // `num_blocks_per_rank[r]` is rank r's pool size (from its RegisterRequest).
+  // `num_chunks_per_rank[r]` is rank r's arena size in chunks (from its
+  // RegisterRequest; with one block class a chunk is a block).
   // REQUIRES: ValidateTpSize(spec, tp_size).ok(), block_size > 0,
-  // num_blocks_per_rank.size() == tp_size. `counters` (optional) counts
+  // num_chunks_per_rank.size() == tp_size, and with two classes
+  // spec.head_dim valid for both dtypes. `counters` (optional) counts
   // recycled blocks and must outlive the manager.
   KvCacheManager(const ModelSpec& spec, int tp_size, int block_size,
-                 std::vector<int> num_blocks_per_rank, KvCacheOptions options = {},
+                 std::vector<int> num_chunks_per_rank, KvCacheOptions options = {},
                  InstanceCounters* counters = nullptr);
 
   KvCacheManager(const KvCacheManager&) = delete;
@@ -149,6 +176,13 @@ class KvCacheManager {
   int tp_size() const { return static_cast<int>(ranks_.size()); }
   int block_size() const { return block_size_; }
   int num_slots(int tp_rank) const;
+  // The block classes' dtypes (one, or full then sliding), and the class of
+  // a rank's slot.
+  const std::vector<KvCacheDtype>& block_classes() const { return classes_; }
+  int slot_class(int tp_rank, int slot) const { return ranks_.at(tp_rank).slot_class.at(slot); }
+  // Blocks of class `cls` one chunk holds; shares one chunk counts.
+  int blocks_per_chunk(int cls) const { return blocks_per_chunk_.at(cls); }
+  int64_t shares_per_chunk() const { return shares_per_chunk_; }
   bool prefix_caching_enabled() const { return options_.enable_prefix_caching; }
 
   // Blocks rank `tp_rank` must allocate so that `seq_id` (known or not)
@@ -318,7 +352,14 @@ class KvCacheManager {
   // spans in the recycling sliding slots beyond a one-token step
   // (SlotBlocks::ChunkExtraBlocks). REQUIRES: max_chunk_tokens >= 1.
   int64_t ChunkReserveBlocks(int tp_rank, int max_chunk_tokens) const;
-  int num_total_blocks(int tp_rank) const { return ranks_.at(tp_rank).pool.num_total(); }
+  // The two above in shares (class comment): each slot's blocks at its
+  // class's price.
+  int64_t FootprintShares(int tp_rank, int64_t max_positions, int64_t prompt_positions = 0) const;
+  int64_t ChunkReserveShares(int tp_rank, int max_chunk_tokens) const;
+  // Shares admission may reserve on rank `tp_rank`: the arena's, less one
+  // chunk per class when there are two (a class's last chunk may be partly
+  // used while the other class waits for a whole one).
+  int64_t AdmissionShares(int tp_rank) const;
 
   // The most positions one sequence could ever hold with the pools empty of
   // everything else (min over ranks), when it is computed in chunks of at
@@ -332,10 +373,14 @@ class KvCacheManager {
 
   RankBlockUsage Usage(int tp_rank) const;
 
-  // Walks every table, entry and pool (O(blocks)): OK if on every rank each
+  // Walks every table, entry and arena (O(blocks)): OK if on every rank each
   // block is exactly one of unused, held by sequences (a private block by
   // one, a cached block by its entry's refcount many), or evictable, and the
-  // three add up to the total. Internal naming the first violation.
+  // three add up to the total; every block a slot holds is of the slot's
+  // class and lies in a chunk lent to that class; every lent chunk's blocks
+  // are allocated or free, free + lent chunks = total, and the arena's
+  // evictable marks are the cache's evictable blocks. Internal naming the
+  // first violation.
   Status CheckConsistency() const;
 
   const PrefixCache& prefix_cache() const { return cache_; }
@@ -380,8 +425,9 @@ class KvCacheManager {
   const std::vector<int32_t>& TEST_Row(TableKey key, int tp_rank, int slot) const;
 
   struct Rank {
-    std::vector<SlotSpec> slot_specs;  // [num_slots]
-    BlockPool pool;
+    std::vector<SlotSpec> slot_specs;  // [num_slots], as kept (BookkeepingSpecs)
+    std::vector<int> slot_class;       // [num_slots] block class
+    BlockArena arena;
   };
   struct SeqTable {
     int64_t num_positions = 0;
@@ -401,11 +447,15 @@ class KvCacheManager {
   // Splits a row into deltas, one per run of blocks (-1 between runs).
   static void AppendRunDeltas(int slot, const std::vector<int32_t>& row,
                               std::vector<SlotBlockDelta>* out);
-  // Blocks rank `tp_rank` can allocate: unused + evictable.
-  int Available(int tp_rank) const;
-  // Evicts LRU entries until every rank has `needed[r]` unused blocks.
-  // REQUIRES: needed[r] <= Available(r) for every r.
-  void EnsureUnused(const std::vector<int>& needed);
+  // Blocks of each class rank `tp_rank` must allocate for `key` to cover
+  // [0, num_positions).
+  std::vector<int64_t> NeededByClass(int tp_rank, TableKey key, int64_t num_positions) const;
+  // Evicts LRU entries until every rank r can allocate `needed[r]` (per
+  // class) without evicting. REQUIRES: CanAllocateEvicting(needed[r]) on
+  // every rank.
+  void EnsureUnused(const std::vector<std::vector<int64_t>>& needed);
+  // Frees `blocks` ([slot] -> id, -1 = none) of rank `r` to its arena.
+  void FreeSlotBlocks(int r, const std::vector<int32_t>& slot_blocks);
   void FillBlockTokens(const TokenIds& token_ids, int64_t logical, std::vector<int32_t>* out) const;
 
   // CheckConsistency's walk (kv_cache_consistency.cc).
@@ -413,6 +463,9 @@ class KvCacheManager {
 
   int block_size_;
   KvCacheOptions options_;
+  std::vector<KvCacheDtype> classes_;
+  std::vector<int> blocks_per_chunk_;  // [class]
+  int64_t shares_per_chunk_ = 1;
   SlotBlocks slot_blocks_;  // which logical blocks each slot needs
   std::vector<Rank> ranks_;
   PrefixCache cache_;

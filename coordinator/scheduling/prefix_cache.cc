@@ -82,6 +82,10 @@ void PrefixCache::AddEvictableBlocks(const Entry& e, int sign) {
     const int present = int(std::count_if(e.blocks[r].begin(), e.blocks[r].end(),
                                           [](int32_t b) { return b >= 0; }));
     num_evictable_blocks_[r] += sign * present;
+    if (!observer_) continue;
+    for (size_t s = 0; s < e.blocks[r].size(); ++s) {
+      if (e.blocks[r][s] >= 0) observer_(int(r), int(s), e.blocks[r][s], sign > 0);
+    }
   }
 }
 

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -71,6 +72,13 @@ class PrefixCache {
 
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Told of every present block of an entry that becomes evictable (true:
+  // its entry's refcount fell to 0) or stops being so (false: the entry is
+  // acquired again, or evicted, just before EvictLru returns its blocks).
+  using EvictableObserver =
+      std::function<void(int tp_rank, int slot, int32_t block, bool evictable)>;
+  void set_evictable_observer(EvictableObserver observer) { observer_ = std::move(observer); }
 
   BlockHash Hash(BlockHash parent, std::span<const int32_t> token_ids) const {
     return hasher_(parent, token_ids);
@@ -178,6 +186,7 @@ class PrefixCache {
   void AddUnheldBlocks(const Entry& e, int sign);
 
   const BlockHasher hasher_;
+  EvictableObserver observer_;  // may be empty
   CacheEntryId next_id_ = 1;
   std::unordered_map<CacheEntryId, Entry> entries_;
   std::unordered_map<BlockHash, CacheEntryId> index_;

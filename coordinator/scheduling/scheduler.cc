@@ -32,18 +32,18 @@ std::vector<int64_t> Scheduler::Footprint(const Sequence& seq) const {
   if (seq.stop().max_model_len > 0) {
     positions = std::min<int64_t>(positions, seq.stop().max_model_len);
   }
-  std::vector<int64_t> blocks(size_t(kv_->tp_size()));
+  std::vector<int64_t> shares(size_t(kv_->tp_size()));
   for (int r = 0; r < kv_->tp_size(); ++r) {
-    blocks[size_t(r)] = kv_->FootprintBlocks(r, positions, seq.num_prompt_tokens());
+    shares[size_t(r)] = kv_->FootprintShares(r, positions, seq.num_prompt_tokens());
   }
-  return blocks;
+  return shares;
 }
 
 bool Scheduler::Admits(const std::vector<int64_t>& footprint) const {
   if (config_.admission != SchedulerConfig::Admission::kGuaranteedNoEvict) return true;
   for (int r = 0; r < kv_->tp_size(); ++r) {
-    const int64_t chunk = kv_->ChunkReserveBlocks(r, config_.max_num_batched_tokens);
-    if (reserved_[size_t(r)] + footprint[size_t(r)] + chunk > kv_->num_total_blocks(r)) {
+    const int64_t chunk = kv_->ChunkReserveShares(r, config_.max_num_batched_tokens);
+    if (reserved_[size_t(r)] + footprint[size_t(r)] + chunk > kv_->AdmissionShares(r)) {
       return false;
     }
   }
@@ -62,17 +62,17 @@ void Scheduler::Unreserve(uint64_t seq_id) {
   footprints_.erase(it);
 }
 
-int64_t Scheduler::FloorBlocks(int tp_rank, int64_t max_positions) const {
-  return int64_t(config_.max_num_seqs) * kv_->FootprintBlocks(tp_rank, max_positions) +
-         kv_->ChunkReserveBlocks(tp_rank, config_.max_num_batched_tokens);
+int64_t Scheduler::FloorShares(int tp_rank, int64_t max_positions) const {
+  return int64_t(config_.max_num_seqs) * kv_->FootprintShares(tp_rank, max_positions) +
+         kv_->ChunkReserveShares(tp_rank, config_.max_num_batched_tokens);
 }
 
 int Scheduler::MaxConcurrentAt(int64_t max_positions) const {
   int64_t most = config_.max_num_seqs;
   for (int r = 0; r < kv_->tp_size(); ++r) {
-    const int64_t room = kv_->num_total_blocks(r) -
-                         kv_->ChunkReserveBlocks(r, config_.max_num_batched_tokens);
-    const int64_t each = std::max<int64_t>(1, kv_->FootprintBlocks(r, max_positions));
+    const int64_t room = kv_->AdmissionShares(r) -
+                         kv_->ChunkReserveShares(r, config_.max_num_batched_tokens);
+    const int64_t each = std::max<int64_t>(1, kv_->FootprintShares(r, max_positions));
     most = std::min(most, std::max<int64_t>(0, room) / each);
   }
   return int(most);

@@ -18,14 +18,16 @@
 // default; TensorRT-LLM's policy of that name) a waiting sequence starts
 // only when, on every TP rank,
 //
-//   sum over running sequences of F(s)  +  F(new)  +  C  <=  pool blocks
+//   sum over running sequences of F(s)  +  F(new)  +  C  <=  A
 //
-// where F(s) = KvCacheManager::FootprintBlocks(rank, prompt + max_tokens)
-// is the most blocks s can hold at once (full slots: its whole context;
+// where F(s) = KvCacheManager::FootprintShares(rank, prompt + max_tokens)
+// is the most KV memory s can hold at once (full slots: its whole context;
 // recycling sliding slots: sink + the window of a one-token step + the
-// retained prompt window, SlotBlocks::FootprintBlocks) and C =
-// KvCacheManager::ChunkReserveBlocks(rank, max_num_batched_tokens) keeps
-// room for one prefill chunk beyond a one-token step. Shared prefix blocks
+// retained prompt window, SlotBlocks::FootprintBlocks), C =
+// KvCacheManager::ChunkReserveShares(rank, max_num_batched_tokens) keeps
+// room for one prefill chunk beyond a one-token step and A =
+// KvCacheManager::AdmissionShares(rank) is the pool. All three count
+// shares of the rank's arena chunks (with one KV cache dtype, blocks). Shared prefix blocks
 // count once per sequence, so the sum is an upper bound. So a running
 // sequence is never preempted for want of blocks, except by blocks the sum
 // does not see: transfers' reservations, retained windows of finished
@@ -162,15 +164,15 @@ class Scheduler {
     return kv_->MaxPositionsPerSequence(config_.max_num_batched_tokens);
   }
 
-  // The pool floor of rank `tp_rank`: the blocks that max_num_seqs requests
+  // The pool floor of rank `tp_rank`: the shares that max_num_seqs requests
   // of `max_positions` positions each reserve at once under
   // kGuaranteedNoEvict, max_num_seqs * F(max_positions) + C (class comment).
-  int64_t FloorBlocks(int tp_rank, int64_t max_positions) const;
+  int64_t FloorShares(int tp_rank, int64_t max_positions) const;
   // How many requests of `max_positions` positions run at once under
   // kGuaranteedNoEvict (min over ranks, at most max_num_seqs).
   int MaxConcurrentAt(int64_t max_positions) const;
-  // Blocks the running sequences reserve on rank `tp_rank` (their F sum).
-  int64_t reserved_blocks(int tp_rank) const { return reserved_.at(size_t(tp_rank)); }
+  // Shares the running sequences reserve on rank `tp_rank` (their F sum).
+  int64_t reserved_shares(int tp_rank) const { return reserved_.at(size_t(tp_rank)); }
 
   // KV transfer (disaggregation) holds blocks outside any sequence between
   // steps: the KvCacheManager verbs of the same names. Check first through

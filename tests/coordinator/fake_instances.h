@@ -63,7 +63,12 @@ inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instan
   r.set_head_dim(uint32_t(spec.head_dim));
   r.set_block_size(uint32_t(block_size));
   r.set_kv_cache_dtype("float32");
+  r.set_kv_cache_dtype_sliding("float32");
   r.set_num_blocks(uint32_t(num_blocks));
+  // One dtype: a chunk is a block (common/kv_arena.h).
+  r.set_block_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
+  r.set_chunk_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
+  r.set_num_chunks(uint32_t(num_blocks));
   r.set_vocab_size(uint32_t(spec.vocab_size));
   if (with_kv_endpoint) {
     proto::KvEndpoint* e = r.mutable_kv_endpoint();

@@ -158,7 +158,7 @@ TEST(PromptRetentionTest, RetainedBlocksWaitForEvictionOnceUnreferenced) {
 
 // The floor of `setup` for requests of `max_positions`.
 int64_t FloorOf(PoolSetup setup, int64_t max_positions) {
-  return MakeScheduler(setup)->FloorBlocks(0, max_positions);
+  return MakeScheduler(setup)->FloorShares(0, max_positions);
 }
 
 TEST(PromptRetentionTest, DecodeCompletesForEveryPromptLengthOnTheFloor) {
@@ -205,7 +205,7 @@ TEST(PromptRetentionTest, APoolForOneFootprintRunsOneAtATimeAndSaysSo) {
   setup.num_blocks = int(one);
   auto s = MakeScheduler(setup);
   EXPECT_EQ(s->MaxConcurrentAt(kMaxLen), 1);
-  EXPECT_GT(s->FloorBlocks(0, kMaxLen), one);
+  EXPECT_GT(s->FloorShares(0, kMaxLen), one);
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(s->Add(MakeSeq(uint64_t(i + 1), Tokens(1000 * (i + 1), 120), kMaxLen - 120)).ok());
   }

@@ -67,6 +67,7 @@ TEST(ServingMetricsTest, FullSetVisibleBeforeAnyRequest) {
       {"headway:kv_cache_usage_perc", "gauge"},
       {"headway:kv_cache_rank_usage_perc", "gauge"},
       {"headway:kv_cache_retained_blocks", "gauge"},
+      {"headway:kv_arena_chunks", "gauge"},
       {"headway:instance_state", "gauge"},
       {"headway:prefix_cache_queries_total", "counter"},
       {"headway:prefix_cache_hits_total", "counter"},
@@ -381,6 +382,9 @@ TEST(ServingMetricsTest, GoldenRenderAgreesWithPrometheusClient) {
   m->OnKvBlocksRecycled(0, 12);
   m->SetQueueState(0, 1, 2);
   m->SetKvUsage(1, 1, 3, 8);
+  m->SetKvArenaChunks(0, 0, "float32", 5);
+  m->SetKvArenaChunks(0, 0, "q8_0", 2);
+  m->SetKvArenaChunks(0, 0, "free", 1);
   m->SetInstanceState(0, InstanceState::kReady);
   m->SetInstanceState(1, InstanceState::kDraining);
   m->OnInstanceDrained();

@@ -140,5 +140,30 @@ TEST(TransferPlannerTest, MismatchedTablesAreRefused) {
   EXPECT_FALSE(tp.ok());
 }
 
+TEST(TransferPlannerTest, TwoKvCacheDtypesTravelInOneListPerClass) {
+  // Layer 0 slides (sliding dtype q8_0), layer 1 is full (float32): each
+  // rank pair gets the full slots' blocks as class 0 and the sliding slots'
+  // as class 1, whose ids address the arena in their own block size.
+  ModelSpec spec = FakeLlamaSpec(2);
+  for (int h = 0; h < spec.num_kv_heads; ++h) spec.slot_specs[size_t(h)].window = 64;
+  const KvCacheDtypes dtypes{KvCacheDtype::kFloat32, KvCacheDtype::kQ8_0};
+  auto plan = PlanBlockCopies(spec, 1, MakeTables(spec, 1, 2, 0), 1, MakeTables(spec, 1, 2, 1),
+                              /*first_new_block=*/0, dtypes);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].block_class, 0);
+  EXPECT_EQ((*plan)[1].block_class, 1);
+  // Slots 3..5 (layer 1) are full, slots 0..2 slide; two blocks each.
+  EXPECT_EQ((*plan)[0].src_blocks.front(), uint32_t(BlockId(0, 0, 3, 0)));
+  EXPECT_EQ((*plan)[1].src_blocks.front(), uint32_t(BlockId(0, 0, 0, 0)));
+  EXPECT_EQ((*plan)[0].dst_blocks.size(), 6u);
+  EXPECT_EQ((*plan)[1].dst_blocks.size(), 6u);
+  // One dtype: one list, class 0, as before.
+  auto same = PlanBlockCopies(spec, 1, MakeTables(spec, 1, 2, 0), 1, MakeTables(spec, 1, 2, 1), 0);
+  ASSERT_TRUE(same.ok());
+  ASSERT_EQ(same->size(), 1u);
+  EXPECT_EQ((*same)[0].block_class, 0);
+}
+
 }  // namespace
 }  // namespace headway

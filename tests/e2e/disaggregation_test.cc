@@ -6,6 +6,7 @@
 // differ.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,55 @@ TEST(DisaggregationTest, EveryKvCacheDtypeEqualsColocatedAndMovesItsOwnBytes) {
     EXPECT_GT(blocks, 0);
     EXPECT_EQ(Metric(*pd, "headway:kv_transfer_bytes_total"), blocks * c.block_bytes);
     EXPECT_EQ(Metric(*pd, "headway:kv_transfer_fallbacks_total"), 0);
+  }
+}
+
+// Gemma 3 with its sliding layers in their own dtype (float16 full layers,
+// q8_0 sliding ones): each rank's pool is an arena of chunks lent to two
+// block sizes (common/kv_arena.h), and a transfer moves each slot's blocks
+// in its own size, as granules of the arena (gcd(16,384, 8,704) = 512
+// bytes). Outputs equal a colocated deployment's with the same dtypes. Every
+// prompt is shorter than the 512-position window, so all 18 layers move all
+// their blocks: per 18 blocks, 3 float16 (16,384 bytes) and 15 q8_0 (8,704).
+TEST(DisaggregationTest, SlidingSlotsInTheirOwnDtypeMoveInTheirOwnBlockSize) {
+  HW_REQUIRE_MODEL(Gemma3Path());
+  DeploymentOptions options;
+  options.model_path = Gemma3Path();
+  options.kv_cache_dtype = "float16";
+  options.kv_cache_dtype_sliding = "q8_0";
+  auto run = [](const Deployment& d) {
+    std::vector<std::string> out = GreedyTexts(
+        [&d](const std::string& body) { return d.Post("/v1/completions", body); },
+        SmolLm2TransferPrompts(), kMaxTokens, /*rounds=*/2);
+    for (const std::string& text : out) EXPECT_FALSE(IsErrorText(text)) << text;
+    return out;
+  };
+  std::string error;
+  std::vector<std::string> colocated;
+  {
+    std::unique_ptr<Deployment> local = Deployment::Start(options, &error);
+    ASSERT_NE(local, nullptr) << error;
+    colocated = run(*local);
+  }
+  options.pd_decode_tp_size = 1;
+  std::unique_ptr<Deployment> pd = Deployment::Start(options, &error);
+  ASSERT_NE(pd, nullptr) << error;
+  const std::vector<std::string> out = run(*pd);
+  ASSERT_EQ(out.size(), colocated.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], colocated[i]) << "request " << i;
+  const double blocks = Metric(*pd, "headway:kv_transfer_blocks_total");
+  EXPECT_GT(blocks, 0);
+  EXPECT_EQ(std::fmod(blocks, 18.0), 0.0);
+  EXPECT_EQ(Metric(*pd, "headway:kv_transfer_bytes_total"),
+            blocks / 18 * (3 * 16384.0 + 15 * 8704.0));
+  EXPECT_EQ(Metric(*pd, "headway:kv_transfer_fallbacks_total"), 0);
+  // Every block is back (cached ones count as free). A rank's total counts
+  // each chunk in the block size it is lent to, so compare within /health.
+  const json health = pd->Get("/health").json;
+  for (const json& inst : health.at("instances")) {
+    for (const json& rank : inst.at("ranks")) {
+      EXPECT_EQ(rank.at("free_blocks"), rank.at("total_blocks")) << inst.dump();
+    }
   }
 }
 

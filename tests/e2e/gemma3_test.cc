@@ -33,15 +33,18 @@ json GreedyBody(const json& prompt, int max_tokens, bool ignore_eos) {
 }
 
 std::unique_ptr<Deployment> StartGemmaWithPool(bool recycling, bool prefix_caching,
-                                               int kv_memory_mb);
+                                               int kv_memory_mb,
+                                               const std::string& sliding_dtype = "");
 
 std::unique_ptr<Deployment> StartGemma(bool recycling, bool prefix_caching) {
   return StartGemmaWithPool(recycling, prefix_caching, 256);
 }
 
 std::unique_ptr<Deployment> StartGemmaWithPool(bool recycling, bool prefix_caching,
-                                               int kv_memory_mb) {
+                                               int kv_memory_mb,
+                                               const std::string& sliding_dtype) {
   DeploymentOptions options;
+  options.kv_cache_dtype_sliding = sliding_dtype;
   options.model_path = Gemma3Path();
   options.served_name = kServedName;
   options.kv_memory_mb = kv_memory_mb;
@@ -156,6 +159,63 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
   EXPECT_EQ(off.recycled, 0);
   EXPECT_EQ(on.free_at_end, on.free_at_start);
   EXPECT_EQ(off.free_at_end, off.free_at_start);
+}
+
+// cache.kv_cache_dtype_sliding: q8_0: the sliding layers' blocks are a
+// quarter of the float32 full layers', both in one arena of chunks
+// (common/kv_arena.h) that recycling returns to and the prefix cache keeps.
+// Workers register the arena; a long decode past the window and a
+// 1,500-token prompt, twice at once from the cache, give the same text as
+// with recycling and caching off, and every block is free (or cached) at
+// the end.
+TEST_F(Gemma3ServingTest, SlidingLayersInQ8_0KeepGreedyOutputUnderRecyclingAndCaching) {
+  struct Run {
+    std::string long_decode;
+    std::vector<std::string> long_prompt;
+    // /health's free and total blocks of the rank at the end: the total
+    // counts each chunk's blocks in the dtype it is lent to, so it moves as
+    // chunks are lent; every block is free (or cached) once requests end.
+    long free_at_end = 0, total_at_end = -1;
+  };
+  auto serve = [](bool recycling, bool prefix_caching, int long_prompt_copies) {
+    Run run;
+    std::unique_ptr<Deployment> d = StartGemmaWithPool(recycling, prefix_caching, 256, "q8_0");
+    if (d == nullptr) return run;
+    HttpReply r = d->PostJson("/v1/completions",
+                              GreedyBody("The history of the lighthouse begins", 600, true));
+    run.long_decode = CompletionText(r);
+    const std::vector<int32_t> ids = LongPromptIds(*d);
+    auto complete = [&] {
+      return CompletionText(d->PostJson("/v1/completions", GreedyBody(ids, 24, true)));
+    };
+    run.long_prompt.push_back(complete());
+    for (int i = 1; i < long_prompt_copies; ++i) {
+      auto a = std::async(std::launch::async, complete);
+      auto b = std::async(std::launch::async, complete);
+      run.long_prompt.push_back(a.get());
+      run.long_prompt.push_back(b.get());
+    }
+    const json health = d->Get("/health").json;
+    if (health.contains("instances") && health["instances"].size() == 1 &&
+        health["instances"][0]["ranks"].size() == 1) {
+      const json& rank = health["instances"][0]["ranks"][0];
+      run.free_at_end = rank["free_blocks"].get<long>();
+      run.total_at_end = rank["total_blocks"].get<long>();
+    }
+    return run;
+  };
+  const Run on = serve(/*recycling=*/true, /*prefix_caching=*/true, 2);
+  const Run off = serve(/*recycling=*/false, /*prefix_caching=*/false, 1);
+  EXPECT_FALSE(IsErrorText(on.long_decode)) << on.long_decode;
+  EXPECT_EQ(on.long_decode, off.long_decode);
+  ASSERT_EQ(on.long_prompt.size(), 3u);
+  ASSERT_EQ(off.long_prompt.size(), 1u);
+  for (const std::string& text : on.long_prompt) {
+    EXPECT_FALSE(IsErrorText(text)) << text;
+    EXPECT_EQ(text, off.long_prompt[0]);
+  }
+  EXPECT_EQ(on.free_at_end, on.total_at_end);
+  EXPECT_EQ(off.free_at_end, off.total_at_end);
 }
 
 // A completion's text and usage (prompt and cached tokens).

@@ -82,8 +82,11 @@ class TestWorker {
     r->set_head_dim(spec_.head_dim);
     r->set_block_size(kBlockSize);
     r->set_kv_cache_dtype("float32");
+    r->set_kv_cache_dtype_sliding("float32");
     r->set_block_bytes(uint64_t(2) * kBlockSize * spec_.head_dim * 4);
     r->set_num_blocks(kNumBlocks);
+    r->set_chunk_bytes(r->block_bytes());  // one dtype: a chunk is a block
+    r->set_num_chunks(kNumBlocks);
     r->set_vocab_size(spec_.vocab_size);
     r->set_pid(getpid());
     (void)(*client)->Send(reg);

@@ -36,6 +36,9 @@ std::string DeploymentYaml(const DeploymentOptions& o, int http_port, int contro
     << "  enable_recycling: " << (o.enable_recycling ? "true" : "false") << "\n"
     << "  enable_prefix_caching: " << (o.enable_prefix_caching ? "true" : "false") << "\n";
   if (!o.kv_cache_dtype.empty()) y << "  kv_cache_dtype: " << o.kv_cache_dtype << "\n";
+  if (!o.kv_cache_dtype_sliding.empty()) {
+    y << "  kv_cache_dtype_sliding: " << o.kv_cache_dtype_sliding << "\n";
+  }
   y << "scheduler:\n"
     << "  max_num_seqs: " << o.max_num_seqs << "\n"
     << "  max_num_batched_tokens: " << o.max_num_batched_tokens << "\n"

@@ -43,6 +43,7 @@ struct DeploymentOptions {
   bool enable_recycling = true;       // cache.enable_recycling
   bool enable_prefix_caching = true;  // cache.enable_prefix_caching
   std::string kv_cache_dtype;         // cache.kv_cache_dtype ("" = the default)
+  std::string kv_cache_dtype_sliding; // cache.kv_cache_dtype_sliding ("" = unset)
   int heartbeat_timeout_ms = 0;       // 0 = the config default
   std::string extra_yaml;             // appended verbatim at top level
 };

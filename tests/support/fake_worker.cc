@@ -72,8 +72,12 @@ void FakeWorker::Impl::Run() {
   r->set_head_dim(spec.head_dim);
   r->set_block_size(options.block_size);
   r->set_kv_cache_dtype("float32");
+  r->set_kv_cache_dtype_sliding("float32");
   r->set_block_bytes(uint64_t(2) * options.block_size * spec.head_dim * 4);  // K and V, f32
   r->set_num_blocks(options.num_blocks);
+  // One dtype: a chunk is a block (common/kv_arena.h).
+  r->set_chunk_bytes(r->block_bytes());
+  r->set_num_chunks(options.num_blocks);
   r->set_vocab_size(spec.vocab_size);
   r->set_pid(getpid());
   if (!(*client)->Send(reg).ok()) return Error("cannot send RegisterRequest");

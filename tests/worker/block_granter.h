@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "proto/control.pb.h"
@@ -16,6 +18,11 @@ class BlockGranter {
   // `num_slots`: slots of the model on this rank (DecoderModel::num_slots);
   // `block_size`: positions per block of the executor's pool.
   BlockGranter(int num_slots, int block_size) : num_slots_(num_slots), block_size_(block_size) {}
+
+  // Where slot `slot`'s next block id comes from, for pools whose ids count
+  // per dtype (common/kv_arena.h); unset: one counter for every slot.
+  using IdSource = std::function<int32_t(int slot)>;
+  void set_id_source(IdSource source) { id_source_ = std::move(source); }
 
   // Appends a step for `tokens` of `seq_id` at `start_pos` to `plan`, with
   // deltas giving every slot the blocks that positions
@@ -36,7 +43,9 @@ class BlockGranter {
         proto::SlotDelta* d = step->add_deltas();
         d->set_slot(slot);
         d->set_first_logical(have);
-        for (int i = have; i < need; ++i) d->add_appended(next_block_++);
+        for (int i = have; i < need; ++i) {
+          d->add_appended(id_source_ ? id_source_(slot) : next_block_++);
+        }
       }
       have = need;
     }
@@ -48,6 +57,7 @@ class BlockGranter {
   const int block_size_;
   std::map<uint64_t, int> blocks_;  // seq_id -> blocks granted per slot
   int next_block_ = 0;
+  IdSource id_source_;
 };
 
 }  // namespace headway::testing

@@ -36,6 +36,11 @@ constexpr float kLlamaCppTolerance = 1.0f;
 // least this (near-ties may flip under the differences above).
 constexpr float kTieMargin = 1.0f;
 constexpr int kHorizon = 16;
+// float32 full layers and q8_0 sliding ones against the numpy f32 pass:
+// largest |diff| over a prompt's top 50 logits. Measured 0.07 to 0.20 (q8_0
+// on every layer: 0.05 to 0.25; float32: 2e-5); 2.5x room for thread count
+// and summation order.
+constexpr float kSlidingQ8Tolerance = 0.5f;
 
 class Gemma3Test : public testing::RealModelFixture {
  protected:
@@ -118,6 +123,57 @@ TEST_F(Gemma3Test, GreedyTokensIndependentOfChunking) {
   constexpr int kTokens = 6;
   const std::vector<int32_t> alone = Generate({long_prompt}, kTokens, 1 << 20)[0];
   EXPECT_EQ(Generate({long_prompt, other}, kTokens, 200)[0], alone) << "chunks of 200, batched";
+}
+
+// cache.kv_cache_dtype_sliding: float32 full layers (every sixth) and q8_0
+// sliding ones share one arena of 557,056-byte chunks (17 float32 or 64 q8_0
+// blocks; common/kv_arena.h), each layer's kernels reading its own dtype.
+// There is no other implementation of per-layer dtypes to compare with, so
+// the run is pinned from three sides: (1) it is bit for bit the same
+// wherever the chunks lie (lent bottom-up or top-down, the two classes'
+// chunks interleaved), which a wrong block address would break; (2) it
+// differs from both one-dtype runs, float32 and q8_0, so each layer really
+// reads its own dtype; (3) it stays close to the numpy f32 reference, and
+// its greedy tokens are llama.cpp's wherever llama.cpp is not near a tie,
+// as GreedyTokensMatchLlamaCpp requires of float32.
+TEST_F(Gemma3Test, SlidingLayersInQ8_0) {
+  const nlohmann::json ref = ReadJson("reference/gemma3_greedy.json");
+  const nlohmann::json& cases = ref["cases"];
+  ForwardModel* const model = model_;
+  const ModelSpec& spec = model->spec();
+  const std::vector<std::vector<float>> f32 = LastPromptLogits(ref);
+  auto run = [&](KvCacheDtypes dtypes, bool from_top) {
+    const KvArenaLayout arena = MakeKvArenaLayout(kBlockSize, spec.head_dim, dtypes, spec.slot_specs);
+    EXPECT_EQ(arena.mixed(), dtypes.full != dtypes.sliding);
+    StartExecutorOnArena(model, arena, kPoolBytes, from_top);
+    return LastPromptLogits(ref);
+  };
+  const KvCacheDtypes mixed_dtypes{KvCacheDtype::kFloat32, KvCacheDtype::kQ8_0};
+  const std::vector<std::vector<float>> mixed = run(mixed_dtypes, false);
+  const std::vector<std::vector<float>> q8 = run({KvCacheDtype::kQ8_0, KvCacheDtype::kQ8_0}, false);
+  const std::vector<std::vector<float>> mixed_top = run(mixed_dtypes, true);
+  ASSERT_EQ(mixed.size(), cases.size());
+  ASSERT_EQ(q8.size(), cases.size());
+  ASSERT_EQ(mixed_top.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const nlohmann::json& c = cases[i];
+    SCOPED_TRACE(c["name"].get<std::string>());
+    EXPECT_TRUE(mixed[i] == mixed_top[i]) << "the logits depend on where the chunks lie";
+    EXPECT_FALSE(mixed[i] == f32[i]) << "the sliding layers did not store q8_0";
+    EXPECT_FALSE(mixed[i] == q8[i]) << "the full layers did not store float32";
+    const float mixed_diff =
+        MaxDiff(mixed[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
+    const float q8_diff = MaxDiff(q8[i], c["f32_last_top_ids"], c["f32_last_top_logits"], 50);
+    EXPECT_LE(mixed_diff, kSlidingQ8Tolerance);
+    std::printf("[ measured ] %s (%zu tokens): max |logit diff| over the top 50 vs numpy f32: "
+                "float32 + q8_0 sliding %.4f, q8_0 everywhere %.4f\n",
+                c["name"].get<std::string>().c_str(), c["prompt_ids"].size(), mixed_diff, q8_diff);
+  }
+  StartExecutorOnArena(
+      model, MakeKvArenaLayout(kBlockSize, spec.head_dim, mixed_dtypes, spec.slot_specs),
+      kPoolBytes, false);
+  const std::vector<GreedyAgreement> greedy = TeacherForcedGreedy(ref, kHorizon, kTieMargin);
+  EXPECT_GE(TotalCompared(greedy), int(cases.size()) * kHorizon / 2);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/gguf.h"
+#include "common/kv_arena.h"
 #include "common/model_spec.h"
 #include "kernels/matmul.h"
 #include "kernels/reference/quant_matmul_8bit_act.h"
@@ -96,6 +97,44 @@ inline void ExpectTop10(const std::vector<float>& logits, const nlohmann::json& 
     EXPECT_EQ(order[0], ids[0].get<int>());
   }
 }
+
+// Lends the chunks of an arena (common/kv_arena.h) to its block classes in
+// the order they run out, from the lowest chunk up or the highest down, and
+// hands out each class's ids of its chunks in turn: the coordinator's
+// allocator may place a class's blocks in any chunk, so where they land must
+// not change a result.
+class ChunkLender {
+ public:
+  ChunkLender(const KvArenaLayout& arena, int num_chunks, bool from_top)
+      : arena_(arena), num_chunks_(num_chunks), from_top_(from_top) {}
+
+  // The next block id of `dtype`; -1 (and a test failure) once every chunk
+  // is lent.
+  int32_t Next(KvCacheDtype dtype) {
+    Class& c = classes_[dtype];
+    if (c.left == 0) {
+      EXPECT_LT(lent_, num_chunks_) << "the arena's chunks are all lent";
+      if (lent_ >= num_chunks_) return -1;
+      const int chunk = from_top_ ? num_chunks_ - 1 - lent_ : lent_;
+      ++lent_;
+      c.left = arena_.BlocksPerChunk(dtype);
+      c.next = int32_t(chunk * c.left);
+    }
+    --c.left;
+    return c.next++;
+  }
+
+ private:
+  struct Class {
+    int32_t next = 0;
+    int left = 0;
+  };
+  const KvArenaLayout arena_;
+  const int num_chunks_;
+  const bool from_top_;
+  int lent_ = 0;
+  std::map<KvCacheDtype, Class> classes_;
+};
 
 // Runs plans on one model through a StepExecutor with its own pool, giving
 // each sequence's slots fresh blocks as its positions grow.
@@ -177,6 +216,20 @@ class RealModelFixture : public ::testing::Test {
     StartExecutor(model,
                   std::move(KvPool::Create({kBlockSize, model->spec().head_dim}, pool_bytes))
                       .value());
+  }
+
+  // As above, on a pool of `pool_bytes` laid out as `arena` (made for the
+  // model's slots, block size kBlockSize), its chunks lent by a ChunkLender
+  // (`from_top`).
+  void StartExecutorOnArena(ForwardModel* model, const KvArenaLayout& arena, int64_t pool_bytes,
+                            bool from_top) {
+    Result<std::unique_ptr<KvPool>> pool = KvPool::CreateArena(arena, pool_bytes);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    StartExecutor(model, std::move(pool).value());
+    auto lender = std::make_shared<ChunkLender>(arena, pool_->num_chunks(), from_top);
+    granter_->set_id_source([lender, arena, model](int slot) {
+      return lender->Next(arena.dtypes.For(model->slot_spec(slot)));
+    });
   }
 
   // As above, on a pool made elsewhere (a CUDA device's), with block_size

@@ -492,6 +492,64 @@ TEST(StepExecutorTest, SlidingSlotMayDropBlocksOutsideItsWindow) {
   EXPECT_FALSE(CheckBlocksCover(st, {SlotSpec{6, 2}, SlotSpec{}}, kBlockSize, 13, 15).ok());
 }
 
+// Float32 full slots and float16 sliding ones (cache.kv_cache_dtype_sliding)
+// in one arena: with head_dim 16 and 4 positions a chunk of 512 bytes holds
+// one float32 block or two float16 ones (common/kv_arena.h), so block ids
+// count per dtype and each slot's ids are bounded by its own dtype's blocks.
+// The logits do not depend on which chunks each dtype's blocks lie in.
+TEST(StepExecutorTest, BlockIdsCountPerSlotDtype) {
+  ModelSpec spec = TinySpec();
+  spec.slot_specs[0] = spec.slot_specs[1] = SlotSpec{8, 0};  // layer 0 slides
+  std::unique_ptr<DecoderModel> model =
+      std::move(DecoderModel::Create(spec, ModelWeights::TEST_Random(spec, FullShard(spec), 7, 0.2f)))
+          .value();
+  const KvArenaLayout arena = MakeKvArenaLayout(
+      kBlockSize, spec.head_dim, KvCacheDtypes{KvCacheDtype::kFloat32, KvCacheDtype::kFloat16},
+      spec.slot_specs);
+  ASSERT_TRUE(arena.mixed());
+  ASSERT_EQ(arena.chunk_bytes, 512u);
+  // Prefills 5 tokens (2 blocks a slot) with the given ids for slots 0..3
+  // and returns the result and the last logits.
+  auto prefill = [&](const std::vector<std::vector<int32_t>>& ids) {
+    std::unique_ptr<KvPool> pool = std::move(KvPool::CreateArena(arena, 10 * 512)).value();
+    EXPECT_EQ(pool->num_blocks(KvCacheDtype::kFloat32), 10);
+    EXPECT_EQ(pool->num_blocks(KvCacheDtype::kFloat16), 20);
+    StepExecutorOptions options;
+    options.seed_base = 1;
+    StepExecutor executor(model.get(), pool.get(), options);
+    proto::StepPlan plan;
+    plan.set_step_id(1);
+    proto::SequenceStep* step = plan.add_seqs();
+    step->set_seq_id(1);
+    step->set_is_new(true);
+    step->set_sample(true);
+    for (int32_t t : {1, 2, 3, 4, 5}) step->add_token_ids(t);
+    for (int slot = 0; slot < 4; ++slot) {
+      proto::SlotDelta* d = step->add_deltas();
+      d->set_slot(slot);
+      for (int32_t id : ids[size_t(slot)]) d->add_appended(id);
+    }
+    proto::StepResult r = executor.Execute(plan);
+    return std::pair{r, executor.TEST_last_logits()};
+  };
+  // float16 ids 16..19 lie in chunks 8 and 9, past the float32 ids' bound.
+  const auto [high, high_logits] = prefill({{16, 17}, {18, 19}, {0, 1}, {2, 3}});
+  ASSERT_EQ(high.error(), "");
+  ASSERT_EQ(high.tokens_size(), 1);
+  // The same blocks placed the other way round: float16 in chunks 0 and 1,
+  // float32 in chunks 6..9.
+  const auto [low, low_logits] = prefill({{0, 1}, {2, 3}, {6, 7}, {8, 9}});
+  ASSERT_EQ(low.error(), "");
+  EXPECT_EQ(low.tokens(0).token_id(), high.tokens(0).token_id());
+  EXPECT_TRUE(low_logits == high_logits);
+  const auto [full_past, unused1] = prefill({{0, 1}, {2, 3}, {4, 10}, {6, 7}});
+  EXPECT_NE(full_past.error().find("slot 2: block id 10 out of [0, 10)"), std::string::npos)
+      << full_past.error();
+  const auto [sliding_past, unused2] = prefill({{0, 20}, {2, 3}, {4, 5}, {6, 7}});
+  EXPECT_NE(sliding_past.error().find("block id 20 out of [0, 20)"), std::string::npos)
+      << sliding_past.error();
+}
+
 // Greedy generation of `n` tokens for one prompt, prefilled in chunks of
 // `chunk` tokens, optionally alongside other sequences.
 std::vector<int32_t> Generate(const std::vector<int32_t>& prompt, int n, int chunk,

@@ -289,9 +289,9 @@ Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const KvCacheLayout& layout = pool->layout();
   HW_CHECK(layout.head_dim == hd && pool->device() == options_.device);
-  // The CUDA kernels read f32 blocks only (config validation refuses other
-  // dtypes on cuda devices).
-  HW_CHECK(layout.dtype == KvCacheDtype::kFloat32);
+  // The CUDA kernels read f32 blocks only, one size (config validation
+  // refuses other dtypes, sliding slots' too, on cuda devices).
+  HW_CHECK(layout.dtype == KvCacheDtype::kFloat32 && !pool->arena().mixed());
   float* pool_f32 = reinterpret_cast<float*>(pool->data());
   HW_CHECK(n >= 1 && n <= options_.max_tokens_per_step);
   HW_CHECK(batch.num_logit_rows <= options_.max_seqs_per_step);
