@@ -187,7 +187,7 @@ Measured TimeAttention(const Workload& w, const std::vector<float>& pattern, int
   Measured m;
   m.splits = cuda::PagedAttentionSplits(batch, kNumHeads, kNumKvHeads, kHeadDim);
   m.ms = MedianMs(repeats, [&] {
-    cuda::PagedAttention(q.as<float>(), pool.as<float>(), batch, table, specs.as<SlotSpec>(),
+    cuda::PagedAttention(q.as<float>(), pool.as<uint8_t>(), batch, table, specs.as<SlotSpec>(),
                          layout, kNumHeads, scale, workspace.data(), out.as<float>(), nullptr);
   });
   std::vector<float> got(q_floats);

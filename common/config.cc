@@ -691,17 +691,6 @@ Status ValidateConfig(const Config& config) {
     for (size_t i = 0; i < pool.instances.size(); ++i) {
       const std::string instance_path = Index(Child(path, "instances"), i);
       HW_RETURN_IF_ERROR(ValidateInstance(pool.instances[i], instance_path));
-      if (pool.instances[i].device == "cpu") continue;
-      const KvCacheDtypes dtypes = config.kv_cache_dtypes();
-      for (const auto& [key, dtype] : {std::pair{"cache.kv_cache_dtype", dtypes.full},
-                                       std::pair{"cache.kv_cache_dtype_sliding", dtypes.sliding}}) {
-        if (dtype != KvCacheDtype::kFloat32) {
-          return BadValue(key, KvCacheDtypeName(dtype),
-                          "float32 while " + Child(instance_path, "device") + " is \"" +
-                              pool.instances[i].device +
-                              "\" (the CUDA backend stores float32 KV only, so far)");
-        }
-      }
     }
   }
   // An entry for a host no instance uses is a typo of one that does.

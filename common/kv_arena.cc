@@ -22,6 +22,14 @@ std::vector<KvCacheDtype> KvBlockClasses(KvCacheDtypes dtypes,
   return classes;
 }
 
+int KvBlockClassOf(const std::vector<KvCacheDtype>& classes, KvCacheDtypes dtypes,
+                   const std::vector<SlotSpec>& slot_specs, size_t global) {
+  const SlotSpec slot = global < slot_specs.size() ? slot_specs[global] : SlotSpec{};
+  const auto it = std::find(classes.begin(), classes.end(), dtypes.For(slot));
+  HW_CHECK(it != classes.end());  // classes come from the same slot specs
+  return int(it - classes.begin());
+}
+
 KvArenaLayout MakeKvArenaLayout(int block_size, int head_dim, KvCacheDtypes dtypes,
                                 const std::vector<SlotSpec>& slot_specs) {
   KvArenaLayout arena;

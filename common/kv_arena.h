@@ -75,6 +75,13 @@ struct KvArenaLayout {
 std::vector<KvCacheDtype> KvBlockClasses(KvCacheDtypes dtypes,
                                          const std::vector<SlotSpec>& slot_specs);
 
+// The block class, an index into `classes` (= KvBlockClasses(dtypes,
+// slot_specs)), of global slot `global` = layer * num_kv_heads + kv_head; a
+// slot past the end of `slot_specs` is full. The one place the coordinator's
+// allocator, the transfer planner and the arena map a slot to its class.
+int KvBlockClassOf(const std::vector<KvCacheDtype>& classes, KvCacheDtypes dtypes,
+                   const std::vector<SlotSpec>& slot_specs, size_t global);
+
 // The arena geometry for slots with attention specs `slot_specs` (a model's
 // ModelSpec::slot_specs; empty counts as one full slot). Every rank uses
 // the same one, whichever slots it holds. REQUIRES: each dtype in use has

@@ -43,13 +43,11 @@ Result<std::unique_ptr<KvPool>> KvPool::CreateArena(const KvArenaLayout& arena,
   if (arena.classes.empty() || arena.chunk_bytes == 0) {
     return Status::InvalidArgument("KV pool: the arena has no block class");
   }
-  int max_blocks_per_chunk = 0;
   for (KvCacheDtype d : arena.classes) {
     if (std::string why = arena.BlockLayout(d).Check(); !why.empty()) {
       return Status::InvalidArgument("KV pool: " + why);
     }
     HW_CHECK(arena.chunk_bytes % arena.BlockLayout(d).BlockBytes() == 0);
-    max_blocks_per_chunk = std::max(max_blocks_per_chunk, arena.BlocksPerChunk(d));
   }
   const int64_t chunk_bytes = static_cast<int64_t>(arena.chunk_bytes);
   const int64_t num_chunks = kv_memory_bytes > 0 ? kv_memory_bytes / chunk_bytes : 0;
@@ -58,11 +56,10 @@ Result<std::unique_ptr<KvPool>> KvPool::CreateArena(const KvArenaLayout& arena,
                                    " bytes of KV memory hold no " + DescribeChunk(arena) +
                                    "; raise cache.kv_memory_mb");
   }
-  // Block ids are int32 (proto SlotDelta, the kernels' block tables).
-  if (num_chunks * max_blocks_per_chunk > INT32_MAX) {
-    return Status::InvalidArgument("KV pool: " +
-                                   std::to_string(num_chunks * max_blocks_per_chunk) +
-                                   " blocks exceed the 32-bit block id range");
+  if (num_chunks > MaxChunks(arena)) {
+    return Status::InvalidArgument("KV pool: " + std::to_string(num_chunks) + " x " +
+                                   DescribeChunk(arena) +
+                                   " would give block ids past the 32-bit range");
   }
   // aligned_alloc needs a size that is a multiple of the alignment.
   size_t bytes = size_t(num_chunks) * size_t(chunk_bytes);
@@ -78,13 +75,30 @@ Result<std::unique_ptr<KvPool>> KvPool::CreateArena(const KvArenaLayout& arena,
                                             std::shared_ptr<void>(p, std::free)));
 }
 
+std::unique_ptr<KvPool> KvPool::WrapDeviceMemory(const KvArenaLayout& arena, int num_chunks,
+                                                 uint8_t* data, int device,
+                                                 std::shared_ptr<void> owner) {
+  HW_CHECK(!arena.classes.empty() && num_chunks >= 1 && num_chunks <= MaxChunks(arena));
+  HW_CHECK(data != nullptr && device >= 0);
+  for (KvCacheDtype d : arena.classes) HW_CHECK(arena.BlockLayout(d).Check().empty());
+  return std::unique_ptr<KvPool>(new KvPool(arena, num_chunks, data, device, std::move(owner)));
+}
+
 std::unique_ptr<KvPool> KvPool::WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
                                                  uint8_t* data, int device,
                                                  std::shared_ptr<void> owner) {
-  HW_CHECK(num_blocks >= 1 && data != nullptr && device >= 0 && layout.Check().empty());
-  const KvArenaLayout arena = MakeKvArenaLayout(layout.block_size, layout.head_dim,
-                                                KvCacheDtypes{layout.dtype, layout.dtype}, {});
-  return std::unique_ptr<KvPool>(new KvPool(arena, num_blocks, data, device, std::move(owner)));
+  HW_CHECK(layout.Check().empty());
+  return WrapDeviceMemory(MakeKvArenaLayout(layout.block_size, layout.head_dim,
+                                            KvCacheDtypes{layout.dtype, layout.dtype}, {}),
+                          num_blocks, data, device, std::move(owner));
+}
+
+int64_t KvPool::MaxChunks(const KvArenaLayout& arena) {
+  int max_blocks_per_chunk = 1;
+  for (KvCacheDtype d : arena.classes) {
+    max_blocks_per_chunk = std::max(max_blocks_per_chunk, arena.BlocksPerChunk(d));
+  }
+  return INT32_MAX / max_blocks_per_chunk;
 }
 
 int KvPool::num_blocks(KvCacheDtype dtype) const {

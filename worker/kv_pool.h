@@ -39,14 +39,23 @@ class KvPool {
                                                 int64_t kv_memory_bytes);
 
   // A pool over memory allocated elsewhere (a CUDA device's, by
-  // worker/cuda/): `data` holds num_blocks blocks of layout.BlockBytes(),
-  // already zeroed, and stays valid while `owner` lives. `device` is the CUDA
-  // device ordinal holding it. One dtype only (the CUDA backend stores
-  // float32 KV, common/config.h).
-  // REQUIRES: num_blocks >= 1, data != nullptr, device >= 0.
+  // worker/cuda/): `data` holds num_chunks * arena.chunk_bytes bytes, already
+  // zeroed, and stays valid while `owner` lives. `device` is the CUDA device
+  // ordinal holding it.
+  // REQUIRES: 1 <= num_chunks <= MaxChunks(arena), data != nullptr,
+  // device >= 0, every class's layout passes Check().
+  static std::unique_ptr<KvPool> WrapDeviceMemory(const KvArenaLayout& arena, int num_chunks,
+                                                  uint8_t* data, int device,
+                                                  std::shared_ptr<void> owner);
+  // The same for blocks of one `layout` (a chunk is a block).
   static std::unique_ptr<KvPool> WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
                                                   uint8_t* data, int device,
                                                   std::shared_ptr<void> owner);
+
+  // The most chunks of `arena` whose block ids all fit in int32 (proto
+  // SlotDelta, the kernels' block tables): INT32_MAX / the largest
+  // BlocksPerChunk. REQUIRES: arena has a class.
+  static int64_t MaxChunks(const KvArenaLayout& arena);
 
   ~KvPool();
   KvPool(const KvPool&) = delete;

@@ -238,10 +238,8 @@ headway::Result<ModelAndPool> CreateModelAndPool(const headway::Config& config,
                  tp_rank, cuda_device, (*gpu_model)->device_bytes() >> 20);
     out.model = std::move(*gpu_model);
     // After the model, so the budget counts its memory (vLLM's order too).
-    // One block size: config validation keeps cuda instances to float32 KV.
-    const KvCacheLayout layout = arena->BlockLayout(config.kv_cache_dtype);
     Result<std::unique_ptr<KvPool>> gpu_pool =
-        cuda::CreateDeviceKvPool(layout, cuda_device, config.gpu_memory_utilization);
+        cuda::CreateDeviceKvPool(*arena, cuda_device, config.gpu_memory_utilization);
     if (!gpu_pool.ok()) return failure("KV pool", gpu_pool.status());
     out.pool = std::move(*gpu_pool);
 #else

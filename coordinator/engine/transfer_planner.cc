@@ -24,12 +24,6 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
   }
   const int src_local_heads = ShardForRank(spec, src_tp_size, 0).num_local_kv_heads();
   const std::vector<KvCacheDtype> classes = KvBlockClasses(dtypes, spec.slot_specs);
-  auto class_of = [&](int layer, int head) {
-    const size_t global = size_t(layer) * spec.num_kv_heads + head;
-    const SlotSpec slot = global < spec.slot_specs.size() ? spec.slot_specs[global] : SlotSpec{};
-    const auto it = std::find(classes.begin(), classes.end(), dtypes.For(slot));
-    return it == classes.end() ? 0 : int(it - classes.begin());
-  };
   std::map<std::tuple<int, int, int>, RankBlockCopies> pairs;
   for (int rd = 0; rd < dst_tp_size; ++rd) {
     const TpShard dst_shard = ShardForRank(spec, dst_tp_size, rd);
@@ -53,7 +47,8 @@ Result<std::vector<RankBlockCopies>> PlanBlockCopies(const ModelSpec& spec, int 
               ", which prefill rank " + std::to_string(rs) + " slot " + std::to_string(src_slot) +
               " does not hold");
         }
-        const int cls = class_of(layer, head);
+        const int cls = KvBlockClassOf(classes, dtypes, spec.slot_specs,
+                                       size_t(layer) * spec.num_kv_heads + head);
         RankBlockCopies& copies = pairs[{rs, rd, cls}];
         copies.src_rank = rs;
         copies.dst_rank = rd;

@@ -52,10 +52,6 @@ KvCacheManager::KvCacheManager(const ModelSpec& spec, int tp_size, int block_siz
     blocks_per_chunk_ = {1};
     shares_per_chunk_ = 1;
   }
-  auto class_of = [&](const SlotSpec& real) {
-    const auto it = std::find(classes_.begin(), classes_.end(), dtypes.For(real));
-    return it == classes_.end() ? 0 : int(it - classes_.begin());
-  };
   const std::vector<SlotSpec> specs_kept = BookkeepingSpecs(spec, options.recycling_granularity);
   ranks_.reserve(tp_size);
   for (int r = 0; r < tp_size; ++r) {
@@ -69,8 +65,7 @@ KvCacheManager::KvCacheManager(const ModelSpec& spec, int tp_size, int block_siz
         specs.push_back(global < specs_kept.size() ? specs_kept[global] : SlotSpec{});
         // The class follows the slot's real spec: the worker stores the
         // slot in its dtype whatever the bookkeeping granularity.
-        slot_class.push_back(class_of(global < spec.slot_specs.size() ? spec.slot_specs[global]
-                                                                       : SlotSpec{}));
+        slot_class.push_back(KvBlockClassOf(classes_, dtypes, spec.slot_specs, global));
       }
     }
     ranks_.push_back(Rank{std::move(specs), std::move(slot_class),

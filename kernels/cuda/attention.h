@@ -1,10 +1,10 @@
 // append_kv fused with RoPE, and paged attention over head-wise discrete
 // blocks, on a CUDA device: the contracts of kernels/attention.h (CPU) on
 // device memory. The pool layout, the head-wise block table and slot specs
-// are kernels/kv_cache.h's; the pool is f32, KvCacheDtype::kFloat32 (the same
-// block bytes as a CPU rank's float32 pool, so KV transfer pairs CPU and GPU
-// ranks). The 16-, 8- and 4-bit dtypes are not yet implemented here: config
-// validation refuses them on cuda devices.
+// are kernels/kv_cache.h's; a block is laid out in its layout's KV cache
+// dtype exactly as on a CPU rank (common/kv_layout.h: float32, float16,
+// q8_0, q4_0, q4_0_hadamard), written with the reference's rounding, so KV
+// transfer pairs CPU and GPU ranks.
 //
 // GQA: query head qh uses KV head qh / (num_heads / num_kv_heads).
 #pragma once
@@ -36,16 +36,21 @@ struct DeviceBatch {
 //   q: [num_tokens, num_heads, head_dim] f32, rotated in place
 //   k, v: [num_tokens, num_kv_heads, head_dim] f32 (k is not modified)
 //   table: device block ids [num_seqs, num_kv_heads, max_blocks]
-//   pool: [num_blocks, BlockBytes() / 4] f32, device (a float32 layout)
+//   pool: [num_blocks, layout.BlockBytes()] bytes, device; rows written in
+//         layout.dtype. The K rows are f32 rotations with every rounding
+//         explicit (no fused multiply-add), so for every dtype the bytes are
+//         reference::QuantizeKvRow of the float32 kernel's rows.
 // Angles as cpu::Rope (double precision, then f32 cos/sin). One CTA of 128
-// threads per token, reading batch.token_seq and batch.positions.
+// threads per token, reading batch.token_seq and batch.positions; it encodes
+// one KV head's K and V rows at a time through shared memory.
 // REQUIRES: every position written has a block id >= 0 (the step executor
 // checks this on the host before the step; the kernel skips a -1 entry, and
 // a position outside the table, rather than write out of bounds);
-// layout.head_dim even and <= 512; table.block_ids device memory.
+// layout.head_dim even and <= 512, and layout.Check() empty; pool 16-byte
+// aligned; table.block_ids device memory.
 void RopeAppendKv(float* q, const float* k, const float* v, const DeviceBatch& batch,
                   const LayerBlockTable& table, const KvCacheLayout& layout, int num_heads,
-                  float freq_base, cpu::RopeStyle style, float* pool, Stream stream);
+                  float freq_base, cpu::RopeStyle style, uint8_t* pool, Stream stream);
 
 // Scratch for PagedAttention, sized for the largest batch the caller will
 // run: bytes for a DeviceBuffer. Workspace convention (the only one): the
@@ -73,6 +78,11 @@ int PagedAttentionSplits(const DeviceBatch& batch, int num_heads, int num_kv_hea
 // Causal attention of every row of `batch` over the pool, masked per KV head
 // by `specs` (device array [num_kv_heads]), as cpu::PagedAttention:
 //   q: [num_tokens, num_heads, head_dim] f32 (after RoPE)
+//   pool: [num_blocks, layout.BlockBytes()] bytes in layout.dtype, device;
+//         keys and values are decoded to f32 as they are read, and for
+//         q4_0_hadamard the queries are rotated and the outputs rotated back
+//         (common/kv_layout.h), so the output is f32 attention over the
+//         decoded values up to summation order
 //   out: [num_tokens, num_heads, head_dim] f32
 //   scale: usually 1 / sqrt(head_dim)
 // Work split (FlashDecoding, Dao et al. 2023; vLLM paged attention v2): one
@@ -95,7 +105,7 @@ int PagedAttentionSplits(const DeviceBatch& batch, int num_heads, int num_kv_hea
 // only costs speed); q, out, pool, workspace 16-byte aligned (cudaMalloc'd);
 // workspace of at least PagedAttentionWorkspaceBytes(num_tokens, num_heads,
 // head_dim) bytes. Violations of the host-checkable ones abort (HW_CHECK).
-void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
+void PagedAttention(const float* q, const uint8_t* pool, const DeviceBatch& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,
                     const KvCacheLayout& layout, int num_heads, float scale, void* workspace,
                     float* out, Stream stream);

@@ -20,6 +20,13 @@
 // p_last) are not loaded either: their shared-memory slots are zero, so
 // stale or NaN pool contents never reach the sums.
 //
+// KV cache dtypes (common/kv_layout.h): float32 rows are copied into shared
+// memory with cp.async; the 16-, 8- and 4-bit rows are decoded to f32 on the
+// way in (kernels/cuda/kv_codec.cuh), so the tile's arithmetic is the same
+// for every dtype. q4_0_hadamard rows stay rotated: the CTA rotates its
+// query vectors in shared memory and a last kernel rotates the outputs back,
+// as the CPU attention does.
+//
 // Thread layout of the P.V product (128 threads): thread t owns float4
 // column t % (head_dim / 4) of query vectors t / (head_dim / 4) + k * stride,
 // k < 8, so each thread keeps 8 float4 accumulators in registers.
@@ -33,6 +40,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_codec.cuh"
 
 namespace headway::cuda {
 namespace {
@@ -83,7 +91,7 @@ struct Plan {
 
 struct AttentionParams {
   const float* q;
-  const float* pool;
+  const uint8_t* pool;
   const int32_t* query_start;
   const int32_t* start_pos;
   const int32_t* block_ids;
@@ -97,7 +105,8 @@ struct AttentionParams {
   int num_kv_heads;
   int max_blocks;
   int block_size;
-  long long block_floats;
+  long long row_bytes;
+  long long block_bytes;
   float scale;
   Plan plan;
 };
@@ -173,7 +182,7 @@ __global__ void __launch_bounds__(kScanThreads)
   if (threadIdx.x == 0) tile_start[num_seqs] = carry;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, KvCacheDtype kDtype>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const AttentionParams p) {
   using T = Tiling<kHeadDim>;
   extern __shared__ float4 smem_f4[];
@@ -245,6 +254,14 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const Attention
         reinterpret_cast<const float4*>(p.q + (row * p.num_heads + head) * kHeadDim);
     reinterpret_cast<float4*>(q_s + qi * T::kPitch)[c] = src[c];
   }
+  if constexpr (kDtype == KvCacheDtype::kQ4_0Hadamard) {
+    // Keys are stored rotated: q . k = (Hq / sqrt(32)) . (Hk / sqrt(32)).
+    __syncthreads();
+    for (int idx = tid; idx < nq * (kHeadDim / 32); idx += kThreads) {
+      const int qi = idx / (kHeadDim / 32);
+      Hadamard32(q_s + qi * T::kPitch + 32 * (idx - qi * (kHeadDim / 32)));
+    }
+  }
   for (int i = tid; i < T::kQVecs; i += kThreads) {
     m_s[i] = kNegInf;
     l_s[i] = 0.0f;
@@ -262,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const Attention
       const int j = rem / T::kCols;
       const int c = rem - j * T::kCols;
       float* dst = (is_v ? v_dst : k_dst) + j * T::kPitch + c * 4;
-      const float* src = nullptr;
+      const uint8_t* src = nullptr;  // the key's K or V row
       const int i = stage * kKeysPerTile + j;
       if (i < keys.num_positions) {
         const int pos = keys.Position(i);
@@ -271,15 +288,20 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const Attention
           const int32_t block_id = logical < p.max_blocks ? block_row[logical] : -1;
           if (block_id >= 0) {
             const int in_block = pos - logical * p.block_size;
-            src = p.pool + static_cast<size_t>(block_id) * static_cast<size_t>(p.block_floats) +
-                  static_cast<size_t>(is_v ? p.block_size + in_block : in_block) * kHeadDim + c * 4;
+            src = p.pool + static_cast<size_t>(block_id) * static_cast<size_t>(p.block_bytes) +
+                  static_cast<size_t>(is_v ? p.block_size + in_block : in_block) *
+                      static_cast<size_t>(p.row_bytes);
           }
         }
       }
-      if (src != nullptr) {
-        __pipeline_memcpy_async(dst, src, 16);
-      } else {
+      if (src == nullptr) {
         *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      } else if constexpr (kDtype == KvCacheDtype::kFloat32) {
+        __pipeline_memcpy_async(dst, src + 16 * c, 16);
+      } else {
+        // Decoded to f32 on the way in (synchronous loads: the next stage's
+        // bytes are not in flight during this stage's compute, as f32's are).
+        *reinterpret_cast<float4*>(dst) = DecodeKv4<kDtype>(src, c);
       }
     }
     __pipeline_commit();
@@ -453,6 +475,28 @@ __global__ void __launch_bounds__(kMergeThreads)
   for (int i = 0; i < kPerLane; ++i) o[lane + 32 * i] = sum[i] * inv;
 }
 
+// Rotates each group of 32 values of x [num_groups * 32] back (the
+// Hadamard transform over sqrt(32) is its own inverse): the outputs of
+// attention over q4_0_hadamard values. One thread per group.
+__global__ void __launch_bounds__(kMergeThreads)
+    Hadamard32GroupsKernel(float* x, long long num_groups) {
+  const long long g = static_cast<long long>(blockIdx.x) * kMergeThreads + threadIdx.x;
+  if (g >= num_groups) return;
+  float v[32];
+  float4* src = reinterpret_cast<float4*>(x + g * 32);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float4 f = src[i];
+    v[4 * i] = f.x;
+    v[4 * i + 1] = f.y;
+    v[4 * i + 2] = f.z;
+    v[4 * i + 3] = f.w;
+  }
+  Hadamard32(v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) src[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
+
 size_t RoundUp256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 size_t TileStartBytes(int max_tokens) { return RoundUp256(sizeof(int32_t) * (max_tokens + 1)); }
@@ -518,7 +562,7 @@ Plan MakePlan(const DeviceBatch& batch, int num_heads, int num_kv_heads, int hea
   return plan;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, KvCacheDtype kDtype>
 void Launch(const AttentionParams& params, Stream stream) {
   using T = Tiling<kHeadDim>;
   const Plan& plan = params.plan;
@@ -528,7 +572,7 @@ void Launch(const AttentionParams& params, Stream stream) {
   static std::atomic<bool> opted_in[kMaxDevices] = {};
   const int device = CurrentDevice();
   if (!opted_in[device].load(std::memory_order_acquire)) {
-    if (cudaFuncSetAttribute(PagedAttentionKernel<kHeadDim>,
+    if (cudaFuncSetAttribute(PagedAttentionKernel<kHeadDim, kDtype>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(T::kSmemBytes)) == cudaSuccess) {
       opted_in[device].store(true, std::memory_order_release);
@@ -537,7 +581,7 @@ void Launch(const AttentionParams& params, Stream stream) {
   const dim3 grid(static_cast<unsigned>(plan.num_tiles),
                   static_cast<unsigned>(plan.num_splits * plan.num_head_chunks),
                   static_cast<unsigned>(params.num_kv_heads));
-  PagedAttentionKernel<kHeadDim><<<grid, kThreads, T::kSmemBytes, stream>>>(params);
+  PagedAttentionKernel<kHeadDim, kDtype><<<grid, kThreads, T::kSmemBytes, stream>>>(params);
 }
 
 }  // namespace
@@ -554,14 +598,15 @@ int PagedAttentionSplits(const DeviceBatch& batch, int num_heads, int num_kv_hea
   return MakePlan(batch, num_heads, num_kv_heads, head_dim).num_splits;
 }
 
-void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
+void PagedAttention(const float* q, const uint8_t* pool, const DeviceBatch& batch,
                     const LayerBlockTable& table, const SlotSpec* specs,
                     const KvCacheLayout& layout, int num_heads, float scale, void* workspace,
                     float* out, Stream stream) {
   if (batch.num_tokens <= 0 || batch.num_seqs <= 0) return;
   const int head_dim = layout.head_dim;
   const Plan plan = MakePlan(batch, num_heads, table.num_kv_heads, head_dim);
-  HW_CHECK(layout.block_size > 0 && table.max_blocks >= 0 && layout.dtype == KvCacheDtype::kFloat32);
+  HW_CHECK(layout.block_size > 0 && table.max_blocks >= 0 && layout.Check().empty());
+  HW_CHECK(static_cast<size_t>(KvRowBytes(layout.dtype, head_dim)) == layout.RowBytes());
   HW_CHECK(plan.num_splits * plan.num_head_chunks <= 65535 && table.num_kv_heads <= 65535);
   for (const void* ptr : {static_cast<const void*>(q), static_cast<const void*>(pool),
                           static_cast<const void*>(out), static_cast<const void*>(workspace)}) {
@@ -595,7 +640,8 @@ void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
   params.num_kv_heads = table.num_kv_heads;
   params.max_blocks = table.max_blocks;
   params.block_size = layout.block_size;
-  params.block_floats = static_cast<long long>(layout.BlockBytes() / sizeof(float));
+  params.row_bytes = static_cast<long long>(layout.RowBytes());
+  params.block_bytes = static_cast<long long>(layout.BlockBytes());
   params.scale = scale;
   params.plan = plan;
 
@@ -603,17 +649,20 @@ void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
     TileStartKernel<<<1, kScanThreads, 0, stream>>>(batch.query_start, batch.num_seqs,
                                                     plan.rows_per_tile, tile_start);
   }
-  switch (head_dim) {
-    case 64:
-      Launch<64>(params, stream);
-      break;
-    case 128:
-      Launch<128>(params, stream);
-      break;
-    default:
-      Launch<256>(params, stream);
-      break;
-  }
+  DispatchKvDtype(layout.dtype, [&](auto dtype) {
+    constexpr KvCacheDtype kDtype = decltype(dtype)::value;
+    switch (head_dim) {
+      case 64:
+        Launch<64, kDtype>(params, stream);
+        break;
+      case 128:
+        Launch<128, kDtype>(params, stream);
+        break;
+      default:
+        Launch<256, kDtype>(params, stream);
+        break;
+    }
+  });
   if (plan.num_splits > 1) {
     const long long num_row_heads = static_cast<long long>(batch.num_tokens) * num_heads;
     const long long warps_per_cta = kMergeThreads / 32;
@@ -633,6 +682,11 @@ void PagedAttention(const float* q, const float* pool, const DeviceBatch& batch,
             partial_ml, partial_acc, num_row_heads, plan.num_splits, out);
         break;
     }
+  }
+  if (KvCacheDtypeIsRotated(layout.dtype)) {
+    const long long num_groups = static_cast<long long>(batch.num_tokens) * num_heads * head_dim / 32;
+    const unsigned ctas = static_cast<unsigned>((num_groups + kMergeThreads - 1) / kMergeThreads);
+    Hadamard32GroupsKernel<<<ctas, kMergeThreads, 0, stream>>>(out, num_groups);
   }
 }
 

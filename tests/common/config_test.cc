@@ -494,7 +494,7 @@ TEST(ConfigTest, RecyclingGranularity) {
 TEST(ConfigTest, KvCacheDtype) {
   Result<Config> by_default = ParseConfig(kFull);
   ASSERT_TRUE(by_default.ok()) << by_default.status().ToString();
-  EXPECT_EQ(by_default->kv_cache_dtype, KvCacheDtype::kFloat32);
+  EXPECT_EQ(by_default->kv_cache_dtype, KvCacheDtype::kFloat16);
   for (const char* name : {"float32", "float16", "q8_0", "q4_0", "q4_0_hadamard"}) {
     Result<Config> c = ParseConfig(
         Edit(kFull, "kv_memory_mb: 256", std::string("kv_memory_mb: 256\n  kv_cache_dtype: ") + name));
@@ -503,10 +503,14 @@ TEST(ConfigTest, KvCacheDtype) {
   }
   ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype: fp8"),
               {"cache.kv_cache_dtype", "fp8", "float32, float16, q8_0, q4_0, q4_0_hadamard"});
-  // Not yet on CUDA: refused, naming the instance's device.
-  ExpectError(Edit(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype: q8_0"),
-                   "device: cpu", "device: \"cuda:0\""),
-              {"cache.kv_cache_dtype", "q8_0", "pools[0].instances[0].device", "cuda:0"});
+  // CUDA instances take every dtype too.
+  for (const char* name : {"float32", "q8_0", "q4_0_hadamard"}) {
+    EXPECT_TRUE(ParseConfig(Edit(Edit(kFull, "kv_memory_mb: 256",
+                                      std::string("kv_memory_mb: 256\n  kv_cache_dtype: ") + name),
+                                 "device: cpu", "device: \"cuda:0\""))
+                    .ok())
+        << name;
+  }
 }
 
 TEST(ConfigTest, KvCacheDtypeSliding) {
@@ -523,20 +527,16 @@ TEST(ConfigTest, KvCacheDtypeSliding) {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     ASSERT_TRUE(c->kv_cache_dtype_sliding.has_value());
     EXPECT_STREQ(KvCacheDtypeName(*c->kv_cache_dtype_sliding), name);
-    EXPECT_EQ(c->kv_cache_dtypes().full, KvCacheDtype::kFloat32);
+    EXPECT_EQ(c->kv_cache_dtypes().full, KvCacheDtype::kFloat16);
     EXPECT_STREQ(KvCacheDtypeName(c->kv_cache_dtypes().sliding), name);
   }
   ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype_sliding: fp8"),
               {"cache.kv_cache_dtype_sliding", "fp8", "float32, float16, q8_0, q4_0, q4_0_hadamard"});
   ExpectError(Edit(kFull, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype_sliding: [q8_0]"),
               {"cache.kv_cache_dtype_sliding"});
-  // Not yet on CUDA, as cache.kv_cache_dtype: refused naming this key.
   const std::string cuda = Edit(kFull, "device: cpu", "device: \"cuda:0\"");
-  ExpectError(Edit(cuda, "kv_memory_mb: 256", "kv_memory_mb: 256\n  kv_cache_dtype_sliding: q8_0"),
-              {"cache.kv_cache_dtype_sliding", "q8_0", "pools[0].instances[0].device", "cuda:0"});
-  // An explicit float32 on CUDA is what it would be anyway.
   EXPECT_TRUE(ParseConfig(Edit(cuda, "kv_memory_mb: 256",
-                               "kv_memory_mb: 256\n  kv_cache_dtype_sliding: float32"))
+                               "kv_memory_mb: 256\n  kv_cache_dtype_sliding: q8_0"))
                   .ok());
 }
 

@@ -47,11 +47,14 @@ inline std::string FakeKvWriteKey(int instance, int rank) {
 }
 
 // What rank `rank` of instance `instance` (tp `tp`) registers with:
-// `num_blocks` blocks of `block_size` positions, a KV endpoint when
+// `num_blocks` blocks of `block_size` positions in `dtype` (every slot, as
+// a worker of a deployment with one KV cache dtype), a KV endpoint when
 // `with_kv_endpoint`.
 inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instance, int rank,
                                                int tp, int block_size, int num_blocks,
-                                               bool with_kv_endpoint) {
+                                               bool with_kv_endpoint,
+                                               KvCacheDtype dtype = Config().kv_cache_dtype) {
+  const uint64_t block_bytes = KvCacheLayout{block_size, spec.head_dim, dtype}.BlockBytes();
   proto::RegisterRequest r;
   r.set_instance_id(uint32_t(instance));
   r.set_tp_rank(uint32_t(rank));
@@ -62,21 +65,21 @@ inline proto::RegisterRequest FakeRegistration(const ModelSpec& spec, int instan
   r.set_num_local_kv_heads(uint32_t(shard.num_local_kv_heads()));
   r.set_head_dim(uint32_t(spec.head_dim));
   r.set_block_size(uint32_t(block_size));
-  r.set_kv_cache_dtype("float32");
-  r.set_kv_cache_dtype_sliding("float32");
+  r.set_kv_cache_dtype(KvCacheDtypeName(dtype));
+  r.set_kv_cache_dtype_sliding(KvCacheDtypeName(dtype));
   r.set_num_blocks(uint32_t(num_blocks));
   // One dtype: a chunk is a block (common/kv_arena.h).
-  r.set_block_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
-  r.set_chunk_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
+  r.set_block_bytes(block_bytes);
+  r.set_chunk_bytes(block_bytes);
   r.set_num_chunks(uint32_t(num_blocks));
   r.set_vocab_size(uint32_t(spec.vocab_size));
   if (with_kv_endpoint) {
     proto::KvEndpoint* e = r.mutable_kv_endpoint();
     e->set_worker_address("ucx-address-" + PeerName(instance, rank));
-    e->set_block_bytes(KvCacheLayout{block_size, spec.head_dim}.BlockBytes());
+    e->set_block_bytes(block_bytes);
     e->set_num_blocks(uint64_t(num_blocks));
     e->set_layout_version(kKvBlockLayoutVersion);
-    e->set_dtype("float32");
+    e->set_dtype(KvCacheDtypeName(dtype));
     for (int h = shard.kv_head_begin; h < shard.kv_head_end; ++h) e->add_kv_heads(uint32_t(h));
     r.set_kv_write_key(FakeKvWriteKey(instance, rank));
   }
@@ -91,7 +94,8 @@ inline bool RegisterAll(InstanceRegistry& registry, const Config& config, const 
     for (int r = 0; r < inst.tp_size; ++r) {
       proto::RegisterRequest req = FakeRegistration(spec, inst.id, r, inst.tp_size,
                                                     config.block_size, num_blocks,
-                                                    config.KvTransferEnabled());
+                                                    config.KvTransferEnabled(),
+                                                    config.kv_cache_dtype);
       Instance* joined = registry.CheckRegistration(PeerName(inst.id, r), req);
       if (joined == nullptr) return false;
       registry.Register(*joined, PeerName(inst.id, r), req);

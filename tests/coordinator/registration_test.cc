@@ -12,9 +12,11 @@
 namespace headway {
 namespace {
 
+// The sizes these tests name are float32 blocks': the dtype is explicit.
 Config TwoInstances() {
   Config config;
   config.block_size = 16;
+  config.kv_cache_dtype = KvCacheDtype::kFloat32;
   PoolConfig pool;
   InstanceConfig tp1;
   InstanceConfig tp3;

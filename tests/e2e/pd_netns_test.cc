@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/config.h"
 #include "common/kv_layout.h"
 #include "tests/support/control_keys.h"
 #include "tests/support/deployment.h"
@@ -135,10 +136,11 @@ TEST(PdNetnsTest, PrefillAndDecodeInTwoNamespacesMatchColocated) {
   const double blocks_moved = SumOfSamples(metrics_page, "headway:kv_transfer_blocks_total");
   EXPECT_GT(blocks_moved, 0) << metrics_page;
   // The blocks crossed the veth: the decode side's end received at least
-  // their bytes (SmolLM2's head_dim is 64).
+  // their bytes (SmolLM2's head_dim is 64; the default KV cache dtype).
   Result<uint64_t> received = net.ReceivedBytes(NetnsSide::kB);
   ASSERT_TRUE(received.ok()) << received.status().ToString();
-  const double block_bytes = double(KvCacheLayout{options.block_size, 64}.BlockBytes());
+  const double block_bytes =
+      double(KvCacheLayout{options.block_size, 64, Config().kv_cache_dtype}.BlockBytes());
   EXPECT_GE(double(*received), blocks_moved * block_bytes)
       << "decode side's veth received " << *received << " bytes for " << blocks_moved
       << " blocks";

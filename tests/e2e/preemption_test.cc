@@ -18,10 +18,11 @@ namespace {
 
 using nlohmann::json;
 
-// 6 MiB per worker at block_size 16: 768 blocks of 8 KiB (16 positions x
-// 64 x K,V x f32); SmolLM2 at TP 1 has 30 layers x 3 KV heads = 90 slots,
-// so 8 logical blocks = 128 positions for all sequences together.
-constexpr int kKvMemoryMb = 6;
+// 3 MiB per worker at block_size 16: 768 blocks of 4 KiB (16 positions x
+// 64 x K,V x f16, the default KV cache dtype); SmolLM2 at TP 1 has 30
+// layers x 3 KV heads = 90 slots, so 8 logical blocks = 128 positions for
+// all sequences together.
+constexpr int kKvMemoryMb = 3;
 constexpr int kNumBlocks = 768;
 constexpr int kMaxPositions = 8 * 16;
 // Each request grows to about 35 + 32 positions (5 logical blocks, of which

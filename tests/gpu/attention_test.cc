@@ -1,7 +1,8 @@
 // kernels/cuda/attention.h against the CPU backend (cpu::PagedAttention,
 // cpu::Rope + cpu::AppendKv) on host copies of the same pool.
 //
-// Pools are filled with NaN except the keys some query row of the step sees,
+// Pools are filled with NaN (0xFF bytes: NaN in f32, in f16 and as a q
+// block's f16 scale) except the keys some query row of the step sees,
 // and block ids are a random permutation with spare blocks left NaN, so a
 // read of an unused block, of a recycled (-1) entry, or of a key outside a
 // window turns the output into NaN (reported as an infinite error). Outputs
@@ -12,6 +13,11 @@
 // about 1e-7 relative). With |q|, |k|, |v| <= 1 the outputs are averages of
 // values in [-1, 1], so errors sit near 1e-6; 1e-4 absolute catches any real
 // bug (a wrong key, mask or split merge is off by O(0.01) or more).
+//
+// KV cache dtypes: both sides read the same encoded bytes (written by
+// reference::QuantizeKvRow) and attend over the same decoded values, so the
+// tolerance is float32's. The GPU's own encoding (RopeAppendKv) is checked
+// byte for byte against reference::QuantizeKvRow of its float32 rows.
 #include "kernels/attention.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -29,6 +36,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_cache.h"
+#include "kernels/reference/reference.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace headway {
@@ -56,6 +64,7 @@ struct Scenario {
   int group = 4;  // query heads per KV head
   int head_dim = 128;
   int block_size = 16;
+  KvCacheDtype dtype = KvCacheDtype::kFloat32;
   std::vector<SeqRows> seqs;
   std::vector<SlotSpec> specs;  // [num_kv_heads], cycled if shorter
   int num_heads() const { return num_kv_heads * group; }
@@ -73,7 +82,7 @@ struct HostBatch {
   std::vector<int32_t> query_start, start_pos, token_seq, positions;
   std::vector<int32_t> block_ids;  // [num_seqs, num_kv_heads, max_blocks]
   std::vector<SlotSpec> specs;     // [num_kv_heads]
-  std::vector<float> pool;         // [num_blocks, BlockBytes() / 4]: a float32 layout
+  std::vector<uint8_t> pool;       // [num_blocks, BlockBytes()] in layout.dtype
   KvCacheLayout layout;
   int max_blocks = 0;
   int max_query_len = 0;
@@ -84,11 +93,12 @@ struct HostBatch {
 // Builds the batch of `sc`: block ids are a shuffled subset of a larger
 // pool; a sliding slot's blocks wholly outside the sink and the window of
 // the step's first row are -1 (recycled). K/V of keys some row sees are
-// random in [-1, 1]; every other pool float is NaN.
+// random in [-1, 1], encoded in sc.dtype; every other pool byte is 0xFF.
 HostBatch BuildBatch(const Scenario& sc, uint64_t seed) {
   HostBatch b;
   b.layout.block_size = sc.block_size;
   b.layout.head_dim = sc.head_dim;
+  b.layout.dtype = sc.dtype;
   const int num_seqs = int(sc.seqs.size());
   const int bs = sc.block_size;
   b.query_start.push_back(0);
@@ -131,8 +141,9 @@ HostBatch BuildBatch(const Scenario& sc, uint64_t seed) {
     if (id >= 0) id = perm[id];
   }
 
-  b.pool.assign(size_t(num_blocks) * b.layout.BlockBytes() / sizeof(float), kNaN);
+  b.pool.assign(size_t(num_blocks) * b.layout.BlockBytes(), 0xFF);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> k_row(sc.head_dim), v_row(sc.head_dim);
   for (int s = 0; s < num_seqs; ++s) {
     const int p_first = sc.seqs[s].start_pos;
     const int p_last = p_first + sc.seqs[s].q_len - 1;
@@ -143,11 +154,15 @@ HostBatch BuildBatch(const Scenario& sc, uint64_t seed) {
         const int32_t id = row[pos / bs];
         EXPECT_GE(id, 0);
         if (id < 0) continue;
-        float* block = b.pool.data() + size_t(id) * b.layout.BlockBytes() / sizeof(float);
+        uint8_t* block = b.pool.data() + size_t(id) * b.layout.BlockBytes();
         for (int d = 0; d < sc.head_dim; ++d) {
-          block[b.layout.KOffset(pos % bs) / sizeof(float) + d] = dist(rng);
-          block[b.layout.VOffset(pos % bs) / sizeof(float) + d] = dist(rng);
+          k_row[d] = dist(rng);
+          v_row[d] = dist(rng);
         }
+        reference::QuantizeKvRow(k_row.data(), sc.head_dim, sc.dtype,
+                                 block + b.layout.KOffset(pos % bs));
+        reference::QuantizeKvRow(v_row.data(), sc.head_dim, sc.dtype,
+                                 block + b.layout.VOffset(pos % bs));
       }
     }
   }
@@ -201,7 +216,7 @@ AttentionCheck RunAttention(const Scenario& sc, uint64_t seed) {
   std::vector<float> want(out_floats);
   const BatchLayout layout{int(b.start_pos.size()), b.query_start.data(), b.start_pos.data()};
   const LayerBlockTable host_table{b.block_ids.data(), sc.num_kv_heads, b.max_blocks};
-  cpu::PagedAttention(q.data(), reinterpret_cast<const uint8_t*>(b.pool.data()), layout, host_table, b.specs.data(), b.layout,
+  cpu::PagedAttention(q.data(), b.pool.data(), layout, host_table, b.specs.data(), b.layout,
                       num_heads, scale, want.data());
 
   DeviceArrays d = ToDeviceArrays(b, sc.num_kv_heads);
@@ -213,7 +228,7 @@ AttentionCheck RunAttention(const Scenario& sc, uint64_t seed) {
   EXPECT_TRUE(workspace.ok()) << workspace.status().ToString();
   if (!workspace.ok()) return {std::numeric_limits<double>::infinity(), 0};
   check.splits = cuda::PagedAttentionSplits(d.batch, num_heads, sc.num_kv_heads, sc.head_dim);
-  cuda::PagedAttention(q_d.as<float>(), pool_d.as<float>(), d.batch, d.table,
+  cuda::PagedAttention(q_d.as<float>(), pool_d.as<uint8_t>(), d.batch, d.table,
                        d.specs.as<SlotSpec>(), b.layout, num_heads, scale, workspace->data(),
                        out_d.as<float>(), nullptr);
   const Status launched = cuda::CheckLastError("PagedAttention");
@@ -226,7 +241,7 @@ AttentionCheck RunAttention(const Scenario& sc, uint64_t seed) {
 
 std::string Describe(const Scenario& sc, const AttentionCheck& check) {
   std::ostringstream os;
-  os << sc.name << ": head_dim " << sc.head_dim << ", group " << sc.group << ", kv heads "
+  os << sc.name << ": " << KvCacheDtypeName(sc.dtype) << ", head_dim " << sc.head_dim << ", group " << sc.group << ", kv heads "
      << sc.num_kv_heads << ", block " << sc.block_size << ", splits " << check.splits
      << ", max abs error " << check.max_abs_error;
   return os.str();
@@ -338,6 +353,45 @@ TEST(CudaPagedAttention, GroupLargerThanTileMatchesCpu) {
   std::printf("%s\n", Describe(sc, check).c_str());
 }
 
+std::vector<float> AsFloats(const std::vector<uint8_t>& bytes) {
+  std::vector<float> floats(bytes.size() / sizeof(float));
+  std::memcpy(floats.data(), bytes.data(), floats.size() * sizeof(float));
+  return floats;
+}
+
+const KvCacheDtype kSmallDtypes[] = {KvCacheDtype::kFloat16, KvCacheDtype::kQ8_0,
+                                     KvCacheDtype::kQ4_0, KvCacheDtype::kQ4_0Hadamard};
+
+TEST(CudaPagedAttention, EveryKvCacheDtypeMatchesCpu) {
+  HW_SKIP_WITHOUT_GPU();
+  uint64_t seed = 700;
+  for (KvCacheDtype dtype : kSmallDtypes) {
+    for (int head_dim : {64, 128, 256}) {
+      Scenario sc;
+      sc.name = "mixed";
+      sc.dtype = dtype;
+      sc.num_kv_heads = 4;
+      sc.group = 3;
+      sc.head_dim = head_dim;
+      sc.seqs = MixedSeqs();
+      sc.specs = kMixedSpecs;
+      AttentionCheck check = RunAttention(sc, seed++);
+      EXPECT_LE(RecordError(check.max_abs_error), kAttentionTolerance) << Describe(sc, check);
+      std::printf("%s\n", Describe(sc, check).c_str());
+
+      sc.name = "long decode";
+      sc.group = 4;
+      sc.num_kv_heads = 2;
+      sc.seqs = {{3999, 1}, {2999, 1}, {0, 1}, {1234, 1}};
+      sc.specs = {{0, 0}, {1000, 16}};
+      check = RunAttention(sc, seed++);
+      EXPECT_LE(RecordError(check.max_abs_error), kAttentionTolerance) << Describe(sc, check);
+      EXPECT_GT(check.splits, 1) << Describe(sc, check);
+      std::printf("%s\n", Describe(sc, check).c_str());
+    }
+  }
+}
+
 TEST(CudaRopeAppendKv, MatchesCpuRopeAndAppendKv) {
   HW_SKIP_WITHOUT_GPU();
   uint64_t seed = 600;
@@ -363,7 +417,7 @@ TEST(CudaRopeAppendKv, MatchesCpuRopeAndAppendKv) {
           }
         }
       }
-      std::fill(b.pool.begin(), b.pool.end(), kNaN);
+      std::fill(b.pool.begin(), b.pool.end(), 0xFF);
       std::vector<float> q = RandomFloats(size_t(n_tokens) * num_heads * head_dim, seed + 10);
       const std::vector<float> k = RandomFloats(size_t(n_tokens) * kv_width, seed + 11);
       const std::vector<float> v = RandomFloats(size_t(n_tokens) * kv_width, seed + 12);
@@ -375,12 +429,12 @@ TEST(CudaRopeAppendKv, MatchesCpuRopeAndAppendKv) {
       cuda::DeviceBuffer v_d = ToDevice(v);
       cuda::DeviceBuffer pool_d = ToDevice(b.pool);
       cuda::RopeAppendKv(q_d.as<float>(), k_d.as<float>(), v_d.as<float>(), d.batch, d.table,
-                         b.layout, num_heads, freq_base, style, pool_d.as<float>(), nullptr);
+                         b.layout, num_heads, freq_base, style, pool_d.as<uint8_t>(), nullptr);
       const Status launched = cuda::CheckLastError("RopeAppendKv");
       EXPECT_TRUE(launched.ok()) << launched.ToString();
       Sync("RopeAppendKv");
       const std::vector<float> got_q = ToHost<float>(q_d.data(), q.size());
-      const std::vector<float> got_pool = ToHost<float>(pool_d.data(), b.pool.size());
+      const std::vector<uint8_t> got_pool_bytes = ToHost<uint8_t>(pool_d.data(), b.pool.size());
       const std::vector<float> k_before = ToHost<float>(k_d.data(), k.size());
 
       std::vector<float> k_rot = k;
@@ -389,11 +443,10 @@ TEST(CudaRopeAppendKv, MatchesCpuRopeAndAppendKv) {
                 style);
       const BatchLayout layout{int(b.start_pos.size()), b.query_start.data(), b.start_pos.data()};
       const LayerBlockTable host_table{b.block_ids.data(), sc.num_kv_heads, b.max_blocks};
-      cpu::AppendKv(k_rot.data(), v.data(), layout, host_table, b.layout,
-                    reinterpret_cast<uint8_t*>(b.pool.data()));
+      cpu::AppendKv(k_rot.data(), v.data(), layout, host_table, b.layout, b.pool.data());
 
       const double q_error = MaxAbsDiff(got_q, q);
-      const double pool_error = MaxAbsDiff(got_pool, b.pool);
+      const double pool_error = MaxAbsDiff(AsFloats(got_pool_bytes), AsFloats(b.pool));
       const char* style_name = style == cpu::RopeStyle::kNeox ? "neox" : "interleaved";
       EXPECT_LE(RecordError(q_error), kRopeTolerance)
           << "q, head_dim " << head_dim << ", " << style_name;
@@ -402,6 +455,78 @@ TEST(CudaRopeAppendKv, MatchesCpuRopeAndAppendKv) {
       EXPECT_EQ(MaxAbsDiff(k_before, k), 0.0) << "k must not change";
       std::printf("RopeAppendKv head_dim %d %s: q max abs error %g, pool max abs error %g\n",
                   head_dim, style_name, q_error, pool_error);
+    }
+  }
+}
+
+// Each small dtype's append writes reference::QuantizeKvRow of the float32
+// kernel's rows, byte for byte (the rotation's roundings are explicit, so
+// the f32 rows are the same bits in every instantiation); bytes of rows the
+// step does not write stay as they were.
+TEST(CudaRopeAppendKv, EveryKvCacheDtypeEncodesTheFloat32RowsAsTheReference) {
+  HW_SKIP_WITHOUT_GPU();
+  uint64_t seed = 800;
+  for (KvCacheDtype dtype : kSmallDtypes) {
+    for (int head_dim : {64, 128, 256}) {
+      Scenario sc;
+      sc.num_kv_heads = 2;
+      sc.group = 3;
+      sc.head_dim = head_dim;
+      sc.seqs = {{0, 1}, {17, 1}, {70000, 1}, {0, 40}, {95, 30}};
+      sc.specs = {{16, 0}};
+      const HostBatch b = BuildBatch(sc, seed++);  // float32: the tables and block count
+      const int n_tokens = b.num_tokens();
+      const int num_heads = sc.num_heads();
+      const int kv_width = sc.num_kv_heads * head_dim;
+      const std::vector<float> q = RandomFloats(size_t(n_tokens) * num_heads * head_dim, seed);
+      const std::vector<float> k = RandomFloats(size_t(n_tokens) * kv_width, seed + 1);
+      const std::vector<float> v = RandomFloats(size_t(n_tokens) * kv_width, seed + 2);
+      const size_t num_blocks = b.pool.size() / b.layout.BlockBytes();
+      KvCacheLayout small = b.layout;
+      small.dtype = dtype;
+
+      DeviceArrays d = ToDeviceArrays(b, sc.num_kv_heads);
+      auto append = [&](const KvCacheLayout& layout, std::vector<float>* q_out) {
+        cuda::DeviceBuffer q_d = ToDevice(q);
+        cuda::DeviceBuffer k_d = ToDevice(k);
+        cuda::DeviceBuffer v_d = ToDevice(v);
+        cuda::DeviceBuffer pool_d =
+            ToDevice(std::vector<uint8_t>(num_blocks * layout.BlockBytes(), 0xFF));
+        cuda::RopeAppendKv(q_d.as<float>(), k_d.as<float>(), v_d.as<float>(), d.batch, d.table,
+                           layout, num_heads, 10000.0f, cpu::RopeStyle::kNeox,
+                           pool_d.as<uint8_t>(), nullptr);
+        const Status launched = cuda::CheckLastError("RopeAppendKv");
+        EXPECT_TRUE(launched.ok()) << launched.ToString();
+        Sync("RopeAppendKv");
+        *q_out = ToHost<float>(q_d.data(), q.size());
+        return ToHost<uint8_t>(pool_d.data(), num_blocks * layout.BlockBytes());
+      };
+      std::vector<float> q_f32, q_small;
+      const std::vector<uint8_t> f32_pool = append(b.layout, &q_f32);
+      const std::vector<uint8_t> got = append(small, &q_small);
+
+      std::vector<uint8_t> want(got.size(), 0xFF);
+      int rows_written = 0;
+      for (size_t blk = 0; blk < num_blocks; ++blk) {
+        for (int r = 0; r < 2 * sc.block_size; ++r) {
+          const uint8_t* src = f32_pool.data() + blk * b.layout.BlockBytes() + r * b.layout.RowBytes();
+          uint32_t first = 0;
+          std::memcpy(&first, src, sizeof(first));
+          if (first == 0xFFFFFFFFu) continue;  // not written by this step
+          std::vector<float> row(head_dim);
+          std::memcpy(row.data(), src, sizeof(float) * head_dim);
+          reference::QuantizeKvRow(row.data(), head_dim, dtype,
+                                   want.data() + blk * small.BlockBytes() + r * small.RowBytes());
+          ++rows_written;
+        }
+      }
+      size_t mismatches = 0;
+      for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != want[i];
+      EXPECT_GT(rows_written, 0);
+      EXPECT_EQ(mismatches, 0u) << KvCacheDtypeName(dtype) << ", head_dim " << head_dim;
+      EXPECT_EQ(MaxAbsDiff(q_small, q_f32), 0.0) << "q must rotate as in the float32 kernel";
+      std::printf("RopeAppendKv %s head_dim %d: %d rows, %zu bytes differ from the reference\n",
+                  KvCacheDtypeName(dtype), head_dim, rows_written, mismatches);
     }
   }
 }

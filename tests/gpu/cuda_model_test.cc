@@ -29,7 +29,7 @@ TEST(CudaWorkerSetupTest, NoGpuGivesClearErrors) {
   EXPECT_EQ(budget.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(budget.status().message().find("CUDA device 0"), std::string::npos)
       << budget.status().ToString();
-  auto pool = cuda::CreateDeviceKvPool({16, 64}, 0, 0.9);
+  auto pool = cuda::CreateDeviceKvPool(KvCacheLayout{16, 64}, 0, 0.9);
   EXPECT_FALSE(pool.ok());
   EXPECT_FALSE(cuda::NoDeviceReason().empty());
 }
@@ -68,12 +68,34 @@ TEST(CudaKvPoolTest, SizedFromUtilizationAndRefusesTooLittle) {
       << refused.status().ToString();
 }
 
+// How one prompt's GPU logits differ from the CPU's.
+struct LogitGap {
+  float max_diff = 0.0f;    // max over the vocabulary of |gpu - cpu|
+  float cpu_margin = 0.0f;  // the CPU's top-1 logit minus its top-2
+  int cpu_top = 0;
+  int gpu_top = 0;
+};
+
+LogitGap CompareLogits(const std::vector<float>& cpu, const std::vector<float>& gpu) {
+  LogitGap gap;
+  for (size_t t = 0; t < cpu.size(); ++t) {
+    gap.max_diff = std::max(gap.max_diff, std::fabs(cpu[t] - gpu[t]));
+  }
+  std::vector<float> sorted = cpu;
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  gap.cpu_margin = sorted[0] - sorted[1];
+  gap.cpu_top = int(std::max_element(cpu.begin(), cpu.end()) - cpu.begin());
+  gap.gpu_top = int(std::max_element(gpu.begin(), gpu.end()) - gpu.begin());
+  return gap;
+}
+
 class CudaModelTest : public RealModelFixture {
  protected:
   static constexpr int64_t kCpuPoolBytes = int64_t(256) << 20;
 
   // The GPU model of SmolLM2 at TP 1 and a device pool on GPU 0.
-  void StartGpuExecutor(bool exact_matmuls) {
+  void StartGpuExecutor(bool exact_matmuls,
+                        KvCacheDtype kv_dtype = KvCacheDtype::kFloat32) {
     ModelSpec spec;
     auto weights = testing::LoadRealWeights(testing::SmolLm2Path(), &spec);
     ASSERT_NE(weights, nullptr);
@@ -87,7 +109,8 @@ class CudaModelTest : public RealModelFixture {
     auto model = cuda::CudaDecoderModel::Create(spec, std::move(weights), nullptr, options);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     gpu_model_ = std::move(*model);
-    auto pool = cuda::CreateDeviceKvPool({kBlockSize, spec.head_dim}, 0, 0.3);
+    auto pool =
+        cuda::CreateDeviceKvPool(KvCacheLayout{kBlockSize, spec.head_dim, kv_dtype}, 0, 0.3);
     ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     StartExecutor(gpu_model_.get(), std::move(*pool));
   }
@@ -146,21 +169,57 @@ TEST_F(CudaModelTest, Bf16PrefillStaysCloseToCpu) {
   const auto gpu_logits = LastPromptLogits(ref);
   ASSERT_EQ(cpu_logits.size(), gpu_logits.size());
   for (size_t i = 0; i < cpu_logits.size(); ++i) {
-    const std::vector<float>& c = cpu_logits[i];
-    const std::vector<float>& g = gpu_logits[i];
-    float max_diff = 0.0f;
-    for (size_t t = 0; t < c.size(); ++t) max_diff = std::max(max_diff, std::fabs(c[t] - g[t]));
-    std::vector<float> sorted = c;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    const int cpu_top = int(std::max_element(c.begin(), c.end()) - c.begin());
-    const int gpu_top = int(std::max_element(g.begin(), g.end()) - g.begin());
+    const LogitGap gap = CompareLogits(cpu_logits[i], gpu_logits[i]);
     std::printf(
         "[ measured ] bf16 prefill, prompt %zu: max |logit GPU - CPU| = %g, CPU top-2 "
         "margin %g, top token CPU %d GPU %d\n",
-        i, max_diff, sorted[0] - sorted[1], cpu_top, gpu_top);
-    EXPECT_LE(max_diff, 1.0f);
-    if (sorted[0] - sorted[1] > 2.0f * max_diff) {
-      EXPECT_EQ(cpu_top, gpu_top);
+        i, gap.max_diff, gap.cpu_margin, gap.cpu_top, gap.gpu_top);
+    EXPECT_LE(gap.max_diff, 1.0f);
+    if (gap.cpu_margin > 2.0f * gap.max_diff) {
+      EXPECT_EQ(gap.cpu_top, gap.gpu_top);
+    }
+  }
+}
+
+// Every KV cache dtype on the GPU against the CPU in the same dtype, with
+// exact weights. The GPU writes the bytes the CPU would write from the same
+// f32 K and V (CudaRopeAppendKv), but its f32 K and V differ from the CPU's
+// in summation order, so a value on a rounding boundary can land one step
+// apart: float16's step is 2^-11 of the value, close to f32's noise here;
+// q8_0's and q4_0's steps are 1/127 and 1/8 of the group's largest value.
+// So float16 must keep the greedy tokens, and the q dtypes the tokens
+// whose CPU top-2 margin is clearly above the logit difference.
+TEST_F(CudaModelTest, EveryKvCacheDtypeOnGpuStaysWithCpu) {
+  HW_SKIP_WITHOUT_GPU();
+  HW_REQUIRE_MODEL(testing::SmolLm2Path());
+  const nlohmann::json ref = testing::ReadJson("reference/smollm2_greedy.json");
+  const auto prompts = Prompts(ref);
+  auto cpu_model = testing::LoadRealModel(testing::SmolLm2Path());
+  ASSERT_NE(cpu_model, nullptr);
+  for (KvCacheDtype dtype : {KvCacheDtype::kFloat16, KvCacheDtype::kQ8_0, KvCacheDtype::kQ4_0,
+                             KvCacheDtype::kQ4_0Hadamard}) {
+    const char* name = KvCacheDtypeName(dtype);
+    auto cpu_pool =
+        KvPool::Create({kBlockSize, cpu_model->spec().head_dim, dtype}, kCpuPoolBytes);
+    ASSERT_TRUE(cpu_pool.ok()) << cpu_pool.status().ToString();
+    StartExecutor(cpu_model.get(), std::move(*cpu_pool));
+    const auto cpu_logits = LastPromptLogits(ref);
+    const auto cpu_tokens = Generate(prompts, 24, 7);
+    ASSERT_NO_FATAL_FAILURE(StartGpuExecutor(/*exact_matmuls=*/true, dtype));
+    const auto gpu_logits = LastPromptLogits(ref);
+    const auto gpu_tokens = Generate(prompts, 24, 7);
+    ASSERT_EQ(cpu_logits.size(), gpu_logits.size());
+    for (size_t i = 0; i < cpu_logits.size(); ++i) {
+      const LogitGap gap = CompareLogits(cpu_logits[i], gpu_logits[i]);
+      std::printf("[ measured ] %s KV, prompt %zu: max |logit GPU - CPU| = %g, CPU top-2 margin %g\n",
+                  name, i, gap.max_diff, gap.cpu_margin);
+      EXPECT_LE(gap.max_diff, dtype == KvCacheDtype::kFloat16 ? 1e-2f : 1.0f) << name;
+      if (gap.cpu_margin > 2.0f * gap.max_diff) {
+        EXPECT_EQ(gap.cpu_top, gap.gpu_top) << name;
+      }
+    }
+    if (dtype == KvCacheDtype::kFloat16) {
+      EXPECT_EQ(gpu_tokens, cpu_tokens) << name;
     }
   }
 }

@@ -21,6 +21,8 @@
 
 #include "comm/control_channel.h"
 #include "comm/curve_keys.h"
+#include "common/config.h"
+#include "common/kv_layout.h"
 #include "common/model_spec.h"
 #include "tests/integration/smollm2_for_fakes.h"
 #include "tests/support/process.h"
@@ -81,9 +83,10 @@ class TestWorker {
     r->set_num_local_kv_heads(spec_.num_kv_heads);
     r->set_head_dim(spec_.head_dim);
     r->set_block_size(kBlockSize);
-    r->set_kv_cache_dtype("float32");
-    r->set_kv_cache_dtype_sliding("float32");
-    r->set_block_bytes(uint64_t(2) * kBlockSize * spec_.head_dim * 4);
+    const KvCacheDtype dtype = Config().kv_cache_dtype;  // the deployment's: the default
+    r->set_kv_cache_dtype(KvCacheDtypeName(dtype));
+    r->set_kv_cache_dtype_sliding(KvCacheDtypeName(dtype));
+    r->set_block_bytes(KvCacheLayout{kBlockSize, spec_.head_dim, dtype}.BlockBytes());
     r->set_num_blocks(kNumBlocks);
     r->set_chunk_bytes(r->block_bytes());  // one dtype: a chunk is a block
     r->set_num_chunks(kNumBlocks);

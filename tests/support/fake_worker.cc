@@ -71,9 +71,10 @@ void FakeWorker::Impl::Run() {
   r->set_num_local_kv_heads(spec.num_kv_heads / options.tp_size);
   r->set_head_dim(spec.head_dim);
   r->set_block_size(options.block_size);
-  r->set_kv_cache_dtype("float32");
-  r->set_kv_cache_dtype_sliding("float32");
-  r->set_block_bytes(uint64_t(2) * options.block_size * spec.head_dim * 4);  // K and V, f32
+  r->set_kv_cache_dtype(KvCacheDtypeName(options.kv_cache_dtype));
+  r->set_kv_cache_dtype_sliding(KvCacheDtypeName(options.kv_cache_dtype));
+  r->set_block_bytes(
+      KvCacheLayout{options.block_size, spec.head_dim, options.kv_cache_dtype}.BlockBytes());
   r->set_num_blocks(options.num_blocks);
   // One dtype: a chunk is a block (common/kv_arena.h).
   r->set_chunk_bytes(r->block_bytes());

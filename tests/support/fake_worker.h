@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/model_spec.h"
 
 namespace headway::testing {
@@ -43,6 +44,9 @@ struct FakeWorkerOptions {
   int step_delay_ms = 0;          // simulated compute time per step
   int block_size = 16;            // registered block_size (positions per block)
   int num_blocks = 3000;          // registered KV pool size, blocks
+  // Registered as every slot's KV cache dtype (sets the block bytes):
+  // the deployment's cache.kv_cache_dtype, which the coordinator checks.
+  KvCacheDtype kv_cache_dtype = Config().kv_cache_dtype;
   bool check_plans = true;        // false: answer only (see the file comment)
   // true: keep the time from each StepResult sent to the next StepPlan
   // received (TakeStepLatencies).

@@ -287,12 +287,8 @@ Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
   const int inter = shard_.intermediate_end - shard_.intermediate_begin;
   const float eps = spec_.rms_norm_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const KvCacheLayout& layout = pool->layout();
-  HW_CHECK(layout.head_dim == hd && pool->device() == options_.device);
-  // The CUDA kernels read f32 blocks only, one size (config validation
-  // refuses other dtypes, sliding slots' too, on cuda devices).
-  HW_CHECK(layout.dtype == KvCacheDtype::kFloat32 && !pool->arena().mixed());
-  float* pool_f32 = reinterpret_cast<float*>(pool->data());
+  const KvArenaLayout& arena = pool->arena();
+  HW_CHECK(arena.head_dim == hd && pool->device() == options_.device);
   HW_CHECK(n >= 1 && n <= options_.max_tokens_per_step);
   HW_CHECK(batch.num_logit_rows <= options_.max_seqs_per_step);
   HW_CHECK(batch.tables[0].num_kv_heads == n_kv);
@@ -330,9 +326,14 @@ Status CudaDecoderModel::Forward(const ForwardBatch& batch, KvPool* pool,
       RmsNorm(q, w.attn_q_norm.as<const float>(), n * n_heads, hd, eps, q, stream_);
       RmsNorm(k, w.attn_k_norm.as<const float>(), n * n_kv, hd, eps, k, stream_);
     }
+    // Each layer's blocks are of its slots' dtype (common/kv_arena.h): the
+    // kernels take one layout for all of a layer's KV heads.
+    const SlotSpec* layer_specs = local_specs_.data() + size_t(l) * n_kv;
+    const KvCacheLayout layout = arena.SlotLayout(layer_specs[0]);
+    for (int i = 1; i < n_kv; ++i) HW_CHECK(arena.SlotLayout(layer_specs[i]).dtype == layout.dtype);
     RopeAppendKv(q, k, v, batch_, tables_[l], layout, n_heads, spec_.RopeFreqBase(l),
-                 arch_.rope_style, pool_f32, stream_);
-    PagedAttention(q, pool_f32, batch_, tables_[l], specs + size_t(l) * n_kv, layout,
+                 arch_.rope_style, pool->data(), stream_);
+    PagedAttention(q, pool->data(), batch_, tables_[l], specs + size_t(l) * n_kv, layout,
                    n_heads, scale, attention_workspace_.data(), attn, stream_);
     HW_RETURN_IF_ERROR(Linear(w.wo, attn, n, proj));
     HW_RETURN_IF_ERROR(AllReduce(proj, hidden_floats).WithContext("attention all-reduce"));

@@ -31,32 +31,49 @@ Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization) {
   return BudgetOf(info, gpu_memory_utilization);
 }
 
+Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvArenaLayout& arena, int device,
+                                                   double gpu_memory_utilization,
+                                                   int64_t reserve_bytes) {
+  if (arena.classes.empty() || arena.chunk_bytes == 0) {
+    return Status::InvalidArgument("KV pool: the arena has no block class");
+  }
+  for (KvCacheDtype d : arena.classes) {
+    if (std::string why = arena.BlockLayout(d).Check(); !why.empty()) {
+      return Status::InvalidArgument("KV pool: " + why);
+    }
+  }
+  HW_ASSIGN_OR_RETURN(DeviceInfo info, CheckedDevice(device, gpu_memory_utilization));
+  const int64_t budget = BudgetOf(info, gpu_memory_utilization);
+  const int64_t chunk_bytes = int64_t(arena.chunk_bytes);
+  const int64_t num_chunks = std::min<int64_t>(
+      KvPool::MaxChunks(arena), std::max<int64_t>(0, budget - reserve_bytes) / chunk_bytes);
+  if (num_chunks < 1) {
+    return Status::ResourceExhausted(
+        "KV pool on cuda:" + std::to_string(device) + ": cache.gpu_memory_utilization " +
+        std::to_string(gpu_memory_utilization) + " of " + std::to_string(info.total_bytes) +
+        " bytes leaves no room for a " + (arena.mixed() ? "chunk" : "block") + " of " +
+        std::to_string(chunk_bytes) + " bytes (" + std::to_string(info.free_bytes) +
+        " bytes free, " + std::to_string(reserve_bytes) +
+        " kept in reserve); raise it or free the GPU");
+  }
+  const size_t bytes = size_t(num_chunks) * size_t(chunk_bytes);
+  HW_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(bytes));
+  HW_RETURN_IF_ERROR(Memset(buffer.data(), 0, bytes, nullptr));
+  HW_RETURN_IF_ERROR(Synchronize(nullptr, "zeroing the KV pool"));
+  auto owner = std::make_shared<DeviceBuffer>(std::move(buffer));
+  uint8_t* data = owner->as<uint8_t>();
+  return KvPool::WrapDeviceMemory(arena, int(num_chunks), data, device, std::move(owner));
+}
+
 Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, int device,
                                                    double gpu_memory_utilization,
                                                    int64_t reserve_bytes) {
   if (std::string why = layout.Check(); !why.empty()) {
     return Status::InvalidArgument("KV pool: " + why);
   }
-  HW_ASSIGN_OR_RETURN(DeviceInfo info, CheckedDevice(device, gpu_memory_utilization));
-  const int64_t budget = BudgetOf(info, gpu_memory_utilization);
-  const int64_t block_bytes = int64_t(layout.BlockBytes());
-  const int64_t num_blocks =
-      std::min<int64_t>(INT32_MAX, std::max<int64_t>(0, budget - reserve_bytes) / block_bytes);
-  if (num_blocks < 1) {
-    return Status::ResourceExhausted(
-        "KV pool on cuda:" + std::to_string(device) + ": cache.gpu_memory_utilization " +
-        std::to_string(gpu_memory_utilization) + " of " + std::to_string(info.total_bytes) +
-        " bytes leaves no room for a block of " + std::to_string(block_bytes) + " bytes (" +
-        std::to_string(info.free_bytes) + " bytes free, " + std::to_string(reserve_bytes) +
-        " kept in reserve); raise it or free the GPU");
-  }
-  const size_t bytes = size_t(num_blocks) * size_t(block_bytes);
-  HW_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(bytes));
-  HW_RETURN_IF_ERROR(Memset(buffer.data(), 0, bytes, nullptr));
-  HW_RETURN_IF_ERROR(Synchronize(nullptr, "zeroing the KV pool"));
-  auto owner = std::make_shared<DeviceBuffer>(std::move(buffer));
-  uint8_t* data = owner->as<uint8_t>();
-  return KvPool::WrapDeviceMemory(layout, int(num_blocks), data, device, std::move(owner));
+  return CreateDeviceKvPool(MakeKvArenaLayout(layout.block_size, layout.head_dim,
+                                              KvCacheDtypes{layout.dtype, layout.dtype}, {}),
+                            device, gpu_memory_utilization, reserve_bytes);
 }
 
 }  // namespace headway::cuda

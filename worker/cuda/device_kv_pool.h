@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "common/kv_arena.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
 #include "worker/kv_pool.h"
@@ -18,11 +19,16 @@ namespace headway::cuda {
 // or utilization outside (0, 1]; Unavailable from the runtime.
 Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization);
 
-// A zeroed pool of the whole blocks that fit in KvBudgetBytes (less
-// `reserve_bytes` kept free for cuBLAS and the runtime). Errors: those of
-// KvBudgetBytes; ResourceExhausted when not one block fits (the message
-// names cache.gpu_memory_utilization, the GPU's total and free memory) or
-// the allocation fails.
+// A zeroed pool of the whole chunks of `arena` (common/kv_arena.h) that fit
+// in KvBudgetBytes (less `reserve_bytes` kept free for cuBLAS and the
+// runtime), at most KvPool::MaxChunks(arena). Errors: InvalidArgument when a
+// class's layout fails Check(); those of KvBudgetBytes; ResourceExhausted
+// when not one chunk fits (the message names cache.gpu_memory_utilization,
+// the GPU's total and free memory) or the allocation fails.
+Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvArenaLayout& arena, int device,
+                                                   double gpu_memory_utilization,
+                                                   int64_t reserve_bytes = int64_t(256) << 20);
+// The same for blocks of one `layout` (a chunk is a block).
 Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, int device,
                                                    double gpu_memory_utilization,
                                                    int64_t reserve_bytes = int64_t(256) << 20);
