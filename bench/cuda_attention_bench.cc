@@ -2,33 +2,38 @@
 //   * copy_bandwidth_gbs: cudaMemcpy device to device of --copy-mib MiB,
 //     counting bytes read + written, the ceiling decode attention aims at;
 //   * decode: 8 sequences, one new token each, Llama-3-8B layer shape (32
-//     query heads, 8 KV heads, head_dim 128, block 16, f32 K/V, shuffled
-//     block ids) at contexts 1K, 8K, 32K: median time, the K/V bytes the
-//     kernel must read, their rate and its fraction of the copy bandwidth;
-//     at 1K the output is also checked against cpu::PagedAttention;
+//     query heads, 8 KV heads, head_dim 128, block 16, shuffled block ids)
+//     at contexts 1K, 8K, 32K, for each KV cache dtype of
+//     --kv-cache-dtypes: median time, the K/V bytes the kernel must read
+//     (scales included), their rate, its fraction of the copy bandwidth and
+//     the speed-up over float32 measured in the same run; at 1K the output
+//     is also checked against cpu::PagedAttention on the same bytes;
 //   * prefill: one 4096-token chunk and 4 chunks of 2048, empty prefix,
-//     causal, as TFLOP/s with FLOPs = 4 * heads * head_dim * (visible keys
-//     summed over rows).
+//     causal, float32 K/V, as TFLOP/s with FLOPs = 4 * heads * head_dim *
+//     (visible keys summed over rows).
 // Times are medians of --repeats runs (CUDA events) after one warm-up run.
 // Exits 0 with {"skipped": ...} where no GPU exists.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "bench/kv_dtype_flags.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/runtime.h"
 #include "kernels/kv_cache.h"
+#include "kernels/reference/reference.h"
 
 namespace headway {
 namespace {
@@ -40,7 +45,7 @@ constexpr int kBlockSize = 16;
 constexpr size_t kPatternFloats = size_t(1) << 22;  // 16 MiB of random values, tiled
 
 // Dies with a message on a runtime error: a benchmark has no caller to tell.
-void Check(const Status& status) {
+void Check(const Status &status) {
   if (!status.ok()) {
     std::fprintf(stderr, "cuda_attention_bench: %s\n", status.ToString().c_str());
     std::exit(1);
@@ -54,7 +59,7 @@ T Unwrap(Result<T> result) {
 }
 
 // Median milliseconds of `fn` on the default stream, after one warm-up run.
-double MedianMs(int repeats, const std::function<void()>& fn) {
+double MedianMs(int repeats, const std::function<void()> &fn) {
   fn();
   Check(cuda::Synchronize(nullptr, "warm-up"));
   std::vector<double> ms;
@@ -75,12 +80,12 @@ std::vector<float> RandomPattern(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
+  for (float &x : v) x = dist(rng);
   return v;
 }
 
 // A device buffer of `n` floats holding `pattern` repeated.
-cuda::DeviceBuffer TiledBuffer(size_t n, const std::vector<float>& pattern) {
+cuda::DeviceBuffer TiledBuffer(size_t n, const std::vector<float> &pattern) {
   cuda::DeviceBuffer buffer = Unwrap(cuda::DeviceBuffer::Allocate(std::max<size_t>(n, 1) * 4));
   for (size_t at = 0; at < n; at += pattern.size()) {
     const size_t count = std::min(pattern.size(), n - at);
@@ -90,8 +95,32 @@ cuda::DeviceBuffer TiledBuffer(size_t n, const std::vector<float>& pattern) {
   return buffer;
 }
 
+// `pattern` as rows of kHeadDim values encoded in `dtype`
+// (reference::QuantizeKvRow): K/V bytes to tile a pool with.
+std::vector<uint8_t> EncodedRows(const std::vector<float> &pattern, KvCacheDtype dtype) {
+  const KvCacheLayout layout{kBlockSize, kHeadDim, dtype};
+  const size_t rows = pattern.size() / kHeadDim;
+  std::vector<uint8_t> bytes(rows * layout.RowBytes());
+  for (size_t r = 0; r < rows; ++r) {
+    reference::QuantizeKvRow(pattern.data() + r * kHeadDim, kHeadDim, dtype,
+                             bytes.data() + r * layout.RowBytes());
+  }
+  return bytes;
+}
+
+// A device buffer of `n` bytes holding `pattern` repeated.
+cuda::DeviceBuffer TiledBytes(size_t n, const std::vector<uint8_t> &pattern) {
+  cuda::DeviceBuffer buffer = Unwrap(cuda::DeviceBuffer::Allocate(std::max<size_t>(n, 1)));
+  for (size_t at = 0; at < n; at += pattern.size()) {
+    const size_t count = std::min(pattern.size(), n - at);
+    Check(cuda::CopyToDevice(buffer.as<uint8_t>() + at, pattern.data(), count, nullptr));
+  }
+  Check(cuda::Synchronize(nullptr, "fill"));
+  return buffer;
+}
+
 template <typename T>
-cuda::DeviceBuffer Upload(const std::vector<T>& host) {
+cuda::DeviceBuffer Upload(const std::vector<T> &host) {
   cuda::DeviceBuffer buffer =
       Unwrap(cuda::DeviceBuffer::Allocate(std::max<size_t>(host.size(), 1) * sizeof(T)));
   Check(cuda::CopyToDevice(buffer.data(), host.data(), host.size() * sizeof(T), nullptr));
@@ -150,16 +179,16 @@ struct Measured {
   double max_abs_error_vs_cpu = -1.0;  // -1: not checked
 };
 
-// Times cuda::PagedAttention on `w`; with `check`, compares with the CPU.
-Measured TimeAttention(const Workload& w, const std::vector<float>& pattern, int repeats,
-                       bool check) {
-  KvCacheLayout layout;
-  layout.block_size = kBlockSize;
-  layout.head_dim = kHeadDim;
+// Times cuda::PagedAttention on `w` over K/V in `dtype`; with `check`,
+// compares with the CPU on the same bytes.
+Measured TimeAttention(const Workload &w, const std::vector<float> &pattern, KvCacheDtype dtype,
+                       int repeats, bool check) {
+  const KvCacheLayout layout{kBlockSize, kHeadDim, dtype};
   const int n_tokens = w.num_seqs * w.q_len;
   const size_t q_floats = size_t(n_tokens) * kNumHeads * kHeadDim;
-  const size_t pool_floats = w.num_blocks * layout.BlockBytes() / sizeof(float);
-  cuda::DeviceBuffer pool = TiledBuffer(pool_floats, pattern);
+  const size_t pool_bytes = w.num_blocks * layout.BlockBytes();
+  const std::vector<uint8_t> rows = EncodedRows(pattern, dtype);
+  cuda::DeviceBuffer pool = TiledBytes(pool_bytes, rows);
   cuda::DeviceBuffer q = TiledBuffer(q_floats, pattern);
   cuda::DeviceBuffer out = Unwrap(cuda::DeviceBuffer::Allocate(q_floats * 4));
   cuda::DeviceBuffer workspace = Unwrap(cuda::DeviceBuffer::Allocate(
@@ -195,13 +224,13 @@ Measured TimeAttention(const Workload& w, const std::vector<float>& pattern, int
   Check(cuda::Synchronize(nullptr, "output"));
   m.output_finite = std::all_of(got.begin(), got.end(), [](float x) { return std::isfinite(x); });
   if (check) {
-    std::vector<float> host_pool(pool_floats), host_q(q_floats), want(q_floats);
-    for (size_t i = 0; i < pool_floats; ++i) host_pool[i] = pattern[i % pattern.size()];
+    std::vector<uint8_t> host_pool(pool_bytes);
+    std::vector<float> host_q(q_floats), want(q_floats);
+    for (size_t i = 0; i < pool_bytes; ++i) host_pool[i] = rows[i % rows.size()];
     for (size_t i = 0; i < q_floats; ++i) host_q[i] = pattern[i % pattern.size()];
     const BatchLayout host_batch{w.num_seqs, w.query_start.data(), w.start_pos.data()};
     const LayerBlockTable host_table{w.block_ids.data(), kNumKvHeads, w.max_blocks};
-    cpu::PagedAttention(host_q.data(), reinterpret_cast<const uint8_t*>(host_pool.data()),
-                        host_batch, host_table, host_specs.data(),
+    cpu::PagedAttention(host_q.data(), host_pool.data(), host_batch, host_table, host_specs.data(),
                         layout, kNumHeads, scale, want.data());
     double worst = 0.0;
     for (size_t i = 0; i < q_floats; ++i) {
@@ -220,7 +249,7 @@ std::string Number(double x) {
   return buf;
 }
 
-int Run(int repeats, int copy_mib) {
+int Run(int repeats, int copy_mib, const std::vector<KvCacheDtype> &dtypes) {
   const cuda::DeviceInfo info = Unwrap(cuda::SetDevice(0));
   const std::vector<float> pattern = RandomPattern(kPatternFloats, 7);
   const double copy_gbs = CopyBandwidthGbs(size_t(copy_mib) << 20, std::max(repeats, 10));
@@ -230,29 +259,38 @@ int Run(int repeats, int copy_mib) {
                      ", \"copy_bandwidth_gbs\": " + Number(copy_gbs) + ", \"decode\": [";
   const int kDecodeSeqs = 8;
   bool first = true;
-  for (int context : {1024, 8192, 32768}) {
-    const Workload w = MakeWorkload(kDecodeSeqs, context - 1, 1, uint64_t(context));
-    const Measured m = TimeAttention(w, pattern, repeats, context == 1024);
-    const double kv_bytes =
-        double(kDecodeSeqs) * kNumKvHeads * context * kHeadDim * sizeof(float) * 2;
-    const double gbs = kv_bytes / (m.ms * 1e-3) / 1e9;
-    json += std::string(first ? "" : ", ") + "{\"context\": " + std::to_string(context) +
-            ", \"num_seqs\": " + std::to_string(kDecodeSeqs) +
-            ", \"splits\": " + std::to_string(m.splits) + ", \"median_ms\": " + Number(m.ms) +
-            ", \"kv_bytes_read\": " + Number(kv_bytes) + ", \"bandwidth_gbs\": " + Number(gbs) +
-            ", \"fraction_of_copy\": " + Number(gbs / copy_gbs) +
-            ", \"output_finite\": " + (m.output_finite ? "true" : "false");
-    if (m.max_abs_error_vs_cpu >= 0.0) {
-      json += ", \"max_abs_error_vs_cpu\": " + Number(m.max_abs_error_vs_cpu);
+  std::map<int, double> float32_ms;  // context -> median ms, when float32 is measured
+  for (KvCacheDtype dtype : dtypes) {
+    for (int context : {1024, 8192, 32768}) {
+      const Workload w = MakeWorkload(kDecodeSeqs, context - 1, 1, uint64_t(context));
+      const Measured m = TimeAttention(w, pattern, dtype, repeats, context == 1024);
+      if (dtype == KvCacheDtype::kFloat32) float32_ms[context] = m.ms;
+      const double kv_bytes = double(kDecodeSeqs) * kNumKvHeads * context *
+                              double(KvCacheLayout{kBlockSize, kHeadDim, dtype}.RowBytes()) * 2;
+      const double gbs = kv_bytes / (m.ms * 1e-3) / 1e9;
+      json += std::string(first ? "" : ", ") + "{\"kv_cache_dtype\": \"" + KvCacheDtypeName(dtype) +
+              "\", \"context\": " + std::to_string(context) +
+              ", \"num_seqs\": " + std::to_string(kDecodeSeqs) +
+              ", \"splits\": " + std::to_string(m.splits) + ", \"median_ms\": " + Number(m.ms) +
+              ", \"kv_bytes_read\": " + Number(kv_bytes) + ", \"bandwidth_gbs\": " + Number(gbs) +
+              ", \"fraction_of_copy\": " + Number(gbs / copy_gbs) +
+              ", \"output_finite\": " + (m.output_finite ? "true" : "false");
+      if (m.max_abs_error_vs_cpu >= 0.0) {
+        json += ", \"max_abs_error_vs_cpu\": " + Number(m.max_abs_error_vs_cpu);
+      }
+      if (float32_ms.count(context) > 0) {
+        json += ", \"speedup_vs_float32\": " + Number(float32_ms[context] / m.ms);
+      }
+      json += "}";
+      first = false;
     }
-    json += "}";
-    first = false;
   }
   json += "], \"prefill\": [";
   first = true;
-  for (const auto& [num_seqs, chunk] : {std::pair{1, 4096}, std::pair{4, 2048}}) {
+  for (const auto &[num_seqs, chunk] : {std::pair{1, 4096}, std::pair{4, 2048}}) {
     const Workload w = MakeWorkload(num_seqs, 0, chunk, uint64_t(chunk) + 1);
-    const Measured m = TimeAttention(w, pattern, std::min(repeats, 10), false);
+    const Measured m =
+        TimeAttention(w, pattern, KvCacheDtype::kFloat32, std::min(repeats, 10), false);
     // Causal over an empty prefix: row j sees j + 1 keys.
     const double visible_keys = double(num_seqs) * chunk * (chunk + 1.0) / 2.0;
     const double flops = 4.0 * kNumHeads * kHeadDim * visible_keys;
@@ -271,7 +309,7 @@ int Run(int repeats, int copy_mib) {
 }  // namespace
 }  // namespace headway
 
-int main(int argc, char** argv) {
+int main(int argc, char **argv) {
   CLI::App app{"CUDA paged attention micro-benchmark (one JSON object on stdout)"};
   int repeats = 20;
   int copy_mib = 2048;
@@ -279,12 +317,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--copy-mib", copy_mib, "bytes of the device copy, MiB")
       ->check(CLI::Range(1, 16384));
+  std::vector<std::string> dtype_names = {"float32", "float16", "q8_0", "q4_0", "q4_0_hadamard"};
+  app.add_option("--kv-cache-dtypes", dtype_names,
+                 "KV cache dtypes of the decode figures (float32 first for the "
+                 "speed-ups)");
   CLI11_PARSE(app, argc, argv);
+  const std::optional<std::vector<headway::KvCacheDtype>> dtypes =
+      headway::bench::ParseKvCacheDtypeFlag(dtype_names);
+  if (!dtypes) return 2;
   if (headway::cuda::DeviceCount() == 0) {
     std::string reason = headway::cuda::NoDeviceReason();
     std::replace(reason.begin(), reason.end(), '"', '\'');
     std::printf("{\"skipped\": \"%s\"}\n", reason.c_str());
     return 0;
   }
-  return headway::Run(repeats, copy_mib);
+  return headway::Run(repeats, copy_mib, *dtypes);
 }
