@@ -85,6 +85,50 @@ std::vector<int32_t> LongPromptIds(const Deployment& d) {
   return ids;
 }
 
+// What a deployment answers to the long greedy requests of the serving
+// tests below: 600 tokens after a short prompt (past the sliding layers'
+// 512-position window), then a 1,500-token prompt alone and, with
+// `twice_at_once`, twice more at once (the second pair hits the cache).
+struct LongTexts {
+  std::string long_decode;
+  std::vector<std::string> long_prompt;
+};
+
+LongTexts ServeLongRequests(const Deployment& d, bool twice_at_once) {
+  LongTexts texts;
+  HttpReply r = d.PostJson("/v1/completions",
+                           GreedyBody("The history of the lighthouse begins", 600, true));
+  texts.long_decode = CompletionText(r);
+  if (r.status == 200) {
+    EXPECT_EQ(r.json["usage"]["completion_tokens"], 600);
+  }
+  const std::vector<int32_t> ids = LongPromptIds(d);
+  auto complete = [&] {
+    return CompletionText(d.PostJson("/v1/completions", GreedyBody(ids, 24, true)));
+  };
+  texts.long_prompt.push_back(complete());
+  if (twice_at_once) {
+    auto a = std::async(std::launch::async, complete);
+    auto b = std::async(std::launch::async, complete);
+    texts.long_prompt.push_back(a.get());
+    texts.long_prompt.push_back(b.get());
+  }
+  return texts;
+}
+
+// `on` (recycling and prefix caching on, the prompt three times) answers as
+// `off` (both off, the prompt once), and neither answer is an error.
+void ExpectSameLongTexts(const LongTexts& on, const LongTexts& off) {
+  EXPECT_FALSE(IsErrorText(on.long_decode)) << on.long_decode;
+  EXPECT_EQ(on.long_decode, off.long_decode);
+  ASSERT_EQ(on.long_prompt.size(), 3u);
+  ASSERT_EQ(off.long_prompt.size(), 1u);
+  for (const std::string& text : on.long_prompt) {
+    EXPECT_FALSE(IsErrorText(text)) << text;
+    EXPECT_EQ(text, off.long_prompt[0]);
+  }
+}
+
 class Gemma3ServingTest : public ::testing::Test {
  protected:
   void SetUp() override { HW_REQUIRE_MODEL(Gemma3Path()); }
@@ -114,55 +158,31 @@ TEST_F(Gemma3ServingTest, ContinuesPlainEnglish) {
 // (hits cut to what the windows kept), equals caching off.
 TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
   struct Run {
-    std::string long_decode;
-    std::vector<std::string> long_prompt;
+    LongTexts texts;
     double recycled = 0;
     long free_at_start = 0, free_at_end = 0;
   };
-  auto serve = [](bool recycling, bool prefix_caching, int long_prompt_copies) {
+  auto serve = [](bool recycling, bool prefix_caching) {
     Run run;
     std::unique_ptr<Deployment> d = StartGemma(recycling, prefix_caching);
     if (d == nullptr) return run;
     run.free_at_start = d->FreeBlocks();
-    HttpReply r = d->PostJson("/v1/completions",
-                              GreedyBody("The history of the lighthouse begins", 600, true));
-    run.long_decode = CompletionText(r);
-    if (r.status == 200) {
-      EXPECT_EQ(r.json["usage"]["completion_tokens"], 600);
-    }
-    const std::vector<int32_t> ids = LongPromptIds(*d);
-    auto complete = [&] {
-      return CompletionText(d->PostJson("/v1/completions", GreedyBody(ids, 24, true)));
-    };
-    run.long_prompt.push_back(complete());
-    if (long_prompt_copies == 2) {
-      auto a = std::async(std::launch::async, complete);
-      auto b = std::async(std::launch::async, complete);
-      run.long_prompt.push_back(a.get());
-      run.long_prompt.push_back(b.get());
-    }
+    run.texts = ServeLongRequests(*d, /*twice_at_once=*/recycling);
     run.recycled = CounterSum(*d, "headway:kv_blocks_recycled_total");
     run.free_at_end = d->FreeBlocks();
     return run;
   };
-  const Run on = serve(/*recycling=*/true, /*prefix_caching=*/true, 2);
-  const Run off = serve(/*recycling=*/false, /*prefix_caching=*/false, 1);
-  EXPECT_FALSE(IsErrorText(on.long_decode)) << on.long_decode;
-  EXPECT_EQ(on.long_decode, off.long_decode);
-  ASSERT_EQ(on.long_prompt.size(), 3u);
-  ASSERT_EQ(off.long_prompt.size(), 1u);
-  for (const std::string& text : on.long_prompt) {
-    EXPECT_FALSE(IsErrorText(text)) << text;
-    EXPECT_EQ(text, off.long_prompt[0]);
-  }
+  const Run on = serve(/*recycling=*/true, /*prefix_caching=*/true);
+  const Run off = serve(/*recycling=*/false, /*prefix_caching=*/false);
+  ExpectSameLongTexts(on.texts, off.texts);
   EXPECT_GT(on.recycled, 0);
   EXPECT_EQ(off.recycled, 0);
   EXPECT_EQ(on.free_at_end, on.free_at_start);
   EXPECT_EQ(off.free_at_end, off.free_at_start);
 }
 
-// cache.kv_cache_dtype_sliding: q8_0: the sliding layers' blocks are a
-// quarter of the float32 full layers', both in one arena of chunks
+// cache.kv_cache_dtype_sliding: q8_0: the sliding layers' blocks are 17/32
+// of the full layers' (float16, the default), both in one arena of chunks
 // (common/kv_arena.h) that recycling returns to and the prefix cache keeps.
 // Workers register the arena; a long decode past the window and a
 // 1,500-token prompt, twice at once from the cache, give the same text as
@@ -170,31 +190,17 @@ TEST_F(Gemma3ServingTest, RecyclingAndPrefixCachingKeepGreedyOutput) {
 // the end.
 TEST_F(Gemma3ServingTest, SlidingLayersInQ8_0KeepGreedyOutputUnderRecyclingAndCaching) {
   struct Run {
-    std::string long_decode;
-    std::vector<std::string> long_prompt;
+    LongTexts texts;
     // /health's free and total blocks of the rank at the end: the total
     // counts each chunk's blocks in the dtype it is lent to, so it moves as
     // chunks are lent; every block is free (or cached) once requests end.
     long free_at_end = 0, total_at_end = -1;
   };
-  auto serve = [](bool recycling, bool prefix_caching, int long_prompt_copies) {
+  auto serve = [](bool recycling, bool prefix_caching) {
     Run run;
     std::unique_ptr<Deployment> d = StartGemmaWithPool(recycling, prefix_caching, 256, "q8_0");
     if (d == nullptr) return run;
-    HttpReply r = d->PostJson("/v1/completions",
-                              GreedyBody("The history of the lighthouse begins", 600, true));
-    run.long_decode = CompletionText(r);
-    const std::vector<int32_t> ids = LongPromptIds(*d);
-    auto complete = [&] {
-      return CompletionText(d->PostJson("/v1/completions", GreedyBody(ids, 24, true)));
-    };
-    run.long_prompt.push_back(complete());
-    for (int i = 1; i < long_prompt_copies; ++i) {
-      auto a = std::async(std::launch::async, complete);
-      auto b = std::async(std::launch::async, complete);
-      run.long_prompt.push_back(a.get());
-      run.long_prompt.push_back(b.get());
-    }
+    run.texts = ServeLongRequests(*d, /*twice_at_once=*/recycling);
     const json health = d->Get("/health").json;
     if (health.contains("instances") && health["instances"].size() == 1 &&
         health["instances"][0]["ranks"].size() == 1) {
@@ -204,16 +210,9 @@ TEST_F(Gemma3ServingTest, SlidingLayersInQ8_0KeepGreedyOutputUnderRecyclingAndCa
     }
     return run;
   };
-  const Run on = serve(/*recycling=*/true, /*prefix_caching=*/true, 2);
-  const Run off = serve(/*recycling=*/false, /*prefix_caching=*/false, 1);
-  EXPECT_FALSE(IsErrorText(on.long_decode)) << on.long_decode;
-  EXPECT_EQ(on.long_decode, off.long_decode);
-  ASSERT_EQ(on.long_prompt.size(), 3u);
-  ASSERT_EQ(off.long_prompt.size(), 1u);
-  for (const std::string& text : on.long_prompt) {
-    EXPECT_FALSE(IsErrorText(text)) << text;
-    EXPECT_EQ(text, off.long_prompt[0]);
-  }
+  const Run on = serve(/*recycling=*/true, /*prefix_caching=*/true);
+  const Run off = serve(/*recycling=*/false, /*prefix_caching=*/false);
+  ExpectSameLongTexts(on.texts, off.texts);
   EXPECT_EQ(on.free_at_end, on.total_at_end);
   EXPECT_EQ(off.free_at_end, off.total_at_end);
 }
