@@ -116,9 +116,16 @@ TEST(ConfigTest, ShippedTp3ConfigIsValid) {
   EXPECT_EQ(config->Instances()[0]->CollectiveBackend(), "shm");
 }
 
+// Blocks of SmolLM2 (head_dim 64) a CPU worker of `config` holds.
+int64_t SmolLm2BlocksPerWorker(const Config& config) {
+  const KvCacheLayout layout{config.block_size, 64, config.kv_cache_dtype};
+  return config.kv_memory_mb * int64_t(1024) * 1024 / int64_t(layout.BlockBytes());
+}
+
 // The routing benchmark's deployments (bench/conversation_bench.py): each
-// instance one worker with one thread, 128 MiB of KV per worker (the
-// arithmetic is in two-mixed.yaml).
+// instance one worker with one thread, 16,384 SmolLM2 blocks (2,912
+// positions) of KV per worker in the default dtype (the arithmetic is in
+// two-mixed.yaml).
 TEST(ConfigTest, ShippedTwoMixedConfigIsValid) {
   Result<Config> config =
       LoadConfigFile(testing::SourceDir() + "/deploy/configs/two-mixed.yaml");
@@ -129,7 +136,7 @@ TEST(ConfigTest, ShippedTwoMixedConfigIsValid) {
     EXPECT_EQ(instance->num_threads, 1);
   }
   EXPECT_EQ(config->pools[0].role, PoolRole::kMixed);
-  EXPECT_EQ(config->kv_memory_mb, 128);
+  EXPECT_EQ(SmolLm2BlocksPerWorker(*config), 16384);
   EXPECT_FALSE(config->kv_transfer_enabled);
 }
 
@@ -144,7 +151,7 @@ TEST(ConfigTest, ShippedPd2p2dConfigIsValid) {
     EXPECT_EQ(instance->tp_size, 1);
     EXPECT_EQ(instance->num_threads, 1);
   }
-  EXPECT_EQ(config->kv_memory_mb, 128);
+  EXPECT_EQ(SmolLm2BlocksPerWorker(*config), 16384);
   EXPECT_TRUE(config->kv_transfer_enabled);
   EXPECT_EQ(config->kv_transfer_transports, "tcp");
 }
