@@ -15,10 +15,12 @@
 #include "common/kv_arena.h"
 #include "coordinator/scheduling/kv_cache_manager.h"
 #include "tests/coordinator/fake_model_spec.h"
+#include "tests/coordinator/random_sequences.h"
 
 namespace headway {
 namespace {
 
+using testing::FamilyTokens;
 using testing::FakeLlamaSpec;
 
 constexpr int kBlock = 16;
@@ -41,12 +43,6 @@ KvCacheOptions MixedOptions() {
   KvCacheOptions o;
   o.dtypes = {KvCacheDtype::kFloat32, KvCacheDtype::kQ8_0};
   return o;
-}
-
-std::vector<int32_t> Tokens(int n, int seed) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 31 + seed * 7) % 997;
-  return t;
 }
 
 // Every block some row, pin, reservation or cache entry could hold lies in
@@ -142,7 +138,7 @@ TEST(KvMixedDtypesTest, AFullArenaEvictsCachedBlocksForANewSequence) {
   // has room. (BlockArenaTest covers a chunk moving between classes.)
   const ModelSpec spec = AlternatingSpec(2, 1024, 0);  // nothing recycles
   KvCacheManager kv(spec, 1, kBlock, {2}, MixedOptions());
-  const std::vector<int32_t> a = Tokens(80, 1);  // 5 blocks per slot
+  const std::vector<int32_t> a = FamilyTokens(80, 1);  // 5 blocks per slot
   ASSERT_TRUE(kv.CanAppend(1, 80));
   (void)kv.Append(1, 80);
   kv.CacheComputedBlocks(1, TokenIds{a, {}}, 80);
@@ -177,14 +173,9 @@ void RunRandomized(int tp_size, uint32_t seed) {
       MakeKvArenaLayout(kBlock, spec.head_dim, options.dtypes, spec.slot_specs);
   const int num_chunks = 12;
   KvCacheManager kv(spec, tp_size, kBlock, std::vector<int>(size_t(tp_size), num_chunks), options);
-  struct Live {
-    std::vector<int32_t> tokens;
-    int64_t computed = 0;
-  };
-  std::map<uint64_t, Live> seqs;
+  testing::RandomSequences seqs(&kv, &rng, /*footprints=*/true);
   std::vector<PinId> pins;
   std::vector<std::pair<ReservationId, std::vector<int32_t>>> reservations;
-  uint64_t next_id = 1;
   int ops[8] = {};
   auto held = [&]() {
     auto by_rank = std::vector<std::vector<std::pair<int, int32_t>>>(size_t(tp_size));
@@ -198,7 +189,7 @@ void RunRandomized(int tp_size, uint32_t seed) {
           }
         }
       };
-      for (const auto& [id, s] : seqs) add_rows(kv.Rows(id, r));
+      for (const auto& [id, s] : seqs.live()) add_rows(kv.Rows(id, r));
       for (PinId p : pins) add_rows(kv.Rows(p, r));
       for (const auto& [res, t] : reservations) add_rows(kv.Rows(res, r));
       for (CacheEntryId e : kv.prefix_cache().EntryIds()) {
@@ -225,44 +216,22 @@ void RunRandomized(int tp_size, uint32_t seed) {
   for (int step = 0; step < 2500; ++step) {
     const int op = int(rng() % 12);
     if (op < 2 && seqs.size() < 6) {
-      Live s;
-      s.tokens = Tokens(40 + int(rng() % 200), int(rng() % 3));
-      const TokenIds ids{s.tokens, {}};
-      PrefixMatch m = kv.MatchPrefix(ids, int64_t(s.tokens.size()) - 1);
-      const int64_t chunk =
-          std::min<int64_t>(int64_t(s.tokens.size()), m.num_positions + 1 + rng() % 40);
-      if (!kv.CanStart(m, chunk, -1, int64_t(s.tokens.size()))) continue;
-      const uint64_t id = next_id++;
-      (void)kv.Start(id, m, chunk, -1, int64_t(s.tokens.size()));
-      s.computed = chunk;
-      kv.CacheComputedBlocks(id, ids, chunk);
-      seqs[id] = std::move(s);
+      if (seqs.TryStart() < 0) continue;
       ++ops[0];
       check("start");
     } else if (op < 7 && !seqs.empty()) {
-      auto it = seqs.begin();
-      std::advance(it, rng() % seqs.size());
-      Live& s = it->second;
-      (void)kv.Recycle(it->first, s.computed);
+      const uint64_t id = seqs.RecycleOne();
       check("recycle");
-      const int64_t end = s.computed + 1 + int64_t(rng() % 24);
-      if (int64_t(s.tokens.size()) < end) s.tokens.resize(size_t(end), int32_t(rng() % 997));
-      if (!kv.CanAppend(it->first, end)) continue;
-      (void)kv.Append(it->first, end);
-      s.computed = end;
-      kv.CacheComputedBlocks(it->first, TokenIds{s.tokens, {}}, end);
+      if (!seqs.TryAppend(id)) continue;
       ++ops[1];
       check("append");
     } else if (op < 8 && !seqs.empty()) {
-      auto it = seqs.begin();
-      std::advance(it, rng() % seqs.size());
-      kv.Release(it->first);
-      seqs.erase(it);
+      seqs.ReleaseOne();
       ++ops[2];
       check("release");
     } else if (op < 9 && pins.size() < 3) {
       // Pin the cached prefix of a random family, as a sender does.
-      const std::vector<int32_t> t = Tokens(200, int(rng() % 3));
+      const std::vector<int32_t> t = FamilyTokens(200, int(rng() % 3));
       PrefixMatch m = kv.MatchPrefix(TokenIds{t, {}}, 199);
       if (m.entries.empty() || !kv.CanPin(m)) continue;
       pins.push_back(kv.Pin(m));
@@ -275,7 +244,7 @@ void RunRandomized(int tp_size, uint32_t seed) {
       check("unpin");
     } else if (op < 11 && reservations.size() < 2) {
       // Reserve room to receive a prompt, as a receiver does.
-      std::vector<int32_t> t = Tokens(32 + int(rng() % 120), 3 + int(rng() % 2));
+      std::vector<int32_t> t = FamilyTokens(32 + int(rng() % 120), 3 + int(rng() % 2));
       PrefixMatch have = kv.MatchPrefix(TokenIds{t, {}}, int64_t(t.size()) - 1);
       if (!kv.CanReserve(have, int64_t(t.size()))) continue;
       reservations.emplace_back(kv.Reserve(have, int64_t(t.size())), std::move(t));
@@ -297,8 +266,7 @@ void RunRandomized(int tp_size, uint32_t seed) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   for (int i = 0; i < 8; ++i) EXPECT_GT(ops[i], 0) << "operation " << i << " never ran";
-  for (const auto& [id, s] : seqs) kv.Release(id);
-  seqs.clear();
+  seqs.ReleaseAll();
   for (PinId p : pins) kv.Unpin(p);
   pins.clear();
   for (const auto& [res, t] : reservations) kv.CancelReservation(res);

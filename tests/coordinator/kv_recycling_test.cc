@@ -11,10 +11,12 @@
 
 #include "coordinator/scheduling/kv_cache_manager.h"
 #include "tests/coordinator/fake_model_spec.h"
+#include "tests/coordinator/random_sequences.h"
 
 namespace headway {
 namespace {
 
+using testing::FamilyTokens;
 using testing::FakeLlamaSpec;
 
 constexpr int kBlock = 16;
@@ -191,15 +193,9 @@ TEST(KvRecyclingTest, MaxPositionsPerSequenceCountsRecycling) {
   }
 }
 
-std::vector<int32_t> Tokens(int n, int seed) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 31 + seed * 7) % 997;
-  return t;
-}
-
 TEST(KvRecyclingTest, CachedBlocksAreFreedWhenTheLastHolderDropsThem) {
   KvCacheManager kv(SlidingSpec(32, 0), 1, kBlock, {2000});
-  const std::vector<int32_t> prompt = Tokens(160, 1);
+  const std::vector<int32_t> prompt = FamilyTokens(160, 1);
   const TokenIds ids{prompt, {}};
   // A: 10 blocks, cached after the step that computes them.
   ASSERT_TRUE(kv.CanAppend(1, 160));
@@ -236,7 +232,7 @@ TEST(KvRecyclingTest, SinkBlocksKeepShorterHitsAlive) {
   // With a sink of 2 blocks, a hit of L needs blocks 0, 1 and those from
   // floor((L - 31) / 16): the cut stops where those are resident.
   KvCacheManager kv(SlidingSpec(32, 32), 1, kBlock, {2000});
-  const std::vector<int32_t> prompt = Tokens(320, 2);
+  const std::vector<int32_t> prompt = FamilyTokens(320, 2);
   ComputeUpTo(kv, 1, 0, 320);
   kv.CacheComputedBlocks(1, TokenIds{prompt, {}}, 320);
   (void)kv.Recycle(1, 320);
@@ -258,16 +254,11 @@ TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
   const int window = 40, sink = 20;  // a sink ending mid-block
   const ModelSpec spec = SlidingSpec(window, sink);
   KvCacheManager kv(spec, 1, kBlock, {600});
-  struct Live {
-    std::vector<int32_t> tokens;
-    int64_t computed = 0;
-  };
-  std::map<uint64_t, Live> seqs;
-  uint64_t next_id = 1;
+  testing::RandomSequences seqs(&kv, &rng, /*footprints=*/false);
   int hits = 0;  // starts that shared a cached prefix
   auto check = [&](const char* after) {
     ASSERT_TRUE(kv.CheckConsistency().ok()) << after << ": " << kv.CheckConsistency().ToString();
-    for (const auto& [id, s] : seqs) {
+    for (const auto& [id, s] : seqs.live()) {
       for (int slot = 0; slot < kv.num_slots(0); ++slot) {
         const std::vector<int32_t>& row = kv.TEST_Row(id, 0, slot);
         const bool sliding = slot % 3 == 0;
@@ -286,43 +277,21 @@ TEST(KvRecyclingTest, RandomizedNoHoleInsideAWindowOrSink) {
     const int op = int(rng() % 10);
     if (op < 2 && seqs.size() < 6) {
       // A new sequence sharing a random prefix of an earlier family.
-      Live s;
-      s.tokens = Tokens(40 + int(rng() % 200), int(rng() % 3));
-      const TokenIds ids{s.tokens, {}};
-      PrefixMatch m = kv.MatchPrefix(ids, int64_t(s.tokens.size()) - 1);
-      const int64_t chunk = std::min<int64_t>(int64_t(s.tokens.size()), m.num_positions + 1 + rng() % 40);
-      if (!kv.CanStart(m, chunk)) continue;
-      const uint64_t id = next_id++;
-      (void)kv.Start(id, m, chunk);
-      hits += m.num_positions > 0;
-      s.computed = chunk;  // computed by this step
-      kv.CacheComputedBlocks(id, ids, chunk);
-      seqs[id] = std::move(s);
+      const int64_t hit = seqs.TryStart();
+      if (hit < 0) continue;
+      hits += hit > 0;
       check("start");
     } else if (op < 8 && !seqs.empty()) {
-      auto it = seqs.begin();
-      std::advance(it, rng() % seqs.size());
-      Live& s = it->second;
-      (void)kv.Recycle(it->first, s.computed);
+      const uint64_t id = seqs.RecycleOne();
       check("recycle");
-      const int64_t end = s.computed + 1 + int64_t(rng() % 24);
-      if (int64_t(s.tokens.size()) < end) {
-        s.tokens.resize(size_t(end), int32_t(rng() % 997));
-      }
-      if (!kv.CanAppend(it->first, end)) continue;
-      (void)kv.Append(it->first, end);
-      s.computed = end;
-      kv.CacheComputedBlocks(it->first, TokenIds{s.tokens, {}}, end);
+      if (!seqs.TryAppend(id)) continue;
       check("append");
     } else if (!seqs.empty()) {
-      auto it = seqs.begin();
-      std::advance(it, rng() % seqs.size());
-      kv.Release(it->first);
-      seqs.erase(it);
+      seqs.ReleaseOne();
       check("release");
     }
   }
-  for (auto& [id, s] : seqs) kv.Release(id);
+  seqs.ReleaseAll();
   EXPECT_EQ(kv.Usage(0).num_free, 600);
   EXPECT_GT(kv.num_recycled_blocks(), 0u);
   EXPECT_GT(hits, 10);
