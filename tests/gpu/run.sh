@@ -8,8 +8,8 @@
 #                   against the references)
 #   measured:       the "[ measured ]" lines tests printed (GPU vs CPU logits)
 #   attention:      headway-cuda-attention-bench (decode bandwidth at 1K/8K/32K
-#                   context against the copy bandwidth measured in the same run;
-#                   prefill TFLOP/s)
+#                   context for each KV cache dtype, against the copy bandwidth
+#                   and float32 measured in the same run; prefill TFLOP/s)
 #   matmul:         headway-cuda-matmul-bench (GEMM TFLOP/s against cuBLAS's
 #                   own; dequantising GEMV against bf16 GEMM at decode sizes)
 # Exit status 0 only when no test failed (skips are not failures; on a
