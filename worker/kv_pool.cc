@@ -33,22 +33,28 @@ Result<std::unique_ptr<KvPool>> KvPool::Create(const KvCacheLayout& layout,
   if (std::string why = layout.Check(); !why.empty()) {
     return Status::InvalidArgument("KV pool: " + why);
   }
-  return CreateArena(MakeKvArenaLayout(layout.block_size, layout.head_dim,
-                                       KvCacheDtypes{layout.dtype, layout.dtype}, {}),
-                     kv_memory_bytes);
+  return CreateArena(OneClassArena(layout), kv_memory_bytes);
+}
+
+std::string KvPool::CheckArena(const KvArenaLayout& arena) {
+  if (arena.classes.empty() || arena.chunk_bytes == 0) {
+    return "KV pool: the arena has no block class";
+  }
+  for (KvCacheDtype d : arena.classes) {
+    if (std::string why = arena.BlockLayout(d).Check(); !why.empty()) return "KV pool: " + why;
+    HW_CHECK(arena.chunk_bytes % arena.BlockLayout(d).BlockBytes() == 0);
+  }
+  return "";
+}
+
+KvArenaLayout KvPool::OneClassArena(const KvCacheLayout& layout) {
+  return MakeKvArenaLayout(layout.block_size, layout.head_dim,
+                           KvCacheDtypes{layout.dtype, layout.dtype}, {});
 }
 
 Result<std::unique_ptr<KvPool>> KvPool::CreateArena(const KvArenaLayout& arena,
                                                     int64_t kv_memory_bytes) {
-  if (arena.classes.empty() || arena.chunk_bytes == 0) {
-    return Status::InvalidArgument("KV pool: the arena has no block class");
-  }
-  for (KvCacheDtype d : arena.classes) {
-    if (std::string why = arena.BlockLayout(d).Check(); !why.empty()) {
-      return Status::InvalidArgument("KV pool: " + why);
-    }
-    HW_CHECK(arena.chunk_bytes % arena.BlockLayout(d).BlockBytes() == 0);
-  }
+  if (std::string why = CheckArena(arena); !why.empty()) return Status::InvalidArgument(why);
   const int64_t chunk_bytes = static_cast<int64_t>(arena.chunk_bytes);
   const int64_t num_chunks = kv_memory_bytes > 0 ? kv_memory_bytes / chunk_bytes : 0;
   if (num_chunks < 1) {
@@ -78,9 +84,8 @@ Result<std::unique_ptr<KvPool>> KvPool::CreateArena(const KvArenaLayout& arena,
 std::unique_ptr<KvPool> KvPool::WrapDeviceMemory(const KvArenaLayout& arena, int num_chunks,
                                                  uint8_t* data, int device,
                                                  std::shared_ptr<void> owner) {
-  HW_CHECK(!arena.classes.empty() && num_chunks >= 1 && num_chunks <= MaxChunks(arena));
+  HW_CHECK(CheckArena(arena).empty() && num_chunks >= 1 && num_chunks <= MaxChunks(arena));
   HW_CHECK(data != nullptr && device >= 0);
-  for (KvCacheDtype d : arena.classes) HW_CHECK(arena.BlockLayout(d).Check().empty());
   return std::unique_ptr<KvPool>(new KvPool(arena, num_chunks, data, device, std::move(owner)));
 }
 
@@ -88,9 +93,7 @@ std::unique_ptr<KvPool> KvPool::WrapDeviceMemory(const KvCacheLayout& layout, in
                                                  uint8_t* data, int device,
                                                  std::shared_ptr<void> owner) {
   HW_CHECK(layout.Check().empty());
-  return WrapDeviceMemory(MakeKvArenaLayout(layout.block_size, layout.head_dim,
-                                            KvCacheDtypes{layout.dtype, layout.dtype}, {}),
-                          num_blocks, data, device, std::move(owner));
+  return WrapDeviceMemory(OneClassArena(layout), num_blocks, data, device, std::move(owner));
 }
 
 int64_t KvPool::MaxChunks(const KvArenaLayout& arena) {

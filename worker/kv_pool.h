@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/kv_arena.h"
 #include "common/kv_layout.h"
@@ -51,6 +52,13 @@ class KvPool {
   static std::unique_ptr<KvPool> WrapDeviceMemory(const KvCacheLayout& layout, int num_blocks,
                                                   uint8_t* data, int device,
                                                   std::shared_ptr<void> owner);
+
+  // Empty when a pool can be laid out as `arena`: it has a block class and
+  // every class's layout passes KvCacheLayout::Check(). Otherwise why not,
+  // prefixed "KV pool: ".
+  static std::string CheckArena(const KvArenaLayout& arena);
+  // The arena of blocks of one `layout`: one class, a chunk is a block.
+  static KvArenaLayout OneClassArena(const KvCacheLayout& layout);
 
   // The most chunks of `arena` whose block ids all fit in int32 (proto
   // SlotDelta, the kernels' block tables): INT32_MAX / the largest

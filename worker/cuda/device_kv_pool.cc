@@ -34,13 +34,8 @@ Result<int64_t> KvBudgetBytes(int device, double gpu_memory_utilization) {
 Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvArenaLayout& arena, int device,
                                                    double gpu_memory_utilization,
                                                    int64_t reserve_bytes) {
-  if (arena.classes.empty() || arena.chunk_bytes == 0) {
-    return Status::InvalidArgument("KV pool: the arena has no block class");
-  }
-  for (KvCacheDtype d : arena.classes) {
-    if (std::string why = arena.BlockLayout(d).Check(); !why.empty()) {
-      return Status::InvalidArgument("KV pool: " + why);
-    }
+  if (std::string why = KvPool::CheckArena(arena); !why.empty()) {
+    return Status::InvalidArgument(why);
   }
   HW_ASSIGN_OR_RETURN(DeviceInfo info, CheckedDevice(device, gpu_memory_utilization));
   const int64_t budget = BudgetOf(info, gpu_memory_utilization);
@@ -71,9 +66,8 @@ Result<std::unique_ptr<KvPool>> CreateDeviceKvPool(const KvCacheLayout& layout, 
   if (std::string why = layout.Check(); !why.empty()) {
     return Status::InvalidArgument("KV pool: " + why);
   }
-  return CreateDeviceKvPool(MakeKvArenaLayout(layout.block_size, layout.head_dim,
-                                              KvCacheDtypes{layout.dtype, layout.dtype}, {}),
-                            device, gpu_memory_utilization, reserve_bytes);
+  return CreateDeviceKvPool(KvPool::OneClassArena(layout), device, gpu_memory_utilization,
+                            reserve_bytes);
 }
 
 }  // namespace headway::cuda
